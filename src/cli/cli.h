@@ -1,0 +1,20 @@
+/* inferx command-line tool (internal): one function per subcommand, each a
+ * client of the public API only. Each returns the process exit status: 0 ok,
+ * 1 runtime error (message on stderr), 2 usage error. */
+#ifndef IX_CLI_H
+#define IX_CLI_H
+
+#include "inferx/core.h"
+
+int ix_cli_info(int argc, char **argv);
+int ix_cli_tokenize(int argc, char **argv);
+
+/* The bundled model: $INFERX_MODEL if set, else models/target-f16.gguf of the
+ * source tree this binary was built from. */
+const char *ix_cli_default_model(void);
+
+/* Parses a non-negative decimal integer option value; prints a usage error
+ * naming opt and returns false if it is not one. */
+bool ix_cli_parse_u64(const char *opt, const char *s, uint64_t *out);
+
+#endif

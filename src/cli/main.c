@@ -1,0 +1,66 @@
+/* inferx: the command-line entry point. Dispatches to one subcommand per file;
+ * every subcommand takes --help. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+typedef struct command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *summary;
+} command;
+
+static const command k_commands[] = {
+    {"info", ix_cli_info, "describe a GGUF file: metadata, tensors, KV cache sizes"},
+    {"tokenize", ix_cli_tokenize, "print the token ids of text read from stdin"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: inferx <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < IX_ARRAY_LEN(k_commands); i++)
+        fprintf(f, "  %-10s %s\n", k_commands[i].name, k_commands[i].summary);
+    fprintf(f, "\n'inferx <command> --help' describes a command's options.\n"
+               "Environment: INFERX_MODEL (default model), INFERX_ISA=generic|avx2|avx512|neon,\n"
+               "INFERX_LOG=debug|info|warn|error|none.\n");
+}
+
+const char *ix_cli_default_model(void) {
+    const char *m = getenv("INFERX_MODEL");
+    return m && *m ? m : INFERX_DEFAULT_MODEL;
+}
+
+bool ix_cli_parse_u64(const char *opt, const char *s, uint64_t *out) {
+    char *end;
+    if (!s || !*s || *s == '-' || *s == '+') goto bad;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end) goto bad;
+    *out = v;
+    return true;
+bad:
+    fprintf(stderr, "inferx: %s expects a non-negative integer, got '%s'\n", opt, s ? s : "");
+    return false;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("inferx 0.1.0\n");
+        return 0;
+    }
+    for (size_t i = 0; i < IX_ARRAY_LEN(k_commands); i++)
+        if (!strcmp(argv[1], k_commands[i].name)) return k_commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "inferx: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

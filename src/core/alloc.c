@@ -1,0 +1,134 @@
+/* Counted allocation with fault injection.
+ *
+ * Each block carries a 16-byte header holding its size, so ix_free knows how
+ * many bytes to subtract; the header keeps the 16-byte alignment malloc gives.
+ * Aligned blocks store the size and the offset back to the raw pointer just
+ * below the aligned address. Counters are relaxed atomics: they are statistics,
+ * not synchronisation. */
+#include "inferx/core.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HDR 16
+
+static _Atomic size_t g_live_bytes;
+static _Atomic size_t g_peak_bytes;
+static _Atomic size_t g_live_count;
+static _Atomic long g_fail_after = -1; /* <0: never fail */
+static _Atomic long g_failed;
+
+static bool should_fail(void) {
+    long n = atomic_load_explicit(&g_fail_after, memory_order_relaxed);
+    if (n < 0) return false;
+    if (n == 0) {
+        atomic_fetch_add_explicit(&g_failed, 1, memory_order_relaxed);
+        return true;
+    }
+    /* Several threads may race here; an off-by-one under contention is fine
+     * for a test-only facility, but the counter never goes below zero. */
+    atomic_compare_exchange_strong(&g_fail_after, &n, n - 1);
+    return false;
+}
+
+static void account_add(size_t n) {
+    size_t live = atomic_fetch_add_explicit(&g_live_bytes, n, memory_order_relaxed) + n;
+    atomic_fetch_add_explicit(&g_live_count, 1, memory_order_relaxed);
+    size_t peak = atomic_load_explicit(&g_peak_bytes, memory_order_relaxed);
+    while (live > peak &&
+           !atomic_compare_exchange_weak_explicit(&g_peak_bytes, &peak, live, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+    }
+}
+
+static void account_sub(size_t n) {
+    atomic_fetch_sub_explicit(&g_live_bytes, n, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&g_live_count, 1, memory_order_relaxed);
+}
+
+void *ix_malloc(size_t n) {
+    if (n > SIZE_MAX - HDR || should_fail()) return NULL;
+    unsigned char *raw = malloc(n + HDR);
+    if (!raw) return NULL;
+    memcpy(raw, &n, sizeof n);
+    account_add(n);
+    return raw + HDR;
+}
+
+void *ix_calloc(size_t count, size_t size) {
+    size_t n;
+    if (__builtin_mul_overflow(count, size, &n)) return NULL;
+    void *p = ix_malloc(n);
+    if (p) memset(p, 0, n);
+    return p;
+}
+
+void *ix_realloc(void *p, size_t n) {
+    if (!p) return ix_malloc(n);
+    if (n > SIZE_MAX - HDR || should_fail()) return NULL;
+    unsigned char *raw = (unsigned char *)p - HDR;
+    size_t old;
+    memcpy(&old, raw, sizeof old);
+    unsigned char *nraw = realloc(raw, n + HDR);
+    if (!nraw) return NULL;
+    memcpy(nraw, &n, sizeof n);
+    account_sub(old);
+    account_add(n);
+    return nraw + HDR;
+}
+
+void ix_free(void *p) {
+    if (!p) return;
+    unsigned char *raw = (unsigned char *)p - HDR;
+    size_t n;
+    memcpy(&n, raw, sizeof n);
+    account_sub(n);
+    free(raw);
+}
+
+/* Layout: [raw ... pad][size_t size][size_t offset][aligned data] */
+void *ix_aligned_alloc(size_t alignment, size_t n) {
+    if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > 4096) return NULL;
+    if (alignment < HDR) alignment = HDR;
+    if (n > SIZE_MAX - alignment - HDR || should_fail()) return NULL;
+    unsigned char *raw = malloc(n + alignment + HDR);
+    if (!raw) return NULL;
+    uintptr_t base = (uintptr_t)raw + HDR;
+    uintptr_t aligned = (base + alignment - 1) & ~(uintptr_t)(alignment - 1);
+    size_t off = (size_t)(aligned - (uintptr_t)raw);
+    memcpy((unsigned char *)aligned - 2 * sizeof(size_t), &n, sizeof n);
+    memcpy((unsigned char *)aligned - sizeof(size_t), &off, sizeof off);
+    account_add(n);
+    return (void *)aligned;
+}
+
+void ix_aligned_free(void *p) {
+    if (!p) return;
+    size_t n, off;
+    memcpy(&n, (unsigned char *)p - 2 * sizeof(size_t), sizeof n);
+    memcpy(&off, (unsigned char *)p - sizeof(size_t), sizeof off);
+    account_sub(n);
+    free((unsigned char *)p - off);
+}
+
+char *ix_strndup(const char *s, size_t n) {
+    char *d = ix_malloc(n + 1);
+    if (!d) return NULL;
+    memcpy(d, s, n);
+    d[n] = '\0';
+    return d;
+}
+
+char *ix_strdup(const char *s) { return ix_strndup(s, strlen(s)); }
+
+size_t ix_mem_live_bytes(void) { return atomic_load(&g_live_bytes); }
+size_t ix_mem_peak_bytes(void) { return atomic_load(&g_peak_bytes); }
+size_t ix_mem_live_count(void) { return atomic_load(&g_live_count); }
+
+void ix_mem_fail_after(long n) {
+    atomic_store(&g_failed, 0);
+    atomic_store(&g_fail_after, n);
+}
+void ix_mem_fail_reset(void) { atomic_store(&g_fail_after, -1); }
+long ix_mem_failed_count(void) { return atomic_load(&g_failed); }
