@@ -154,6 +154,10 @@ ix_status ix_isa_parse(const char *name, ix_isa *out);
 const char *ix_cpu_features_str(char *buf, size_t size);
 
 /* ---- small shared helpers ---------------------------------------------- */
+/* A vocabulary id (tokenizer, sampler, model and engine all speak it). */
+typedef int32_t ix_token;
+#define IX_TOKEN_NONE (-1)
+
 /* A length-delimited byte string (not NUL-terminated), e.g. pointing into a
  * mapped file. */
 typedef struct ix_str {

@@ -107,7 +107,8 @@ typedef struct ix_gguf_arr {
     ix_gguf_type type; /* element type */
     uint64_t n;        /* element count */
     const void *data;  /* first element in the mapping */
-    /* private: string offsets table (top-level string arrays), depth */
+    /* private: element offsets of string arrays and arrays of arrays (at any
+     * depth; NULL for fixed-size elements or n == 0), and the reader */
     const uint64_t *priv_offsets;
     const ix_gguf *priv_owner;
 } ix_gguf_arr;
@@ -125,6 +126,10 @@ typedef struct ix_gguf_value {
     } v;
 } ix_gguf_value;
 
+/* A validated tensor: 1 <= n_dims <= 4, every ne >= 1 (empty tensors are
+ * refused), n_elements <= INT64_MAX, ne[0] a whole number of blocks of a type
+ * we know, and data inside the data section without overlapping another
+ * tensor. */
 typedef struct ix_gguf_tensor {
     ix_str name;
     uint32_t n_dims;
@@ -133,11 +138,20 @@ typedef struct ix_gguf_tensor {
     uint64_t n_elements;
     uint64_t offset;  /* from the start of the data section */
     uint64_t n_bytes;
-    const void *data; /* in the mapping, aligned to the file's alignment */
+    /* In the mapping, at a multiple of the file's alignment from the start of
+     * the file: aligned in memory too for ix_gguf_open (page-aligned map) when
+     * the alignment is at most the page size; for ix_gguf_open_memory only as
+     * far as the buffer itself is aligned. */
+    const void *data;
 } ix_gguf_tensor;
 
 /* ---- reader ---------------------------------------------------------- */
-/* Maps and validates a file. On failure *out is NULL and err says why. */
+/* Maps and validates a file. On failure *out is NULL and err says why:
+ * IX_ERR_IO (cannot open/map; the message names the path), IX_ERR_FORMAT
+ * (malformed, truncated), IX_ERR_UNSUPPORTED (v1, big-endian, unknown tensor
+ * type), IX_ERR_NOMEM. Format messages name the key (#index and name), tensor,
+ * array element and file offset at fault, not the path. The file must not be
+ * truncated while mapped (that would be SIGBUS, as for any mmap reader). */
 ix_status ix_gguf_open(ix_gguf **out, const char *path, ix_errbuf *err);
 /* Validates a file already in memory (tests, fuzzing). The buffer is borrowed:
  * it must outlive the reader and is not copied. */
@@ -147,9 +161,15 @@ void ix_gguf_close(ix_gguf *g); /* NULL is a no-op */
 uint32_t ix_gguf_version(const ix_gguf *g);
 uint64_t ix_gguf_alignment(const ix_gguf *g);
 uint64_t ix_gguf_file_size(const ix_gguf *g);
-uint64_t ix_gguf_data_offset(const ix_gguf *g); /* start of the tensor data section */
+/* Start of the tensor data section: the end of the tensor infos rounded up to
+ * the alignment. May exceed the file size when there are no tensors (a
+ * vocab-only file may end right after its header). */
+uint64_t ix_gguf_data_offset(const ix_gguf *g);
 
-/* Metadata: by index or by key. Keys are unique (duplicates are a format error). */
+/* Metadata: by index (file order; i < n_kv is the caller's duty, IX_ASSERT) or
+ * by key. Keys are unique (duplicates are a format error), 1..65535 bytes,
+ * any bytes (a key holding a NUL cannot be found by ix_gguf_find_key). Lookups
+ * by key or tensor name are binary searches over an index built at open. */
 uint64_t ix_gguf_n_kv(const ix_gguf *g);
 ix_str ix_gguf_kv_key(const ix_gguf *g, uint64_t i);
 ix_gguf_value ix_gguf_kv_value(const ix_gguf *g, uint64_t i);
@@ -170,16 +190,19 @@ ix_status ix_gguf_get_str(const ix_gguf *g, const char *key, ix_str *out, ix_err
 ix_status ix_gguf_get_arr(const ix_gguf *g, const char *key, ix_gguf_type elem_type,
                           ix_gguf_arr *out, ix_errbuf *err);
 
-/* Array element accessors; i < arr->n is the caller's duty (IX_ASSERT). */
+/* Array element accessors; i < arr->n and a fitting element type are the
+ * caller's duty (IX_ASSERT). O(1) for every element type. */
 ix_str ix_gguf_arr_str(const ix_gguf_arr *arr, uint64_t i);
-/* Integer/float/bool elements widened; integers convert to double too. */
+/* Integer and bool elements widened (i64/u64: as C converts, so a u64 above
+ * INT64_MAX or a negative value read as u64 wraps; use typed lookups where
+ * range matters); f64 also takes float elements. */
 int64_t ix_gguf_arr_i64(const ix_gguf_arr *arr, uint64_t i);
 uint64_t ix_gguf_arr_u64(const ix_gguf_arr *arr, uint64_t i);
 double ix_gguf_arr_f64(const ix_gguf_arr *arr, uint64_t i);
 /* Element i of an array of arrays. */
 ix_gguf_arr ix_gguf_arr_arr(const ix_gguf_arr *arr, uint64_t i);
 
-/* Tensors. */
+/* Tensors, in file order; tensor_at returns NULL when i >= n_tensors. */
 uint64_t ix_gguf_n_tensors(const ix_gguf *g);
 const ix_gguf_tensor *ix_gguf_tensor_at(const ix_gguf *g, uint64_t i);
 const ix_gguf_tensor *ix_gguf_find_tensor(const ix_gguf *g, const char *name);
@@ -200,7 +223,13 @@ ix_status ix_gguf_writer_set_u64(ix_gguf_writer *w, const char *key, uint64_t v)
 ix_status ix_gguf_writer_set_f32(ix_gguf_writer *w, const char *key, float v);
 ix_status ix_gguf_writer_set_bool(ix_gguf_writer *w, const char *key, bool v);
 ix_status ix_gguf_writer_set_str(ix_gguf_writer *w, const char *key, const char *v);
-/* Array of fixed-size elements (n * element size bytes, little-endian). */
+/* Any scalar type: value points at one host value of the matching C type
+ * (uint8_t, int8_t, uint16_t, int16_t, uint32_t, int32_t, float, bool,
+ * uint64_t, int64_t, double). IX_ERR_INVALID for string/array types. */
+ix_status ix_gguf_writer_set_scalar(ix_gguf_writer *w, const char *key, ix_gguf_type type,
+                                    const void *value);
+/* Array of fixed-size elements (n * element size bytes, little-endian; bools
+ * must be 0 or 1). */
 ix_status ix_gguf_writer_set_arr(ix_gguf_writer *w, const char *key, ix_gguf_type elem_type,
                                  const void *data, uint64_t n);
 ix_status ix_gguf_writer_set_arr_str(ix_gguf_writer *w, const char *key, const ix_str *v,
@@ -211,7 +240,12 @@ ix_status ix_gguf_writer_copy_kv(ix_gguf_writer *w, const ix_gguf *src, uint64_t
 ix_status ix_gguf_writer_add_tensor(ix_gguf_writer *w, const char *name, ix_dtype type,
                                     uint32_t n_dims, const int64_t *ne, const void *data);
 /* Writes the file (to path.tmp, then renamed, so a failure leaves no partial
- * file under the final name). Alignment: general.alignment if set, else 32. */
+ * file under the final name). Alignment: general.alignment if set (it must be
+ * a u32 power of two, checked when set), else 32. Each tensor's data is padded
+ * with zeros to the alignment; a file without tensors ends at its header.
+ * Every function returns IX_ERR_INVALID for bad arguments (empty or over-long
+ * key or name, duplicate tensor name, bad shape or type) with the detail in
+ * ix_gguf_writer_errmsg. */
 ix_status ix_gguf_writer_write(ix_gguf_writer *w, const char *path);
 /* Writes to a memory buffer owned by the caller afterwards (ix_free). */
 ix_status ix_gguf_writer_write_memory(ix_gguf_writer *w, void **out, size_t *out_size);

@@ -20,9 +20,6 @@
 extern "C" {
 #endif
 
-typedef int32_t ix_token;
-#define IX_TOKEN_NONE (-1)
-
 typedef enum ix_tokenizer_kind {
     IX_TOKENIZER_SPM = 0, /* tokenizer.ggml.model = "llama" */
     IX_TOKENIZER_BPE = 1, /* tokenizer.ggml.model = "gpt2" */

@@ -7,7 +7,10 @@
 #include "inferx/core.h"
 
 int ix_cli_info(int argc, char **argv);
+int ix_cli_run(int argc, char **argv);
 int ix_cli_tokenize(int argc, char **argv);
+int ix_cli_bench(int argc, char **argv);
+int ix_cli_mkmodel(int argc, char **argv);
 
 /* The bundled model: $INFERX_MODEL if set, else models/target-f16.gguf of the
  * source tree this binary was built from. */

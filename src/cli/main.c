@@ -14,8 +14,11 @@ typedef struct command {
 } command;
 
 static const command k_commands[] = {
+    {"run", ix_cli_run, "generate a completion of a prompt, streamed to stdout"},
     {"info", ix_cli_info, "describe a GGUF file: metadata, tensors, KV cache sizes"},
     {"tokenize", ix_cli_tokenize, "print the token ids of text read from stdin"},
+    {"bench", ix_cli_bench, "prefill and decode throughput against the memory-bandwidth bound"},
+    {"mkmodel", ix_cli_mkmodel, "write a model of a real shape with random weights"},
 };
 
 static void usage(FILE *f) {

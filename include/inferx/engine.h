@@ -1,0 +1,167 @@
+/*
+ * inferx engine: continuous batching. One engine thread owns the model
+ * context, the KV cache, the scheduler and every request's sampler, and loops:
+ * plan a step (sched.h), append KV slots, run one forward pass over the ragged
+ * batch, commit K/V, sample, detokenize, apply stop conditions, report. New
+ * requests join between steps; a finished request releases its blocks in the
+ * step it finishes.
+ *
+ * Threads: ix_engine_submit / ix_engine_cancel / ix_engine_get_stats may be
+ * called from any thread (they take a short mutex and wake the engine thread;
+ * the engine thread never blocks on a caller). Callbacks run on the engine
+ * thread: they must be quick and must not call back into the engine except
+ * ix_engine_cancel.
+ */
+#ifndef INFERX_ENGINE_H
+#define INFERX_ENGINE_H
+
+#include "inferx/core.h"
+#include "inferx/kv.h"
+#include "inferx/model.h"
+#include "inferx/sample.h"
+#include "inferx/sched.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ix_finish_reason {
+    IX_FINISH_NONE = 0,
+    IX_FINISH_STOP = 1,     /* EOS / stop token / stop string */
+    IX_FINISH_LENGTH = 2,   /* max_tokens or the context is full */
+    IX_FINISH_ABORT = 3,    /* cancelled, or the engine shut down */
+    IX_FINISH_ERROR = 4,    /* see ix_finish_info.message */
+    IX_FINISH_DEADLINE = 5, /* shed by the deadline policy before it ran */
+} ix_finish_reason;
+
+const char *ix_finish_reason_name(ix_finish_reason r); /* "stop", "length", ... */
+
+typedef struct ix_usage {
+    int32_t prompt_tokens;
+    int32_t cached_prompt_tokens; /* found in the prefix cache at admission */
+    int32_t completion_tokens;    /* over all choices */
+} ix_usage;
+
+typedef struct ix_timings {
+    double queue_ms;       /* submit -> first scheduled */
+    double prefill_ms;     /* first scheduled -> prompt fully computed */
+    double first_token_ms; /* submit -> first token (TTFT) */
+    double total_ms;       /* submit -> finish */
+} ix_timings;
+
+typedef struct ix_finish_info {
+    uint64_t id;
+    int32_t n_choices;
+    ix_finish_reason reasons[IX_SCHED_MAX_SEQS]; /* per choice */
+    ix_finish_reason reason;                     /* of choice 0 */
+    ix_usage usage;
+    ix_timings timings;
+    bool deadline_missed; /* it had a deadline and finished after it */
+    int32_t n_preemptions;
+    char message[256];    /* for IX_FINISH_ERROR */
+} ix_finish_info;
+
+/* One new token of one choice: id, the text it completes (may be empty while
+ * a UTF-8 character or a possible stop string is held back; the text never
+ * contains a stop string), and its logprobs. */
+typedef struct ix_token_event {
+    uint64_t id;
+    int32_t choice;
+    ix_token token;
+    const char *text;
+    size_t text_len;
+    const ix_sample_result *sample; /* chosen token's logprob and alternatives */
+} ix_token_event;
+
+typedef struct ix_request_callbacks {
+    void (*on_token)(void *user, const ix_token_event *ev);
+    /* Exactly once per accepted request, last. */
+    void (*on_finish)(void *user, const ix_finish_info *info);
+    void *user;
+} ix_request_callbacks;
+
+typedef struct ix_request_params {
+    const ix_token *prompt; /* (n_prompt), copied */
+    size_t n_prompt;
+    ix_sample_params sample; /* logit_bias copied */
+    int32_t max_tokens;      /* per choice; <= 0: until the context is full */
+    const char *const *stop; /* stop strings, copied */
+    size_t n_stop;
+    const ix_token *stop_token_ids; /* copied */
+    size_t n_stop_token_ids;
+    bool ignore_eos;
+    int32_t priority;     /* higher runs first under the priority policy */
+    int64_t deadline_ms;  /* > 0: the answer is wanted within this many ms */
+    uint64_t cache_ns;    /* prefix-cache namespace (tenant / cache_salt) */
+    int32_t n;            /* parallel choices, 1..IX_SCHED_MAX_SEQS; 0 = 1 */
+    ix_request_callbacks cb;
+} ix_request_params;
+
+ix_request_params ix_request_default_params(void);
+
+typedef struct ix_engine_params {
+    ix_sched_params sched;
+    ix_kv_dtype kv_dtype;      /* default f16 */
+    size_t kv_mem_bytes;       /* KV pool budget; default 256 MiB */
+    int64_t kv_blocks;         /* > 0: exact pool size instead (tests) */
+    int32_t kv_block_size;     /* default 16 */
+    int64_t kv_swap_blocks;    /* host swap tier for IX_PREEMPT_SWAP; default: pool size */
+    bool enable_prefix_cache;  /* default true */
+    int32_t n_threads;         /* kernel threads; <= 0 all cores */
+    int32_t n_ctx;             /* longest sequence; <= 0: the model's context */
+    bool start_thread;         /* default true; false: drive with ix_engine_step */
+} ix_engine_params;
+
+ix_engine_params ix_engine_default_params(void);
+
+typedef struct ix_engine ix_engine;
+
+/* The engine borrows the model (it must outlive the engine). */
+ix_status ix_engine_create(ix_engine **out, const ix_model *m, const ix_engine_params *p,
+                           ix_errbuf *err);
+/* Stops the thread; requests still in flight finish with IX_FINISH_ABORT. */
+void ix_engine_destroy(ix_engine *e);
+
+/* Validates and queues a request; *id_out (may be NULL) gets its id. Errors
+ * (IX_ERR_INVALID for bad parameters, IX_ERR_TOO_LONG when the prompt plus
+ * one token does not fit the context, ...) are returned here with the message
+ * in err, and no callback is ever called for a refused request. Any thread. */
+ix_status ix_engine_submit(ix_engine *e, const ix_request_params *r, uint64_t *id_out,
+                           ix_errbuf *err);
+/* Stops a request within one step and frees its blocks; its on_finish reports
+ * IX_FINISH_ABORT. Unknown or finished ids are ignored. Any thread. */
+void ix_engine_cancel(ix_engine *e, uint64_t id);
+
+/* Without a thread (start_thread false): runs one step on the calling thread;
+ * *did_work tells whether there was anything to do. */
+ix_status ix_engine_step(ix_engine *e, bool *did_work);
+
+typedef struct ix_engine_stats {
+    int32_t n_waiting, n_running, n_swapped;
+    uint64_t n_steps, n_finished;
+    uint64_t n_prompt_tokens, n_cached_prompt_tokens, n_generated_tokens;
+    uint64_t n_preempt_recompute, n_preempt_swap, n_deadline_shed, n_deadline_missed;
+    ix_kv_stats kv;
+} ix_engine_stats;
+/* A consistent snapshot (as of the end of the last step). Any thread. */
+void ix_engine_get_stats(ix_engine *e, ix_engine_stats *out);
+const ix_model *ix_engine_model(const ix_engine *e);
+
+/* ---- offline batch API (vLLM's LLM.generate) ------------------------------
+ * Submits every request, runs until all finish, and returns each one's tokens
+ * and text per choice. Any thread except the engine's. Callbacks in reqs are
+ * ignored (the results replace them). */
+typedef struct ix_generation {
+    ix_finish_info info;
+    ix_token_vec tokens[IX_SCHED_MAX_SEQS]; /* per choice */
+    ix_buf text[IX_SCHED_MAX_SEQS];
+} ix_generation;
+
+ix_status ix_engine_generate(ix_engine *e, const ix_request_params *reqs, size_t n,
+                             ix_generation *out, ix_errbuf *err);
+void ix_generation_free(ix_generation *g);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* INFERX_ENGINE_H */

@@ -1,0 +1,497 @@
+/*
+ * inferx bench: prefill and decode throughput of one model, in llama-bench's
+ * terms (a pp<P> row: one P-token prompt of random ids through the forward
+ * pass in batches of up to 512; a tg<N> row: N tokens decoded one at a time,
+ * greedy, each fed back), the median of -r repetitions after a warm-up.
+ *
+ * Beside it, measured in the same run on the same threads, the machine's
+ * memory read bandwidth, and the decode bound it implies: a decode step must
+ * read every matmul weight once, so no engine decodes faster than
+ * bandwidth / ix_model_decode_bytes() tokens per second on this machine.
+ * The fraction of that bound reached says how much decode has left to gain.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#define BENCH_X86 1
+#endif
+
+#include "cli/cli.h"
+#include "inferx/model.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: inferx bench [-m MODEL.gguf] [options]\n"
+            "\n"
+            "Measures prefill (pp) and decode (tg) throughput like llama-bench, and the\n"
+            "decode bound this machine's memory bandwidth sets for the model.\n"
+            "\n"
+            "  -m, --model FILE   GGUF model (default: the bundled model, %s)\n"
+            "  -p, --n-prompt N   prompt tokens of the prefill test, 0 = skip (default 512)\n"
+            "  -n, --n-gen N      tokens of the decode test, 0 = skip (default 128)\n"
+            "  -t, --threads N    worker threads (default: all cores)\n"
+            "  -r, --reps N       repetitions; the median is reported (default 3)\n"
+            "  --seed S           seed of the random prompt (default 1)\n"
+            "  --bw-mib N         buffer of the bandwidth test in MiB (default 1024)\n"
+            "  --kv-f32           keep the KV cache in f32 (default f16)\n"
+            "  --json             print one JSON object instead of the table\n"
+            "  -h, --help         show this help\n",
+            ix_cli_default_model());
+}
+
+typedef struct bench_opts {
+    const char *model;
+    uint64_t n_prompt, n_gen, threads, reps, seed, bw_mib;
+    bool json, kv_f32;
+} bench_opts;
+
+/* Returns 0 on success, -1 after --help, else the exit status. */
+static int parse_args(int argc, char **argv, bench_opts *o) {
+    *o = (bench_opts){.n_prompt = 512, .n_gen = 128, .reps = 3, .seed = 1, .bw_mib = 1024};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return -1;
+        } else if (!strcmp(a, "--json")) {
+            o->json = true;
+            continue;
+        } else if (!strcmp(a, "--kv-f32")) {
+            o->kv_f32 = true;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "inferx bench: %s needs a value (see --help)\n", a);
+            return 2;
+        }
+        i++;
+        bool ok;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            o->model = v;
+            ok = true;
+        } else if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) {
+            ok = ix_cli_parse_u64(a, v, &o->n_prompt);
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) {
+            ok = ix_cli_parse_u64(a, v, &o->n_gen);
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            ok = ix_cli_parse_u64(a, v, &o->threads);
+        } else if (!strcmp(a, "-r") || !strcmp(a, "--reps")) {
+            ok = ix_cli_parse_u64(a, v, &o->reps);
+        } else if (!strcmp(a, "--seed")) {
+            ok = ix_cli_parse_u64(a, v, &o->seed);
+        } else if (!strcmp(a, "--bw-mib")) {
+            ok = ix_cli_parse_u64(a, v, &o->bw_mib);
+        } else {
+            fprintf(stderr, "inferx bench: unknown option '%s' (see --help)\n", a);
+            return 2;
+        }
+        if (!ok) return 2;
+    }
+    const char *bad = NULL;
+    if (o->n_prompt > (1u << 20) || o->n_gen > (1u << 20)) bad = "-p and -n must be at most 1048576";
+    else if (o->n_prompt == 0 && o->n_gen == 0) bad = "-p and -n are both 0: nothing to measure";
+    else if (o->threads > 1024) bad = "-t must be at most 1024";
+    else if (o->reps < 1 || o->reps > 1000) bad = "-r must be in [1, 1000]";
+    else if (o->bw_mib < 1 || o->bw_mib > (1u << 20)) bad = "--bw-mib must be in [1, 1048576]";
+    if (bad) {
+        fprintf(stderr, "inferx bench: %s\n", bad);
+        return 2;
+    }
+    if (!o->model) o->model = ix_cli_default_model();
+    return 0;
+}
+
+/* ---- memory read bandwidth ------------------------------------------------- */
+
+typedef struct bw_job {
+    const unsigned char *buf;
+    size_t n_bytes;
+    bool avx2;
+    uint64_t sink[1024]; /* per thread, so the reads cannot be optimised away */
+} bw_job;
+
+#ifdef BENCH_X86
+/* 128 bytes per iteration into four independent accumulators: bound by the
+ * loads, not by the adds. */
+__attribute__((target("avx2"))) static uint64_t read_avx2(const unsigned char *p, size_t n) {
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i + 128 <= n; i += 128) {
+        a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(const void *)(p + i)));
+        a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(const void *)(p + i + 32)));
+        a2 = _mm256_add_epi64(a2, _mm256_load_si256((const __m256i *)(const void *)(p + i + 64)));
+        a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(const void *)(p + i + 96)));
+    }
+    a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+    return (uint64_t)_mm256_extract_epi64(a0, 0) + (uint64_t)_mm256_extract_epi64(a0, 1) +
+           (uint64_t)_mm256_extract_epi64(a0, 2) + (uint64_t)_mm256_extract_epi64(a0, 3);
+}
+#endif
+
+static uint64_t read_scalar(const unsigned char *p, size_t n) {
+    uint64_t a[8] = {0};
+    for (size_t i = 0; i + 64 <= n; i += 64)
+        for (int j = 0; j < 8; j++) {
+            uint64_t w;
+            memcpy(&w, p + i + 8 * (size_t)j, 8);
+            a[j] += w;
+        }
+    return a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+}
+
+/* Thread ith's 4 KiB-aligned share of the buffer. */
+static void bw_share(const bw_job *j, int ith, int nth, size_t *lo, size_t *hi) {
+    size_t pages = j->n_bytes / 4096, per = pages / (size_t)nth, extra = pages % (size_t)nth;
+    size_t first = (size_t)ith * per + ((size_t)ith < extra ? (size_t)ith : extra);
+    *lo = first * 4096;
+    *hi = *lo + (per + ((size_t)ith < extra)) * 4096;
+}
+
+static void bw_fill(void *ctx, int ith, int nth) {
+    bw_job *j = ctx;
+    size_t lo, hi;
+    bw_share(j, ith, nth, &lo, &hi);
+    memset((unsigned char *)(uintptr_t)j->buf + lo, 0x5a + ith, hi - lo);
+}
+
+static void bw_read(void *ctx, int ith, int nth) {
+    bw_job *j = ctx;
+    size_t lo, hi;
+    bw_share(j, ith, nth, &lo, &hi);
+#ifdef BENCH_X86
+    if (j->avx2) {
+        j->sink[ith % 1024] += read_avx2(j->buf + lo, hi - lo);
+        return;
+    }
+#endif
+    j->sink[ith % 1024] += read_scalar(j->buf + lo, hi - lo);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, size_t n) {
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static double stdev(const double *v, size_t n) {
+    if (n < 2) return 0;
+    double mean = 0, ss = 0;
+    for (size_t i = 0; i < n; i++) mean += v[i];
+    mean /= (double)n;
+    for (size_t i = 0; i < n; i++) ss += (v[i] - mean) * (v[i] - mean);
+    return sqrt(ss / (double)(n - 1));
+}
+
+/* Streaming reads of one buffer on the benchmark's threads. Samples are
+ * taken between the repetitions of the model tests too, so that the bound
+ * and the throughput it is compared with see the same machine even while
+ * other work on it comes and goes; the figure is the median of all. */
+typedef struct bw_meter {
+    ix_pool *pool;
+    bw_job *job;
+    double *bps; /* (cap) bytes per second of each pass */
+    size_t n, cap;
+} bw_meter;
+
+/* Takes the buffer (mib MiB), faults it in on the threads that read it and
+ * reads it once untimed. false if the memory cannot be had. */
+static bool bw_open(bw_meter *bm, ix_pool *pool, uint64_t mib, size_t max_samples) {
+    *bm = (bw_meter){.pool = pool, .cap = max_samples};
+    bm->job = calloc(1, sizeof *bm->job);
+    bm->bps = malloc(max_samples * sizeof *bm->bps);
+    if (bm->job) {
+        bm->job->n_bytes = (size_t)mib << 20;
+        bm->job->buf = aligned_alloc(4096, bm->job->n_bytes);
+    }
+    if (!bm->job || !bm->bps || !bm->job->buf) return false;
+#ifdef BENCH_X86
+    bm->job->avx2 = ix_cpu_supports(IX_ISA_AVX2);
+#endif
+    ix_pool_run(pool, bw_fill, bm->job);
+    ix_pool_run(pool, bw_read, bm->job);
+    return true;
+}
+
+static void bw_sample(bw_meter *bm, int passes) {
+    if (!bm->job || !bm->job->buf) return;
+    for (int i = 0; i < passes && bm->n < bm->cap; i++) {
+        uint64_t t0 = ix_time_ns();
+        ix_pool_run(bm->pool, bw_read, bm->job);
+        double s = (double)(ix_time_ns() - t0) * 1e-9;
+        bm->bps[bm->n++] = (double)bm->job->n_bytes / (s > 0 ? s : 1e-9);
+    }
+}
+
+/* Median bytes per second, 0 without samples. */
+static double bw_median(bw_meter *bm) { return bm->n ? median(bm->bps, bm->n) : 0; }
+
+static void bw_close(bw_meter *bm) {
+    if (bm->job) free((void *)(uintptr_t)bm->job->buf);
+    free(bm->job);
+    free(bm->bps);
+}
+
+/* ---- the model tests ----------------------------------------------------- */
+
+typedef struct bench {
+    const ix_model *m;
+    ix_kv *kv;
+    ix_model_ctx *ctx;
+    int32_t max_batch, n_vocab;
+    float *logits;  /* (n_vocab) */
+    ix_token *toks; /* (max(n_prompt, 1)) the random prompt */
+    int32_t *pos, *seq;
+    uint8_t *out;   /* (max_batch) */
+} bench;
+
+/* One forward of tokens[0, n) at positions p0.. of seq, logits of the last. */
+static bool forward_chunk(bench *b, int32_t seq, const ix_token *tokens, int32_t n, int32_t p0) {
+    if (ix_kv_seq_append(b->kv, seq, n, tokens) != IX_OK) {
+        fprintf(stderr, "inferx bench: KV cache: %s\n", ix_kv_errmsg(b->kv));
+        return false;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        b->pos[i] = p0 + i;
+        b->seq[i] = seq;
+        b->out[i] = i == n - 1;
+    }
+    ix_batch batch = {n, tokens, b->pos, b->seq, b->out};
+    if (ix_model_forward(b->ctx, &batch, b->logits) != IX_OK) {
+        fprintf(stderr, "inferx bench: %s\n", ix_model_ctx_errmsg(b->ctx));
+        return false;
+    }
+    ix_kv_seq_commit(b->kv, seq, p0 + n);
+    return true;
+}
+
+/* Seconds to prefill n_prompt tokens in chunks of max_batch; < 0 on error. */
+static double run_prefill(bench *b, int32_t n_prompt) {
+    int32_t seq;
+    if (ix_kv_seq_create(b->kv, 0, &seq) != IX_OK) return -1;
+    uint64_t t0 = ix_time_ns();
+    bool ok = true;
+    for (int32_t done = 0; ok && done < n_prompt; done += b->max_batch) {
+        int32_t k = n_prompt - done < b->max_batch ? n_prompt - done : b->max_batch;
+        ok = forward_chunk(b, seq, b->toks + done, k, done);
+    }
+    double s = (double)(ix_time_ns() - t0) * 1e-9;
+    ix_kv_seq_free(b->kv, seq);
+    return ok ? s : -1;
+}
+
+/* Seconds to decode n_gen tokens one by one from an empty sequence, greedy. */
+static double run_decode(bench *b, int32_t n_gen) {
+    int32_t seq;
+    if (ix_kv_seq_create(b->kv, 0, &seq) != IX_OK) return -1;
+    ix_token next = b->toks[0];
+    uint64_t t0 = ix_time_ns();
+    bool ok = true;
+    for (int32_t i = 0; ok && i < n_gen; i++) {
+        ok = forward_chunk(b, seq, &next, 1, i);
+        ix_token best = 0;
+        for (int32_t v = 1; v < b->n_vocab; v++)
+            if (b->logits[v] > b->logits[best]) best = v;
+        next = best;
+    }
+    double s = (double)(ix_time_ns() - t0) * 1e-9;
+    ix_kv_seq_free(b->kv, seq);
+    return ok ? s : -1;
+}
+
+/* Runs one test reps times after a warm-up, each repetition preceded by two
+ * bandwidth passes; tokens/s median and stdev. */
+static bool measure(bench *b, bw_meter *bm, bool decode, int32_t n, uint64_t reps, double *tps, double *sd) {
+    double (*fn)(bench *, int32_t) = decode ? run_decode : run_prefill;
+    /* The warm-up faults the weights in and sizes nothing: it need not be long. */
+    if (fn(b, decode ? (n < 8 ? n : 8) : n) < 0) return false;
+    double *v = malloc((size_t)reps * sizeof *v);
+    if (!v) return false;
+    for (uint64_t r = 0; r < reps; r++) {
+        bw_sample(bm, 2);
+        double s = fn(b, n);
+        if (s < 0) {
+            free(v);
+            return false;
+        }
+        v[r] = (double)n / (s > 0 ? s : 1e-9);
+    }
+    *sd = stdev(v, (size_t)reps);
+    *tps = median(v, (size_t)reps);
+    free(v);
+    return true;
+}
+
+/* ---- output ---------------------------------------------------------------- */
+
+static void json_str(const char *s) {
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') printf("\\%c", c);
+        else if (c < 0x20) printf("\\u%04x", c);
+        else putchar(c);
+    }
+    putchar('"');
+}
+
+/* A measured figure, or null when the test did not run. */
+static void json_num(const char *key, bool have, double v, bool last) {
+    printf("  \"%s\": ", key);
+    if (have && isfinite(v)) printf("%.4f", v);
+    else printf("null");
+    printf(last ? "\n" : ",\n");
+}
+
+static const char *human_params(char *buf, size_t n, uint64_t v) {
+    if (v >= 1000000000ull) snprintf(buf, n, "%.2f B", (double)v * 1e-9);
+    else if (v >= 1000000ull) snprintf(buf, n, "%.2f M", (double)v * 1e-6);
+    else snprintf(buf, n, "%.2f K", (double)v * 1e-3);
+    return buf;
+}
+
+int ix_cli_bench(int argc, char **argv) {
+    bench_opts o;
+    int prc = parse_args(argc, argv, &o);
+    if (prc) return prc < 0 ? 0 : prc;
+
+    int rc = 1;
+    ix_errbuf err = {{0}};
+    ix_model *m = NULL;
+    bench b = {0};
+    bw_meter bm = {0};
+    if (ix_model_load(&m, o.model, &err) != IX_OK) {
+        fprintf(stderr, "inferx bench: %s: %s\n", o.model, err.msg);
+        return 1;
+    }
+    const ix_model_hparams *hp = ix_model_get_hparams(m);
+    int32_t n_prompt = (int32_t)o.n_prompt, n_gen = (int32_t)o.n_gen;
+    if (n_prompt > hp->n_ctx_train || n_gen > hp->n_ctx_train) {
+        fprintf(stderr, "inferx bench: -p %d / -n %d exceed the model's context of %d tokens\n", n_prompt,
+                n_gen, hp->n_ctx_train);
+        goto done;
+    }
+    int32_t longest = n_prompt > n_gen ? n_prompt : n_gen;
+    ix_kv_params kp = ix_kv_default_params();
+    ix_model_kv_params(m, &kp);
+    kp.dtype = o.kv_f32 ? IX_KV_F32 : IX_KV_F16;
+    kp.n_blocks = (longest + kp.block_size - 1) / kp.block_size + 1;
+    kp.enable_prefix_cache = false;
+    if (ix_kv_create(&kp, &b.kv, &err) != IX_OK) {
+        fprintf(stderr, "inferx bench: KV cache: %s\n", err.msg);
+        goto done;
+    }
+    ix_model_ctx_params cp = ix_model_ctx_default_params();
+    cp.max_batch_tokens = n_prompt < 1 ? 1 : n_prompt > 512 ? 512 : n_prompt;
+    cp.n_threads = (int32_t)o.threads;
+    if (ix_model_ctx_create(&b.ctx, m, b.kv, &cp, &err) != IX_OK) {
+        fprintf(stderr, "inferx bench: %s\n", err.msg);
+        goto done;
+    }
+    b.m = m;
+    b.max_batch = cp.max_batch_tokens;
+    b.n_vocab = hp->n_vocab;
+    b.logits = malloc((size_t)b.n_vocab * sizeof *b.logits);
+    b.toks = malloc((size_t)(n_prompt > 1 ? n_prompt : 1) * sizeof *b.toks);
+    b.pos = malloc((size_t)b.max_batch * sizeof *b.pos);
+    b.seq = malloc((size_t)b.max_batch * sizeof *b.seq);
+    b.out = malloc((size_t)b.max_batch);
+    if (!b.logits || !b.toks || !b.pos || !b.seq || !b.out) {
+        fprintf(stderr, "inferx bench: out of memory\n");
+        goto done;
+    }
+    uint64_t r = o.seed * 0x9e3779b97f4a7c15ull + 1;
+    for (int32_t i = 0; i < (n_prompt > 1 ? n_prompt : 1); i++) {
+        r ^= r << 13;
+        r ^= r >> 7;
+        r ^= r << 17;
+        b.toks[i] = (ix_token)(r % (uint64_t)b.n_vocab);
+    }
+
+    ix_pool *pool = ix_model_ctx_pool(b.ctx);
+    int threads = ix_pool_n_threads(pool);
+    if (!bw_open(&bm, pool, o.bw_mib, 4 + 4 * (size_t)o.reps))
+        fprintf(stderr, "inferx bench: no memory for the bandwidth test; bound not reported\n");
+    bw_sample(&bm, 4);
+    double pp = 0, pp_sd = 0, tg = 0, tg_sd = 0;
+    if (n_prompt > 0 && !measure(&b, &bm, false, n_prompt, o.reps, &pp, &pp_sd)) goto done;
+    if (n_gen > 0 && !measure(&b, &bm, true, n_gen, o.reps, &tg, &tg_sd)) goto done;
+    double bw = bw_median(&bm);
+
+    uint64_t decode_bytes = ix_model_decode_bytes(m), size_bytes = 0;
+    const ix_gguf *g = ix_model_gguf(m);
+    for (uint64_t i = 0; i < ix_gguf_n_tensors(g); i++) size_bytes += ix_gguf_tensor_at(g, i)->n_bytes;
+    double bound = bw > 0 && decode_bytes ? bw / (double)decode_bytes : 0;
+    const char *type = ix_dtype_name(hp->weight_type);
+    if (o.json) {
+        printf("{\n  \"model\": ");
+        json_str(o.model);
+        printf(",\n  \"arch\": ");
+        json_str(hp->arch_name);
+        printf(",\n  \"type\": ");
+        json_str(type ? type : "?");
+        printf(",\n  \"kernels\": ");
+        json_str(ix_kernels()->name);
+        printf(",\n  \"size_bytes\": %llu,\n  \"n_params\": %llu,\n  \"threads\": %d,\n"
+               "  \"n_prompt\": %d,\n  \"n_gen\": %d,\n  \"reps\": %llu,\n  \"decode_bytes\": %llu,\n",
+               (unsigned long long)size_bytes, (unsigned long long)ix_model_n_params(m), threads, n_prompt,
+               n_gen, (unsigned long long)o.reps, (unsigned long long)decode_bytes);
+        json_num("prefill_tokens_per_s", n_prompt > 0, pp, false);
+        json_num("prefill_stdev", n_prompt > 0, pp_sd, false);
+        json_num("decode_tokens_per_s", n_gen > 0, tg, false);
+        json_num("decode_stdev", n_gen > 0, tg_sd, false);
+        json_num("mem_bandwidth_gbs", bw > 0, bw * 1e-9, false);
+        json_num("decode_bound_tokens_per_s", bound > 0, bound, false);
+        json_num("decode_fraction_of_bound", bound > 0 && n_gen > 0, tg / bound, true);
+        printf("}\n");
+    } else {
+        char params[32], model[128], test[32];
+        human_params(params, sizeof params, ix_model_n_params(m));
+        snprintf(model, sizeof model, "%s %s %s", hp->arch_name, params, type ? type : "?");
+        printf("| %-28s | %10s | %9s | %5s | %7s | %7s | %18s |\n", "model", "size", "params", "type",
+               "threads", "test", "t/s");
+        printf("| ---------------------------- | ---------: | --------: | ----: | ------: | ------: | "
+               "-----------------: |\n");
+        char size[32], tps[48];
+        if (size_bytes >= (1ull << 30)) snprintf(size, sizeof size, "%.2f GiB", (double)size_bytes / (1ull << 30));
+        else snprintf(size, sizeof size, "%.2f MiB", (double)size_bytes / (1ull << 20));
+        for (int k = 0; k < 2; k++) {
+            int32_t n = k ? n_gen : n_prompt;
+            if (n == 0) continue;
+            snprintf(test, sizeof test, "%s%d", k ? "tg" : "pp", n);
+            snprintf(tps, sizeof tps, "%.2f ± %.2f", k ? tg : pp, k ? tg_sd : pp_sd);
+            printf("| %-28s | %10s | %9s | %5s | %7d | %7s | %19s |\n", model, size, params, type ? type : "?",
+                   threads, test, tps);
+        }
+        printf("\nkernels %s, median of %llu reps after a warm-up\n", ix_kernels()->name,
+               (unsigned long long)o.reps);
+        if (bw > 0) {
+            printf("memory read bandwidth: %.1f GB/s (%d threads, %llu MiB buffer, median of %zu passes "
+                   "between the tests)\n",
+                   bw * 1e-9, threads, (unsigned long long)o.bw_mib, bm.n);
+            printf("decode bound: %.1f GB/s / %.3f GB of weights per token = %.1f tokens/s", bw * 1e-9,
+                   (double)decode_bytes * 1e-9, bound);
+            if (n_gen > 0) printf("; tg%d reached %.1f%% of it", n_gen, 100.0 * tg / bound);
+            printf("\n");
+        }
+    }
+    rc = 0;
+done:
+    bw_close(&bm);
+    free(b.logits);
+    free(b.toks);
+    free(b.pos);
+    free(b.seq);
+    free(b.out);
+    ix_model_ctx_destroy(b.ctx);
+    ix_kv_destroy(b.kv);
+    ix_model_destroy(m);
+    return rc;
+}

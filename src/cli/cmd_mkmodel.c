@@ -1,0 +1,609 @@
+/*
+ * inferx mkmodel: writes a GGUF model with the shape of a real one (TinyLlama
+ * 1.1B by default) and seeded random weights, so that benchmarks and tests
+ * can run a model of a known size that nobody has to download.
+ *
+ * The tokenizer is copied key by key from a vocab-only GGUF (--vocab), or
+ * from the bundled model, or synthesized (--vocab-size N: a byte-fallback
+ * SentencePiece vocabulary of N made-up pieces); the vocabulary size of the
+ * model is the tokenizer's, as the loader requires.
+ *
+ * Memory stays bounded whatever the model size: the GGUF writer borrows all
+ * tensor data until it writes, so the weights are generated row by row into
+ * an unlinked spool file next to the output and handed to the writer as a
+ * read-only mapping of it (page cache, not heap). The writer writes to a
+ * temporary name and renames, so a failure leaves no partial output.
+ *
+ * Weights: every value is an Irwin-Hall sum of four uniforms (normal-ish,
+ * |x| < 3.5 sigma) with sigma = 1/sqrt(fan_in), so each projection keeps its
+ * input's scale and 22 layers stay finite; norm weights are 1 + 0.02 noise,
+ * biases 0.02 noise. Each tensor has its own generator seeded from --seed and
+ * its index, so a given seed gives the same real-valued model in every
+ * --type (the quantized files are quantizations of the F32 one).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "inferx/gguf.h"
+#include "inferx/kernels.h"
+
+typedef struct shape {
+    const char *name;
+    int32_t n_layer, n_embd, n_head, n_head_kv, n_ff, n_ctx;
+    float rope_base, norm_eps;
+} shape;
+
+static const shape k_shapes[] = {
+    /* TinyLlama-1.1B (Llama 2 architecture, GQA 32/4). */
+    {"tinyllama", 22, 2048, 32, 4, 5632, 2048, 10000.0f, 1e-5f},
+    /* Small enough for tests under sanitizers; every row a multiple of 32. */
+    {"tiny", 2, 64, 4, 2, 128, 256, 10000.0f, 1e-5f},
+};
+
+typedef struct wtype {
+    const char *name;
+    ix_dtype type;
+    uint32_t file_type; /* general.file_type (llama.cpp's LLAMA_FTYPE_*) */
+} wtype;
+
+static const wtype k_types[] = {
+    {"f32", IX_DTYPE_F32, 0},
+    {"f16", IX_DTYPE_F16, 1},
+    {"q8_0", IX_DTYPE_Q8_0, 7},
+    {"q4_0", IX_DTYPE_Q4_0, 2},
+};
+
+typedef struct mk_opts {
+    const char *out, *vocab, *arch, *rope_scaling;
+    shape sh;
+    const wtype *wt;
+    uint64_t seed;
+    int32_t vocab_size; /* 0: the tokenizer's */
+    int32_t sliding_window;
+    float rope_factor, rope_low, rope_high;
+    int32_t rope_orig_ctx;
+    bool tied;
+} mk_opts;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: inferx mkmodel -o OUT.gguf [options]\n"
+            "\n"
+            "Writes a model with a real architecture's shape and seeded random weights\n"
+            "(for benchmarks and tests).\n"
+            "\n"
+            "  -o, --output FILE      the GGUF file to write (required)\n"
+            "  --shape NAME           tinyllama (TinyLlama-1.1B: 22 layers, dim 2048, 32 heads,\n"
+            "                         4 KV heads, FFN 5632, ctx 2048; the default) or tiny\n"
+            "                         (2 layers, dim 64, 4 heads, 2 KV heads, FFN 128, ctx 256)\n"
+            "  --type T               weight type of the matmuls and the token embedding:\n"
+            "                         f32, f16 (default), q8_0, q4_0; norms and biases are f32\n"
+            "  --vocab FILE           copy the tokenizer (every tokenizer.* key) from this GGUF,\n"
+            "                         e.g. a vocab-only file; default: the bundled model's\n"
+            "                         (%s)\n"
+            "  --vocab-size N         without --vocab: synthesize a byte-fallback SentencePiece\n"
+            "                         vocabulary of N >= 259 tokens instead of copying one\n"
+            "  --seed S               weight seed (default 1); same seed, same weights\n"
+            "  --arch A               llama (default) or qwen2 (adds Q/K/V biases, NeoX RoPE)\n"
+            "  --layers N, --embd N, --heads N, --kv-heads N, --ff N, --ctx N\n"
+            "                         override the shape's dimensions\n"
+            "  --rope-base F          RoPE frequency base (default 10000)\n"
+            "  --eps F                RMSNorm epsilon (default 1e-5)\n"
+            "  --sliding-window N     attend to the last N positions only (0 = off)\n"
+            "  --rope-scaling S       none (default), linear or llama3\n"
+            "  --rope-factor F        scaling factor (linear, llama3; default 8 for llama3)\n"
+            "  --rope-low-freq F      llama3 low_freq_factor (default 1)\n"
+            "  --rope-high-freq F     llama3 high_freq_factor (default 4)\n"
+            "  --rope-orig-ctx N      llama3 original context length (default 8192)\n"
+            "  --tied                 no output.weight: the output head is the token embedding\n"
+            "  -h, --help             show this help\n",
+            ix_cli_default_model());
+}
+
+static bool parse_pos_f32(const char *opt, const char *s, float *out) {
+    char *end;
+    errno = 0;
+    float v = s ? strtof(s, &end) : 0.0f;
+    if (!s || end == s || *end || errno || !isfinite(v) || !(v > 0)) {
+        fprintf(stderr, "inferx mkmodel: %s expects a positive number, got '%s'\n", opt, s ? s : "");
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+/* An integer in [min, max] (0 <= min <= max <= INT32_MAX). */
+static bool parse_dim(const char *opt, const char *s, int32_t min, int32_t max, int32_t *out) {
+    uint64_t v;
+    if (!ix_cli_parse_u64(opt, s, &v)) return false;
+    if (v < (uint64_t)min || v > (uint64_t)max) {
+        fprintf(stderr, "inferx mkmodel: %s must be in [%d, %d], got %s\n", opt, min, max, s);
+        return false;
+    }
+    *out = (int32_t)v;
+    return true;
+}
+
+/* Returns 0 on success, -1 after --help, else the exit status. */
+static int parse_args(int argc, char **argv, mk_opts *o) {
+    const char *shape_name = "tinyllama", *type_name = "f16";
+    int32_t over[6] = {-1, -1, -1, -1, -1, -1}; /* layers embd heads kv-heads ff ctx */
+    static const char *const over_opts[6] = {"--layers", "--embd", "--heads", "--kv-heads", "--ff", "--ctx"};
+    float rope_base = 0, eps = 0;
+    bool have_factor = false;
+    o->seed = 1;
+    o->arch = "llama";
+    o->rope_scaling = "none";
+    o->rope_low = 1.0f;
+    o->rope_high = 4.0f;
+    o->rope_orig_ctx = 8192;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return -1;
+        }
+        if (!strcmp(a, "--tied")) {
+            o->tied = true;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "inferx mkmodel: %s needs a value (see --help)\n", a);
+            return 2;
+        }
+        i++;
+        bool ok = true;
+        int dim = -1;
+        for (int k = 0; k < 6; k++)
+            if (!strcmp(a, over_opts[k])) dim = k;
+        if (dim >= 0) {
+            ok = parse_dim(a, v, 1, dim == 5 ? (1 << 24) : (1 << 20), &over[dim]);
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            o->out = v;
+        } else if (!strcmp(a, "--shape")) {
+            shape_name = v;
+        } else if (!strcmp(a, "--type")) {
+            type_name = v;
+        } else if (!strcmp(a, "--vocab")) {
+            o->vocab = v;
+        } else if (!strcmp(a, "--vocab-size")) {
+            ok = parse_dim(a, v, 259, 1 << 24, &o->vocab_size);
+        } else if (!strcmp(a, "--seed")) {
+            ok = ix_cli_parse_u64(a, v, &o->seed);
+        } else if (!strcmp(a, "--arch")) {
+            o->arch = v;
+            if (strcmp(v, "llama") && strcmp(v, "qwen2")) {
+                fprintf(stderr, "inferx mkmodel: --arch must be llama or qwen2, got '%s'\n", v);
+                ok = false;
+            }
+        } else if (!strcmp(a, "--rope-base")) {
+            ok = parse_pos_f32(a, v, &rope_base);
+        } else if (!strcmp(a, "--eps")) {
+            ok = parse_pos_f32(a, v, &eps);
+        } else if (!strcmp(a, "--sliding-window")) {
+            ok = parse_dim(a, v, 0, 1 << 24, &o->sliding_window);
+        } else if (!strcmp(a, "--rope-scaling")) {
+            o->rope_scaling = v;
+            if (strcmp(v, "none") && strcmp(v, "linear") && strcmp(v, "llama3")) {
+                fprintf(stderr, "inferx mkmodel: --rope-scaling must be none, linear or llama3, got '%s'\n", v);
+                ok = false;
+            }
+        } else if (!strcmp(a, "--rope-factor")) {
+            ok = parse_pos_f32(a, v, &o->rope_factor);
+            have_factor = true;
+        } else if (!strcmp(a, "--rope-low-freq")) {
+            ok = parse_pos_f32(a, v, &o->rope_low);
+        } else if (!strcmp(a, "--rope-high-freq")) {
+            ok = parse_pos_f32(a, v, &o->rope_high);
+        } else if (!strcmp(a, "--rope-orig-ctx")) {
+            ok = parse_dim(a, v, 1, 1 << 24, &o->rope_orig_ctx);
+        } else {
+            fprintf(stderr, "inferx mkmodel: unknown option '%s' (see --help)\n", a);
+            return 2;
+        }
+        if (!ok) return 2;
+    }
+    if (!o->out || !*o->out) {
+        fprintf(stderr, "inferx mkmodel: -o OUT.gguf is required (see --help)\n");
+        return 2;
+    }
+    const shape *sh = NULL;
+    for (size_t k = 0; k < IX_ARRAY_LEN(k_shapes); k++)
+        if (!strcmp(shape_name, k_shapes[k].name)) sh = &k_shapes[k];
+    if (!sh) {
+        fprintf(stderr, "inferx mkmodel: --shape must be tinyllama or tiny, got '%s'\n", shape_name);
+        return 2;
+    }
+    for (size_t k = 0; k < IX_ARRAY_LEN(k_types); k++)
+        if (!strcmp(type_name, k_types[k].name)) o->wt = &k_types[k];
+    if (!o->wt) {
+        fprintf(stderr, "inferx mkmodel: --type must be f32, f16, q8_0 or q4_0, got '%s'\n", type_name);
+        return 2;
+    }
+    o->sh = *sh;
+    int32_t *dims[6] = {&o->sh.n_layer, &o->sh.n_embd, &o->sh.n_head, &o->sh.n_head_kv, &o->sh.n_ff,
+                        &o->sh.n_ctx};
+    for (int k = 0; k < 6; k++)
+        if (over[k] > 0) *dims[k] = over[k];
+    /* Overriding the heads alone keeps GQA valid where it can. */
+    if (over[2] > 0 && over[3] < 0 && o->sh.n_head % o->sh.n_head_kv) o->sh.n_head_kv = o->sh.n_head;
+    if (rope_base > 0) o->sh.rope_base = rope_base;
+    if (eps > 0) o->sh.norm_eps = eps;
+
+    const shape *s = &o->sh;
+    if (s->n_embd % s->n_head || (s->n_embd / s->n_head) % 2) {
+        fprintf(stderr, "inferx mkmodel: --embd %d must be an even multiple of --heads %d (head dim even)\n",
+                s->n_embd, s->n_head);
+        return 2;
+    }
+    if (s->n_head % s->n_head_kv) {
+        fprintf(stderr, "inferx mkmodel: --heads %d must be a multiple of --kv-heads %d\n", s->n_head,
+                s->n_head_kv);
+        return 2;
+    }
+    if (ix_dtype_block_size(o->wt->type) > 1 && (s->n_embd % 32 || s->n_ff % 32)) {
+        fprintf(stderr, "inferx mkmodel: %s rows are blocks of 32: --embd %d and --ff %d must be multiples of 32\n",
+                o->wt->name, s->n_embd, s->n_ff);
+        return 2;
+    }
+    if (!strcmp(o->rope_scaling, "none") && have_factor) {
+        fprintf(stderr, "inferx mkmodel: --rope-factor needs --rope-scaling linear or llama3\n");
+        return 2;
+    }
+    if (!have_factor) o->rope_factor = !strcmp(o->rope_scaling, "llama3") ? 8.0f : 1.0f;
+    if (!strcmp(o->rope_scaling, "llama3") && !(o->rope_high > o->rope_low)) {
+        fprintf(stderr, "inferx mkmodel: --rope-high-freq must exceed --rope-low-freq\n");
+        return 2;
+    }
+    if (o->vocab && o->vocab_size) {
+        fprintf(stderr, "inferx mkmodel: --vocab and --vocab-size exclude each other (the vocabulary size "
+                        "is the tokenizer's)\n");
+        return 2;
+    }
+    return 0;
+}
+
+/* ---- tokenizer ------------------------------------------------------------- */
+
+/* Copies every tokenizer.* key of src; *n_vocab = its token count. */
+static bool copy_tokenizer(ix_gguf_writer *w, const ix_gguf *src, const char *path, int32_t *n_vocab) {
+    ix_errbuf err = {{0}};
+    ix_gguf_arr tokens;
+    if (ix_gguf_get_arr(src, "tokenizer.ggml.tokens", IX_GGUF_STRING, &tokens, &err) != IX_OK) {
+        fprintf(stderr, "inferx mkmodel: %s has no usable tokenizer: %s\n", path, err.msg);
+        return false;
+    }
+    if (tokens.n == 0 || tokens.n > (1u << 24)) {
+        fprintf(stderr, "inferx mkmodel: %s: %llu tokens is not a usable vocabulary\n", path,
+                (unsigned long long)tokens.n);
+        return false;
+    }
+    *n_vocab = (int32_t)tokens.n;
+    static const char prefix[] = "tokenizer.";
+    for (uint64_t i = 0; i < ix_gguf_n_kv(src); i++) {
+        ix_str k = ix_gguf_kv_key(src, i);
+        if (k.len < sizeof prefix - 1 || memcmp(k.ptr, prefix, sizeof prefix - 1)) continue;
+        if (ix_gguf_writer_copy_kv(w, src, i) != IX_OK) {
+            fprintf(stderr, "inferx mkmodel: copying '%.*s' from %s: %s\n", (int)k.len, k.ptr, path,
+                    ix_gguf_writer_errmsg(w));
+            return false;
+        }
+    }
+    return true;
+}
+
+/* A SentencePiece ("llama") vocabulary: <unk> <s> </s>, the 256 byte-fallback
+ * tokens, then made-up word pieces "▁a", "▁b", ... "▁aa", ... with falling
+ * scores, so any text encodes (unknown letters fall back to bytes). */
+static bool synth_tokenizer(ix_gguf_writer *w, int32_t n) {
+    ix_str *pieces = calloc((size_t)n, sizeof *pieces);
+    float *scores = malloc((size_t)n * sizeof *scores);
+    int32_t *types = malloc((size_t)n * sizeof *types);
+    char *text = malloc((size_t)n * 16);
+    bool ok = pieces && scores && types && text;
+    for (int32_t i = 0; ok && i < n; i++) {
+        char *p = text + (size_t)i * 16;
+        if (i < 3) {
+            strcpy(p, i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
+            types[i] = i == 0 ? 2 : 3; /* unknown, control */
+        } else if (i < 3 + 256) {
+            snprintf(p, 16, "<0x%02X>", i - 3);
+            types[i] = 6; /* byte */
+        } else {
+            /* bijective base 26: 0 -> a, 25 -> z, 26 -> aa */
+            char word[8];
+            int len = 0;
+            for (int32_t k = i - 259 + 1; k > 0 && len < 7; k = (k - 1) / 26) word[len++] = (char)('a' + (k - 1) % 26);
+            memcpy(p, "\xe2\x96\x81", 3);
+            for (int j = 0; j < len; j++) p[3 + j] = word[len - 1 - j];
+            p[3 + len] = '\0';
+            types[i] = 1; /* normal */
+        }
+        pieces[i] = (ix_str){p, strlen(p)};
+        scores[i] = i < 259 ? 0.0f : -(float)(i - 259);
+    }
+    ok = ok && ix_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama") == IX_OK &&
+         ix_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", pieces, (uint64_t)n) == IX_OK &&
+         ix_gguf_writer_set_arr(w, "tokenizer.ggml.scores", IX_GGUF_FLOAT32, scores, (uint64_t)n) == IX_OK &&
+         ix_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", IX_GGUF_INT32, types, (uint64_t)n) == IX_OK &&
+         ix_gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0) == IX_OK &&
+         ix_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1) == IX_OK &&
+         ix_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2) == IX_OK &&
+         ix_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true) == IX_OK;
+    if (!ok) fprintf(stderr, "inferx mkmodel: cannot build a vocabulary of %d tokens: %s\n", n,
+                     ix_gguf_writer_errmsg(w));
+    free(pieces);
+    free(scores);
+    free(types);
+    free(text);
+    return ok;
+}
+
+/* ---- metadata -------------------------------------------------------------- */
+
+static bool set_hparams(ix_gguf_writer *w, const mk_opts *o, int32_t n_vocab) {
+    const shape *s = &o->sh;
+    char key[96], name[96];
+    ix_status st = IX_OK;
+#define ARCH_KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, o->arch), key)
+    snprintf(name, sizeof name, "random-%s-%s-seed%llu", s->name, o->wt->name, (unsigned long long)o->seed);
+    if (!st) st = ix_gguf_writer_set_str(w, "general.architecture", o->arch);
+    if (!st) st = ix_gguf_writer_set_str(w, "general.name", name);
+    if (!st) st = ix_gguf_writer_set_str(w, "general.description",
+                                         "random weights written by inferx mkmodel (not a trained model)");
+    if (!st) st = ix_gguf_writer_set_u32(w, "general.file_type", o->wt->file_type);
+    if (!st) st = ix_gguf_writer_set_u32(w, ARCH_KEY("vocab_size"), (uint32_t)n_vocab);
+    if (!st) st = ix_gguf_writer_set_u32(w, ARCH_KEY("context_length"), (uint32_t)s->n_ctx);
+    if (!st) st = ix_gguf_writer_set_u32(w, ARCH_KEY("embedding_length"), (uint32_t)s->n_embd);
+    if (!st) st = ix_gguf_writer_set_u32(w, ARCH_KEY("block_count"), (uint32_t)s->n_layer);
+    if (!st) st = ix_gguf_writer_set_u32(w, ARCH_KEY("feed_forward_length"), (uint32_t)s->n_ff);
+    if (!st) st = ix_gguf_writer_set_u32(w, ARCH_KEY("attention.head_count"), (uint32_t)s->n_head);
+    if (!st) st = ix_gguf_writer_set_u32(w, ARCH_KEY("attention.head_count_kv"), (uint32_t)s->n_head_kv);
+    if (!st) st = ix_gguf_writer_set_u32(w, ARCH_KEY("rope.dimension_count"), (uint32_t)(s->n_embd / s->n_head));
+    if (!st) st = ix_gguf_writer_set_f32(w, ARCH_KEY("attention.layer_norm_rms_epsilon"), s->norm_eps);
+    if (!st) st = ix_gguf_writer_set_f32(w, ARCH_KEY("rope.freq_base"), s->rope_base);
+    if (!st && o->sliding_window > 0)
+        st = ix_gguf_writer_set_u32(w, ARCH_KEY("attention.sliding_window"), (uint32_t)o->sliding_window);
+    if (!st && strcmp(o->rope_scaling, "none")) {
+        st = ix_gguf_writer_set_str(w, ARCH_KEY("rope.scaling.type"), o->rope_scaling);
+        if (!st) st = ix_gguf_writer_set_f32(w, ARCH_KEY("rope.scaling.factor"), o->rope_factor);
+    }
+    if (!st && !strcmp(o->rope_scaling, "llama3")) {
+        st = ix_gguf_writer_set_f32(w, ARCH_KEY("rope.scaling.low_freq_factor"), o->rope_low);
+        if (!st) st = ix_gguf_writer_set_f32(w, ARCH_KEY("rope.scaling.high_freq_factor"), o->rope_high);
+        if (!st)
+            st = ix_gguf_writer_set_u32(w, ARCH_KEY("rope.scaling.original_context_length"),
+                                        (uint32_t)o->rope_orig_ctx);
+    }
+#undef ARCH_KEY
+    if (st) fprintf(stderr, "inferx mkmodel: metadata: %s\n", ix_gguf_writer_errmsg(w));
+    return !st;
+}
+
+/* ---- tensors --------------------------------------------------------------- */
+
+typedef enum tkind { T_MATRIX, T_NORM, T_BIAS } tkind;
+
+typedef struct tspec {
+    char name[48];
+    tkind kind;
+    ix_dtype type;
+    int64_t ne0, ne1; /* ne1 rows of ne0 elements; ne1 = 1 for vectors */
+    uint64_t row_bytes, n_bytes;
+    uint64_t offset; /* in the spool file */
+} tspec;
+
+/* Appends one tensor to the plan; false if a size overflows. */
+static bool plan_add(tspec *t, size_t *n, tkind kind, ix_dtype type, int64_t ne0, int64_t ne1,
+                     int layer, const char *name) {
+    tspec *s = &t[(*n)++];
+    if (layer < 0) snprintf(s->name, sizeof s->name, "%s", name);
+    else snprintf(s->name, sizeof s->name, "blk.%d.%s", layer, name);
+    s->kind = kind;
+    s->type = kind == T_MATRIX ? type : IX_DTYPE_F32;
+    s->ne0 = ne0;
+    s->ne1 = ne1;
+    return ix_dtype_row_bytes(s->type, (uint64_t)ne0, &s->row_bytes) &&
+           !ix_mul_overflow_u64(s->row_bytes, (uint64_t)ne1, &s->n_bytes);
+}
+
+/* The tensors of the model in file order; *n_out set. NULL on overflow or out of memory. */
+static tspec *plan_tensors(const mk_opts *o, int32_t n_vocab, size_t *n_out) {
+    const shape *s = &o->sh;
+    bool bias = !strcmp(o->arch, "qwen2");
+    int64_t E = s->n_embd, hd = s->n_embd / s->n_head, Q = s->n_head * hd, KV = s->n_head_kv * hd,
+            F = s->n_ff;
+    size_t cap = 3 + (size_t)s->n_layer * 12, n = 0;
+    tspec *t = calloc(cap, sizeof *t);
+    if (!t) return NULL;
+    ix_dtype w = o->wt->type;
+    bool ok = plan_add(t, &n, T_MATRIX, w, E, n_vocab, -1, "token_embd.weight") &&
+              plan_add(t, &n, T_NORM, w, E, 1, -1, "output_norm.weight");
+    if (ok && !o->tied) ok = plan_add(t, &n, T_MATRIX, w, E, n_vocab, -1, "output.weight");
+    for (int i = 0; ok && i < s->n_layer; i++) {
+        ok = plan_add(t, &n, T_NORM, w, E, 1, i, "attn_norm.weight") &&
+             plan_add(t, &n, T_MATRIX, w, E, Q, i, "attn_q.weight") &&
+             plan_add(t, &n, T_MATRIX, w, E, KV, i, "attn_k.weight") &&
+             plan_add(t, &n, T_MATRIX, w, E, KV, i, "attn_v.weight");
+        if (ok && bias)
+            ok = plan_add(t, &n, T_BIAS, w, Q, 1, i, "attn_q.bias") &&
+                 plan_add(t, &n, T_BIAS, w, KV, 1, i, "attn_k.bias") &&
+                 plan_add(t, &n, T_BIAS, w, KV, 1, i, "attn_v.bias");
+        ok = ok && plan_add(t, &n, T_MATRIX, w, Q, E, i, "attn_output.weight") &&
+             plan_add(t, &n, T_NORM, w, E, 1, i, "ffn_norm.weight") &&
+             plan_add(t, &n, T_MATRIX, w, E, F, i, "ffn_gate.weight") &&
+             plan_add(t, &n, T_MATRIX, w, E, F, i, "ffn_up.weight") &&
+             plan_add(t, &n, T_MATRIX, w, F, E, i, "ffn_down.weight");
+    }
+    uint64_t off = 0;
+    for (size_t i = 0; ok && i < n; i++) {
+        t[i].offset = off;
+        ok = !ix_add_overflow_u64(off, t[i].n_bytes, &off);
+    }
+    if (!ok) {
+        fprintf(stderr, "inferx mkmodel: the model is too large\n");
+        free(t);
+        return NULL;
+    }
+    *n_out = n;
+    return t;
+}
+
+/* xorshift64* seeded through splitmix64, so nearby seeds give unrelated streams. */
+typedef struct rng {
+    uint64_t s;
+} rng;
+
+static rng rng_seed(uint64_t seed, uint64_t stream) {
+    uint64_t z = seed * 0x9e3779b97f4a7c15ull + stream + 0x632be59bd9b4e019ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (rng){z ? z : 1};
+}
+
+static uint64_t rng_next(rng *r) {
+    r->s ^= r->s >> 12;
+    r->s ^= r->s << 25;
+    r->s ^= r->s >> 27;
+    return r->s * 0x2545f4914f6cdd1dull;
+}
+
+/* Mean 0, standard deviation 1: four 16-bit uniforms summed (variance of the
+ * sum 4 * 65536^2 / 12). */
+static float rng_normalish(rng *r) {
+    uint64_t x = rng_next(r);
+    int64_t sum = (int64_t)(x & 0xffff) + (int64_t)((x >> 16) & 0xffff) + (int64_t)((x >> 32) & 0xffff) +
+                  (int64_t)(x >> 48);
+    return (float)((double)sum - 131070.0) * (float)(1.0 / 37837.23);
+}
+
+/* Generates every tensor into the spool, row by row. */
+static bool generate(FILE *spool, const tspec *t, size_t n, uint64_t seed) {
+    int64_t max_ne0 = 0;
+    uint64_t max_row = 0;
+    for (size_t i = 0; i < n; i++) {
+        max_ne0 = t[i].ne0 > max_ne0 ? t[i].ne0 : max_ne0;
+        max_row = t[i].row_bytes > max_row ? t[i].row_bytes : max_row;
+    }
+    float *row = malloc((size_t)max_ne0 * sizeof *row);
+    void *q = malloc((size_t)max_row);
+    bool ok = row && q;
+    for (size_t i = 0; ok && i < n; i++) {
+        rng r = rng_seed(seed, i);
+        float scale = t[i].kind == T_MATRIX ? 1.0f / sqrtf((float)t[i].ne0) : 0.02f;
+        float base = t[i].kind == T_NORM ? 1.0f : 0.0f;
+        for (int64_t j = 0; ok && j < t[i].ne1; j++) {
+            for (int64_t k = 0; k < t[i].ne0; k++) row[k] = base + scale * rng_normalish(&r);
+            ok = ix_kernels_quantize_row(t[i].type, row, q, (size_t)t[i].ne0) == IX_OK &&
+                 fwrite(q, 1, (size_t)t[i].row_bytes, spool) == t[i].row_bytes;
+        }
+    }
+    if (ok) ok = fflush(spool) == 0;
+    if (!ok) fprintf(stderr, "inferx mkmodel: cannot write the weights: %s\n", row && q ? strerror(errno) : "out of memory");
+    free(row);
+    free(q);
+    return ok;
+}
+
+int ix_cli_mkmodel(int argc, char **argv) {
+    mk_opts o = {0};
+    int prc = parse_args(argc, argv, &o);
+    if (prc) return prc < 0 ? 0 : prc;
+
+    uint64_t t0 = ix_time_ns();
+    int rc = 1;
+    ix_errbuf err = {{0}};
+    ix_gguf *vocab = NULL;
+    ix_gguf_writer *w = ix_gguf_writer_create();
+    tspec *t = NULL;
+    size_t n_t = 0;
+    FILE *spool = NULL;
+    void *map = MAP_FAILED;
+    uint64_t map_bytes = 0;
+    char *tmpl = NULL;
+    if (!w) {
+        fprintf(stderr, "inferx mkmodel: out of memory\n");
+        goto done;
+    }
+
+    int32_t n_vocab = o.vocab_size;
+    if (n_vocab) {
+        if (!synth_tokenizer(w, n_vocab)) goto done;
+    } else {
+        const char *vpath = o.vocab ? o.vocab : ix_cli_default_model();
+        if (ix_gguf_open(&vocab, vpath, &err) != IX_OK) {
+            fprintf(stderr, "inferx mkmodel: %s: %s\n", vpath, err.msg);
+            goto done;
+        }
+        if (!copy_tokenizer(w, vocab, vpath, &n_vocab)) goto done;
+    }
+    if (!set_hparams(w, &o, n_vocab)) goto done;
+    if (!(t = plan_tensors(&o, n_vocab, &n_t))) goto done;
+
+    /* The spool lives next to the output (same file system, which needs the
+     * room anyway) and is unlinked at once: nothing is left behind, even if
+     * this process dies. Creating it also checks that the output's directory
+     * is writable before any work is done. */
+    size_t olen = strlen(o.out);
+    tmpl = malloc(olen + 16);
+    if (!tmpl) {
+        fprintf(stderr, "inferx mkmodel: out of memory\n");
+        goto done;
+    }
+    snprintf(tmpl, olen + 16, "%s.spool.XXXXXX", o.out);
+    int fd = mkstemp(tmpl);
+    if (fd < 0) {
+        fprintf(stderr, "inferx mkmodel: cannot create a file next to '%s': %s\n", o.out, strerror(errno));
+        goto done;
+    }
+    unlink(tmpl);
+    if (!(spool = fdopen(fd, "w+b"))) {
+        fprintf(stderr, "inferx mkmodel: %s\n", strerror(errno));
+        close(fd);
+        goto done;
+    }
+    if (!generate(spool, t, n_t, o.seed)) goto done;
+    map_bytes = t[n_t - 1].offset + t[n_t - 1].n_bytes;
+    if (map_bytes > SIZE_MAX ||
+        (map = mmap(NULL, (size_t)map_bytes, PROT_READ, MAP_SHARED, fileno(spool), 0)) == MAP_FAILED) {
+        fprintf(stderr, "inferx mkmodel: cannot map the weights: %s\n", strerror(errno));
+        goto done;
+    }
+    /* The writer reads it once, front to back. */
+    madvise(map, (size_t)map_bytes, MADV_SEQUENTIAL);
+    for (size_t i = 0; i < n_t; i++) {
+        int64_t ne[2] = {t[i].ne0, t[i].ne1};
+        if (ix_gguf_writer_add_tensor(w, t[i].name, t[i].type, t[i].kind == T_MATRIX ? 2 : 1,
+                                      ne, (const unsigned char *)map + t[i].offset) != IX_OK) {
+            fprintf(stderr, "inferx mkmodel: tensor '%s': %s\n", t[i].name, ix_gguf_writer_errmsg(w));
+            goto done;
+        }
+    }
+    if (ix_gguf_writer_write(w, o.out) != IX_OK) {
+        fprintf(stderr, "inferx mkmodel: %s\n", ix_gguf_writer_errmsg(w));
+        goto done;
+    }
+    uint64_t n_params = 0;
+    for (size_t i = 0; i < n_t; i++) n_params += (uint64_t)t[i].ne0 * (uint64_t)t[i].ne1;
+    fprintf(stderr,
+            "inferx mkmodel: wrote %s: %s, %d layers, dim %d, %d/%d heads, FFN %d, vocab %d, %.2f M "
+            "parameters, %s, %.1f MB of weights in %.1f s\n",
+            o.out, o.arch, o.sh.n_layer, o.sh.n_embd, o.sh.n_head, o.sh.n_head_kv, o.sh.n_ff, n_vocab,
+            (double)n_params * 1e-6, o.wt->name, (double)map_bytes * 1e-6, (double)(ix_time_ns() - t0) * 1e-9);
+    rc = 0;
+done:
+    if (map != MAP_FAILED) munmap(map, (size_t)map_bytes);
+    if (spool) fclose(spool);
+    free(tmpl);
+    free(t);
+    ix_gguf_writer_destroy(w);
+    ix_gguf_close(vocab);
+    return rc;
+}

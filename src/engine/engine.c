@@ -1,0 +1,767 @@
+/*
+ * The engine: requests, the step loop and the thread around it.
+ *
+ * A request is one ix_sched_item plus what the engine needs to run it: each
+ * choice's full token list (prompt + generated, what a recompute re-prefills),
+ * sampler, detokenizer and stop-string filter. Submissions and cancellations
+ * cross threads through one mutex-protected list each (the engine thread holds
+ * the mutex only to splice them out), so callers never wait on a step.
+ *
+ * One step: splice in submissions, apply cancellations, ask the scheduler for
+ * a plan, append the planned KV slots, run one forward pass, commit K/V, then
+ * sample every sequence whose tokens reached its end, and report.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "inferx/engine.h"
+
+typedef struct req {
+    ix_sched_item it; /* it.user == this */
+    ix_request_callbacks cb;
+    ix_sample_params sp;
+    ix_logit_bias *bias;
+    char **stops;
+    size_t n_stops;
+    ix_token *stop_ids;
+    size_t n_stop_ids;
+    bool ignore_eos;
+    ix_token_vec toks[IX_SCHED_MAX_SEQS]; /* prompt + generated, per choice */
+    ix_sampler *smp[IX_SCHED_MAX_SEQS];
+    ix_detok *dt[IX_SCHED_MAX_SEQS];
+    ix_stopper *stopper[IX_SCHED_MAX_SEQS];
+    ix_finish_reason reasons[IX_SCHED_MAX_SEQS];
+    bool admitted_once;
+    int32_t cached_prompt;
+    uint64_t t_submit, t_sched, t_prefilled, t_first;
+    char errmsg[256];
+    struct req *next, *prev; /* pending list, then the active list */
+} req;
+
+struct ix_engine {
+    const ix_model *m;
+    ix_engine_params p;
+    ix_kv *kv;
+    ix_model_ctx *ctx;
+    ix_sched *sched;
+    int32_t n_ctx, n_vocab, block_size;
+    int64_t total_blocks;
+
+    pthread_mutex_t mu; /* pending, cancels, stopping, snapshot */
+    pthread_cond_t cv;
+    req *pending_head, *pending_tail;
+    uint64_t *cancels;
+    size_t n_cancels, cap_cancels;
+    bool stopping;
+    uint64_t next_id;
+    ix_engine_stats snapshot;
+    pthread_t thread;
+    bool has_thread;
+
+    /* engine thread only */
+    req *active;
+    ix_engine_stats stats;
+    int32_t max_batch, max_out;
+    ix_token *b_tok; /* (max_batch) */
+    int32_t *b_pos, *b_seq;
+    uint8_t *b_out;
+    float *logits;   /* (max_out, n_vocab) */
+    ix_buf piece, text;
+};
+
+const char *ix_finish_reason_name(ix_finish_reason r) {
+    static const char *const names[] = {"none", "stop", "length", "abort", "error", "deadline"};
+    return (unsigned)r < IX_ARRAY_LEN(names) ? names[r] : "?";
+}
+
+ix_request_params ix_request_default_params(void) {
+    ix_request_params r;
+    memset(&r, 0, sizeof r);
+    r.sample = ix_sample_default_params();
+    r.n = 1;
+    return r;
+}
+
+ix_engine_params ix_engine_default_params(void) {
+    ix_engine_params p;
+    memset(&p, 0, sizeof p);
+    p.sched = ix_sched_default_params();
+    p.kv_dtype = IX_KV_F16;
+    p.kv_mem_bytes = 256u << 20;
+    p.kv_block_size = 16;
+    p.kv_swap_blocks = -1;
+    p.enable_prefix_cache = true;
+    p.start_thread = true;
+    return p;
+}
+
+const ix_model *ix_engine_model(const ix_engine *e) { return e->m; }
+
+/* ---- requests ---------------------------------------------------------------- */
+
+static void req_free(req *r) {
+    if (!r) return;
+    for (int i = 0; i < IX_SCHED_MAX_SEQS; i++) {
+        ix_token_vec_free(&r->toks[i]);
+        ix_sampler_destroy(r->smp[i]);
+        ix_detok_destroy(r->dt[i]);
+        ix_stopper_destroy(r->stopper[i]);
+    }
+    for (size_t i = 0; i < r->n_stops; i++) ix_free(r->stops[i]);
+    ix_free(r->stops);
+    ix_free(r->stop_ids);
+    ix_free(r->bias);
+    ix_free(r);
+}
+
+static ix_status req_build(ix_engine *e, const ix_request_params *rp, req **out, ix_errbuf *err) {
+    const ix_tokenizer *tok = ix_model_tokenizer(e->m);
+    int32_t n = rp->n > 0 ? rp->n : 1;
+    *out = NULL;
+    if (n > IX_SCHED_MAX_SEQS)
+        return ix_errf(err, IX_ERR_INVALID, "n = %d: at most %d choices per request", n, IX_SCHED_MAX_SEQS);
+    if (rp->n_prompt == 0 || !rp->prompt) return ix_errf(err, IX_ERR_INVALID, "the prompt is empty");
+    if (rp->n_prompt + 1 > (size_t)e->n_ctx)
+        return ix_errf(err, IX_ERR_TOO_LONG,
+                       "the prompt is %zu tokens; the context holds %d (prompt + at least 1 generated)",
+                       rp->n_prompt, e->n_ctx);
+    for (size_t i = 0; i < rp->n_prompt; i++)
+        if (rp->prompt[i] < 0 || rp->prompt[i] >= e->n_vocab)
+            return ix_errf(err, IX_ERR_INVALID, "prompt token %zu (%d) is outside the vocabulary of %d", i,
+                           rp->prompt[i], e->n_vocab);
+    for (size_t i = 0; i < rp->n_stop_token_ids; i++)
+        if (rp->stop_token_ids[i] < 0 || rp->stop_token_ids[i] >= e->n_vocab)
+            return ix_errf(err, IX_ERR_INVALID, "stop token id %d is outside the vocabulary",
+                           rp->stop_token_ids[i]);
+    ix_status s = ix_sample_params_check(&rp->sample, e->n_vocab, err);
+    if (s != IX_OK) return s;
+    int32_t room = e->n_ctx - (int32_t)rp->n_prompt;
+    int32_t max_new = rp->max_tokens > 0 && rp->max_tokens < room ? rp->max_tokens : room;
+    int64_t blocks = ((int64_t)rp->n_prompt + max_new + e->block_size - 1) / e->block_size;
+    if (blocks * n > e->total_blocks)
+        return ix_errf(err, IX_ERR_TOO_LONG,
+                       "the request needs up to %lld KV blocks (%zu prompt + %d new tokens x %d choices); "
+                       "the cache holds %lld",
+                       (long long)(blocks * n), rp->n_prompt, max_new, n, (long long)e->total_blocks);
+
+    req *r = ix_calloc(1, sizeof *r);
+    if (!r) return ix_errf(err, IX_ERR_NOMEM, "out of memory");
+    s = IX_ERR_NOMEM;
+    r->cb = rp->cb;
+    r->sp = rp->sample;
+    r->ignore_eos = rp->ignore_eos;
+    if (rp->sample.n_logit_bias) {
+        r->bias = ix_malloc(rp->sample.n_logit_bias * sizeof *r->bias);
+        if (!r->bias) goto oom;
+        memcpy(r->bias, rp->sample.logit_bias, rp->sample.n_logit_bias * sizeof *r->bias);
+        r->sp.logit_bias = r->bias;
+    }
+    if (rp->n_stop) {
+        if (!(r->stops = ix_calloc(rp->n_stop, sizeof *r->stops))) goto oom;
+        for (size_t i = 0; i < rp->n_stop; i++, r->n_stops++)
+            if (!(r->stops[i] = ix_strdup(rp->stop[i] ? rp->stop[i] : ""))) goto oom;
+    }
+    if (rp->n_stop_token_ids) {
+        if (!(r->stop_ids = ix_malloc(rp->n_stop_token_ids * sizeof *r->stop_ids))) goto oom;
+        memcpy(r->stop_ids, rp->stop_token_ids, rp->n_stop_token_ids * sizeof *r->stop_ids);
+        r->n_stop_ids = rp->n_stop_token_ids;
+    }
+    for (int32_t c = 0; c < n; c++) {
+        ix_sample_params sp = r->sp;
+        sp.seed = r->sp.seed + (uint64_t)c * 0x9e3779b97f4a7c15ull; /* distinct streams per choice */
+        if ((s = ix_sampler_create(&r->smp[c], &sp, e->n_vocab, err)) != IX_OK) goto fail;
+        if (ix_sampler_add_prompt(r->smp[c], rp->prompt, rp->n_prompt) != IX_OK) goto oom;
+        if (ix_detok_create(&r->dt[c], tok, IX_DETOK_KEEP_LEADING_SPACE) != IX_OK) goto oom;
+        if (ix_stopper_create(&r->stopper[c], (const char *const *)r->stops, r->n_stops) != IX_OK) goto oom;
+        for (size_t i = 0; i < rp->n_prompt; i++)
+            if (ix_token_vec_push(&r->toks[c], rp->prompt[i]) != IX_OK) goto oom;
+    }
+    ix_sched_item *it = &r->it;
+    it->user = r;
+    it->priority = rp->priority;
+    it->ns = rp->cache_ns;
+    it->n_seqs = 1;
+    it->n_choices = n;
+    for (int i = 0; i < IX_SCHED_MAX_SEQS; i++) it->seqs[i] = -1;
+    it->prompt = r->toks[0].ids;
+    it->n_prompt = (int32_t)rp->n_prompt;
+    it->max_new = max_new;
+    r->t_submit = ix_time_ns();
+    it->arrival_ns = r->t_submit;
+    it->deadline_ns = rp->deadline_ms > 0 ? r->t_submit + (uint64_t)rp->deadline_ms * 1000000ull : 0;
+    *out = r;
+    return IX_OK;
+oom:
+    s = ix_errf(err, IX_ERR_NOMEM, "out of memory");
+fail:
+    req_free(r);
+    return s;
+}
+
+static void list_unlink(req **head, req *r) {
+    if (r->prev) r->prev->next = r->next; else *head = r->next;
+    if (r->next) r->next->prev = r->prev;
+    r->next = r->prev = NULL;
+}
+
+static double ms_between(uint64_t a, uint64_t b) { return a && b > a ? (double)(b - a) / 1e6 : 0.0; }
+
+static void publish(ix_engine *e);
+
+/* Reports and releases a request (engine thread). */
+static void req_finish(ix_engine *e, req *r, ix_finish_reason why, const char *msg) {
+    ix_sched_item *it = &r->it;
+    if (it->state != IX_SCHED_DONE) ix_sched_remove(e->sched, it);
+    for (int i = 0; i < IX_SCHED_MAX_SEQS; i++) {
+        if (it->seqs[i] >= 0) ix_kv_seq_free(e->kv, it->seqs[i]);
+        it->seqs[i] = -1;
+    }
+    ix_finish_info info;
+    memset(&info, 0, sizeof info);
+    info.id = it->id;
+    info.n_choices = it->n_choices;
+    for (int c = 0; c < it->n_choices; c++) {
+        info.reasons[c] = r->reasons[c] != IX_FINISH_NONE ? r->reasons[c] : why;
+        info.usage.completion_tokens += it->n_generated[c];
+    }
+    info.reason = info.reasons[0];
+    info.usage.prompt_tokens = it->n_prompt;
+    info.usage.cached_prompt_tokens = r->cached_prompt;
+    uint64_t now = ix_time_ns();
+    info.timings.queue_ms = ms_between(r->t_submit, r->t_sched);
+    info.timings.prefill_ms = ms_between(r->t_sched, r->t_prefilled);
+    info.timings.first_token_ms = ms_between(r->t_submit, r->t_first);
+    info.timings.total_ms = ms_between(r->t_submit, now);
+    info.deadline_missed = it->deadline_ns && now > it->deadline_ns;
+    info.n_preemptions = it->n_preemptions;
+    if (msg) snprintf(info.message, sizeof info.message, "%s", msg);
+
+    e->stats.n_finished++;
+    if (info.deadline_missed && why != IX_FINISH_DEADLINE) e->stats.n_deadline_missed++;
+    if (why == IX_FINISH_DEADLINE) e->stats.n_deadline_shed++;
+    list_unlink(&e->active, r);
+    publish(e); /* whoever waits on this finish sees the freed blocks */
+    if (r->cb.on_finish) r->cb.on_finish(r->cb.user, &info);
+    req_free(r);
+}
+
+/* ---- submission (any thread) -------------------------------------------------------- */
+
+ix_status ix_engine_submit(ix_engine *e, const ix_request_params *rp, uint64_t *id_out, ix_errbuf *err) {
+    req *r;
+    ix_status s = req_build(e, rp, &r, err);
+    if (s != IX_OK) return s;
+    pthread_mutex_lock(&e->mu);
+    if (e->stopping) {
+        pthread_mutex_unlock(&e->mu);
+        req_free(r);
+        return ix_errf(err, IX_ERR_STATE, "the engine is shutting down");
+    }
+    r->it.id = ++e->next_id;
+    if (id_out) *id_out = r->it.id;
+    r->prev = e->pending_tail;
+    if (e->pending_tail) e->pending_tail->next = r; else e->pending_head = r;
+    e->pending_tail = r;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return IX_OK;
+}
+
+void ix_engine_cancel(ix_engine *e, uint64_t id) {
+    pthread_mutex_lock(&e->mu);
+    if (e->n_cancels == e->cap_cancels) {
+        size_t cap = e->cap_cancels ? e->cap_cancels * 2 : 16;
+        uint64_t *c = ix_realloc(e->cancels, cap * sizeof *c);
+        if (!c) {
+            pthread_mutex_unlock(&e->mu);
+            IX_LOGE("out of memory queueing the cancellation of request %llu", (unsigned long long)id);
+            return;
+        }
+        e->cancels = c;
+        e->cap_cancels = cap;
+    }
+    e->cancels[e->n_cancels++] = id;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void ix_engine_get_stats(ix_engine *e, ix_engine_stats *out) {
+    pthread_mutex_lock(&e->mu);
+    *out = e->snapshot;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* ---- the step ----------------------------------------------------------------------- */
+
+static ix_status admit(void *ctx, ix_sched_item *it) {
+    ix_engine *e = ctx;
+    req *r = it->user;
+    int32_t created = 0;
+    int32_t n = it->n_seqs;
+    for (int32_t i = 0; i < n; i++) {
+        if (it->finished[i] || it->seqs[i] >= 0) continue;
+        int32_t seq;
+        if (ix_kv_seq_create(e->kv, it->ns, &seq) != IX_OK) goto undo;
+        it->seqs[i] = seq;
+        created++;
+        int32_t cached = 0;
+        if (e->p.enable_prefix_cache &&
+            ix_kv_seq_adopt_prefix(e->kv, seq, r->toks[i].ids, (int32_t)r->toks[i].n, &cached) != IX_OK)
+            goto undo;
+        it->n_computed[i] = cached;
+        if (!r->admitted_once && i == 0) r->cached_prompt = cached < it->n_prompt ? cached : it->n_prompt;
+    }
+    r->admitted_once = true;
+    if (!r->t_sched) r->t_sched = ix_time_ns();
+    return IX_OK;
+undo:
+    for (int32_t i = 0; i < n; i++)
+        if (it->seqs[i] >= 0 && created-- > 0) {
+            ix_kv_seq_free(e->kv, it->seqs[i]);
+            it->seqs[i] = -1;
+            it->n_computed[i] = 0;
+        }
+    return IX_ERR_NOMEM;
+}
+
+static void emit(ix_engine *e, req *r, int32_t c, ix_token tok, const ix_sample_result *sr,
+                 const char *text, size_t len) {
+    if (!r->cb.on_token) return;
+    ix_token_event ev = {r->it.id, c, tok, text ? text : "", len, sr};
+    IX_UNUSED(e);
+    r->cb.on_token(r->cb.user, &ev);
+}
+
+/* Ends choice c: flushes held-back text, frees its sequence. */
+static void finish_choice(ix_engine *e, req *r, int32_t c, ix_finish_reason why, bool stop_string) {
+    ix_sched_item *it = &r->it;
+    if (it->finished[c]) return;
+    it->finished[c] = true;
+    r->reasons[c] = why;
+    if (!stop_string) {
+        ix_buf_clear(&e->piece);
+        ix_buf_clear(&e->text);
+        bool stopped = false;
+        ix_detok_flush(r->dt[c], &e->piece);
+        ix_stopper_feed(r->stopper[c], e->piece.data ? e->piece.data : "", e->piece.len, &e->text, &stopped);
+        if (!stopped) ix_stopper_flush(r->stopper[c], &e->text);
+        if (e->text.len) emit(e, r, c, IX_TOKEN_NONE, NULL, e->text.data, e->text.len);
+    }
+    if (it->seqs[c] >= 0) ix_kv_seq_free(e->kv, it->seqs[c]);
+    it->seqs[c] = -1;
+}
+
+static bool all_finished(const ix_sched_item *it) {
+    for (int c = 0; c < it->n_choices; c++)
+        if (!it->finished[c]) return false;
+    return true;
+}
+
+static bool is_stop_token(const ix_engine *e, const req *r, ix_token t) {
+    if (!r->ignore_eos && ix_tokenizer_is_eog(ix_model_tokenizer(e->m), t)) return true;
+    for (size_t i = 0; i < r->n_stop_ids; i++)
+        if (r->stop_ids[i] == t) return true;
+    return false;
+}
+
+/* Samples choice c from a logits row and handles what the token means. */
+static void take_token(ix_engine *e, req *r, int32_t c, const float *logits, uint64_t now) {
+    ix_sched_item *it = &r->it;
+    ix_sample_result sr;
+    ix_sampler_sample(r->smp[c], logits, &sr);
+    ix_sampler_accept(r->smp[c], sr.id);
+    if (ix_token_vec_push(&r->toks[c], sr.id) != IX_OK) {
+        finish_choice(e, r, c, IX_FINISH_ERROR, false);
+        snprintf(r->errmsg, sizeof r->errmsg, "out of memory");
+        return;
+    }
+    it->n_generated[c]++;
+    e->stats.n_generated_tokens++;
+    if (!r->t_first) r->t_first = now;
+    if (is_stop_token(e, r, sr.id)) {
+        emit(e, r, c, sr.id, &sr, NULL, 0);
+        finish_choice(e, r, c, IX_FINISH_STOP, false);
+        return;
+    }
+    ix_buf_clear(&e->piece);
+    ix_buf_clear(&e->text);
+    bool stopped = false;
+    ix_detok_push(r->dt[c], sr.id, &e->piece);
+    ix_stopper_feed(r->stopper[c], e->piece.data ? e->piece.data : "", e->piece.len, &e->text, &stopped);
+    emit(e, r, c, sr.id, &sr, e->text.data, e->text.len);
+    if (stopped) {
+        finish_choice(e, r, c, IX_FINISH_STOP, true);
+    } else if (it->n_generated[c] >= it->max_new || (int32_t)r->toks[c].n >= e->n_ctx) {
+        finish_choice(e, r, c, IX_FINISH_LENGTH, false);
+    }
+}
+
+/* The prompt of an n > 1 request is computed once; its sequence forks. */
+static ix_status fork_choices(ix_engine *e, req *r) {
+    ix_sched_item *it = &r->it;
+    for (int32_t c = 1; c < it->n_choices; c++) {
+        if (ix_kv_seq_fork(e->kv, it->seqs[0], &it->seqs[c]) != IX_OK) {
+            for (int32_t k = 1; k < c; k++) {
+                ix_kv_seq_free(e->kv, it->seqs[k]);
+                it->seqs[k] = -1;
+            }
+            return IX_ERR_NOMEM;
+        }
+        it->n_computed[c] = it->n_computed[0];
+    }
+    it->n_seqs = it->n_choices;
+    return IX_OK;
+}
+
+static void publish(ix_engine *e) {
+    ix_sched_stats ss;
+    ix_sched_get_stats(e->sched, &ss);
+    e->stats.n_waiting = ss.n_waiting;
+    e->stats.n_running = ss.n_running;
+    e->stats.n_swapped = ss.n_swapped;
+    e->stats.n_preempt_recompute = ss.n_preempt_recompute;
+    e->stats.n_preempt_swap = ss.n_preempt_swap;
+    ix_kv_get_stats(e->kv, &e->stats.kv);
+    pthread_mutex_lock(&e->mu);
+    e->snapshot = e->stats;
+    pthread_mutex_unlock(&e->mu);
+}
+
+ix_status ix_engine_step(ix_engine *e, bool *did_work) {
+    *did_work = false;
+    /* Splice in submissions and cancellations. */
+    pthread_mutex_lock(&e->mu);
+    req *incoming = e->pending_head;
+    e->pending_head = e->pending_tail = NULL;
+    size_t n_cancel = e->n_cancels;
+    uint64_t cancels[64];
+    if (n_cancel > IX_ARRAY_LEN(cancels)) n_cancel = IX_ARRAY_LEN(cancels);
+    if (n_cancel) {
+        memcpy(cancels, e->cancels, n_cancel * sizeof *cancels);
+        memmove(e->cancels, e->cancels + n_cancel, (e->n_cancels - n_cancel) * sizeof *cancels);
+        e->n_cancels -= n_cancel;
+    }
+    pthread_mutex_unlock(&e->mu);
+    for (req *r = incoming, *next; r; r = next) {
+        next = r->next;
+        r->prev = NULL;
+        r->next = e->active;
+        if (e->active) e->active->prev = r;
+        e->active = r;
+        ix_sched_add(e->sched, &r->it);
+        e->stats.n_prompt_tokens += (uint64_t)r->it.n_prompt;
+        *did_work = true;
+    }
+    for (size_t i = 0; i < n_cancel; i++)
+        for (req *r = e->active; r; r = r->next)
+            if (r->it.id == cancels[i]) {
+                req_finish(e, r, IX_FINISH_ABORT, NULL);
+                *did_work = true;
+                break;
+            }
+    if (!e->active) {
+        publish(e);
+        return IX_OK;
+    }
+
+    uint64_t t0 = ix_time_ns();
+    ix_sched_plan plan;
+    ix_status s = ix_sched_plan_step(e->sched, t0, admit, e, &plan);
+    if (s != IX_OK) return s;
+    for (int32_t i = 0; i < plan.n_expired; i++)
+        req_finish(e, plan.expired[i]->user, IX_FINISH_DEADLINE, "deadline cannot be met");
+    if (plan.n_work == 0) {
+        ix_sched_stats ss;
+        ix_sched_get_stats(e->sched, &ss);
+        if (ss.n_running == 0 && ss.n_swapped == 0 && e->active) {
+            /* Nothing runs and the head of the queue does not fit an empty
+             * cache: it never will. */
+            for (req *r = e->active; r; r = r->next)
+                if (r->it.state == IX_SCHED_WAITING) {
+                    req_finish(e, r, IX_FINISH_ERROR, "the KV cache cannot hold this request");
+                    break;
+                }
+        }
+        publish(e);
+        *did_work = *did_work || plan.n_expired > 0 || plan.n_preempted > 0 || plan.n_admitted > 0;
+        return IX_OK;
+    }
+    *did_work = true;
+
+    /* Append KV slots and build the batch. */
+    int32_t T = 0;
+    for (int32_t w = 0; w < plan.n_work; w++) {
+        ix_sched_work *wk = &plan.work[w];
+        ix_sched_item *it = wk->item;
+        req *r = it->user;
+        int32_t i = wk->seq_index, from = it->n_computed[i];
+        const ix_token *src = r->toks[i].ids + from;
+        if (ix_kv_seq_append(e->kv, it->seqs[i], wk->n_tokens, src) != IX_OK) {
+            /* The plan guaranteed room; treat a failure as this request's error. */
+            snprintf(r->errmsg, sizeof r->errmsg, "KV cache: %.200s", ix_kv_errmsg(e->kv));
+            wk->n_tokens = 0;
+            continue;
+        }
+        for (int32_t k = 0; k < wk->n_tokens; k++) {
+            e->b_tok[T] = src[k];
+            e->b_pos[T] = from + k;
+            e->b_seq[T] = it->seqs[i];
+            e->b_out[T] = 0;
+            T++;
+        }
+        if (from + wk->n_tokens == (int32_t)r->toks[i].n) e->b_out[T - 1] = 1;
+    }
+    if (T > 0) {
+        ix_batch b = {T, e->b_tok, e->b_pos, e->b_seq, e->b_out};
+        s = ix_model_forward(e->ctx, &b, e->logits);
+        if (s != IX_OK) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "forward pass failed: %.200s", ix_model_ctx_errmsg(e->ctx));
+            for (int32_t w = 0; w < plan.n_work; w++) {
+                req *r = plan.work[w].item->user;
+                if (r->it.state != IX_SCHED_DONE) req_finish(e, r, IX_FINISH_ERROR, msg);
+            }
+            publish(e);
+            return IX_OK;
+        }
+    }
+    uint64_t now = ix_time_ns();
+    ix_sched_observe_step(e->sched, T, now - t0);
+    e->stats.n_steps++;
+
+    /* Commit, then sample the sequences that reached their end. */
+    int32_t row = 0;
+    for (int32_t w = 0; w < plan.n_work; w++) {
+        ix_sched_work *wk = &plan.work[w];
+        ix_sched_item *it = wk->item;
+        req *r = it->user;
+        int32_t i = wk->seq_index;
+        if (it->state == IX_SCHED_DONE) continue;
+        if (wk->n_tokens == 0) { /* its append failed */
+            req_finish(e, r, IX_FINISH_ERROR, r->errmsg);
+            continue;
+        }
+        it->n_computed[i] += wk->n_tokens;
+        ix_kv_seq_commit(e->kv, it->seqs[i], it->n_computed[i]);
+        if (it->n_computed[i] != (int32_t)r->toks[i].n) continue;
+        const float *l = e->logits + (size_t)row++ * (size_t)e->n_vocab;
+        if (!r->t_prefilled) r->t_prefilled = now;
+        if (it->n_seqs == 1 && it->n_choices > 1 && it->n_generated[0] == 0) {
+            if (fork_choices(e, r) != IX_OK) {
+                req_finish(e, r, IX_FINISH_ERROR, "out of memory forking choices");
+                continue;
+            }
+            for (int32_t c = 0; c < it->n_choices; c++) take_token(e, r, c, l, now);
+        } else {
+            take_token(e, r, i, l, now);
+        }
+        if (all_finished(it)) req_finish(e, r, IX_FINISH_STOP, NULL);
+    }
+    publish(e);
+    return IX_OK;
+}
+
+/* ---- thread and lifecycle ------------------------------------------------------------ */
+
+static void *engine_main(void *arg) {
+    ix_engine *e = arg;
+    for (;;) {
+        bool did = false;
+        ix_engine_step(e, &did);
+        pthread_mutex_lock(&e->mu);
+        if (e->stopping) {
+            pthread_mutex_unlock(&e->mu);
+            break;
+        }
+        if (!did && !e->pending_head && e->n_cancels == 0) pthread_cond_wait(&e->cv, &e->mu);
+        pthread_mutex_unlock(&e->mu);
+    }
+    return NULL;
+}
+
+void ix_engine_destroy(ix_engine *e) {
+    if (!e) return;
+    if (e->has_thread) {
+        pthread_mutex_lock(&e->mu);
+        e->stopping = true;
+        pthread_cond_signal(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->thread, NULL);
+    }
+    /* Requests still queued or running finish as aborted. */
+    pthread_mutex_lock(&e->mu);
+    req *incoming = e->pending_head;
+    e->pending_head = e->pending_tail = NULL;
+    pthread_mutex_unlock(&e->mu);
+    for (req *r = incoming, *next; r; r = next) {
+        next = r->next;
+        r->prev = NULL;
+        r->next = e->active;
+        if (e->active) e->active->prev = r;
+        e->active = r;
+        r->it.state = IX_SCHED_DONE;
+    }
+    while (e->active) req_finish(e, e->active, IX_FINISH_ABORT, NULL);
+    ix_sched_destroy(e->sched);
+    ix_model_ctx_destroy(e->ctx);
+    ix_kv_destroy(e->kv);
+    ix_free(e->b_tok);
+    ix_free(e->b_pos);
+    ix_free(e->b_seq);
+    ix_free(e->b_out);
+    ix_free(e->logits);
+    ix_free(e->cancels);
+    ix_buf_free(&e->piece);
+    ix_buf_free(&e->text);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    ix_free(e);
+}
+
+ix_status ix_engine_create(ix_engine **out, const ix_model *m, const ix_engine_params *p, ix_errbuf *err) {
+    *out = NULL;
+    ix_engine *e = ix_calloc(1, sizeof *e);
+    if (!e) return ix_errf(err, IX_ERR_NOMEM, "out of memory");
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    e->m = m;
+    e->p = *p;
+    const ix_model_hparams *hp = ix_model_get_hparams(m);
+    e->n_vocab = hp->n_vocab;
+    e->n_ctx = p->n_ctx > 0 && p->n_ctx < hp->n_ctx_train ? p->n_ctx : hp->n_ctx_train;
+    ix_status s;
+
+    ix_kv_params kp = ix_kv_default_params();
+    ix_model_kv_params(m, &kp);
+    kp.dtype = p->kv_dtype;
+    kp.block_size = p->kv_block_size > 0 ? p->kv_block_size : 16;
+    kp.n_blocks = p->kv_blocks;
+    kp.mem_bytes = p->kv_mem_bytes;
+    kp.max_seq_len = e->n_ctx;
+    kp.enable_prefix_cache = p->enable_prefix_cache;
+    if (p->sched.preempt == IX_PREEMPT_SWAP) {
+        int64_t blocks = p->kv_blocks > 0 ? p->kv_blocks : 0;
+        if (!blocks) {
+            size_t per_block = (size_t)hp->n_layer * 2 * (size_t)hp->n_head_kv * (size_t)hp->head_dim *
+                               (size_t)kp.block_size * ix_kv_dtype_size(kp.dtype);
+            blocks = per_block ? (int64_t)(p->kv_mem_bytes / per_block) : 0;
+        }
+        kp.n_swap_blocks = p->kv_swap_blocks >= 0 ? p->kv_swap_blocks : blocks;
+    }
+    if ((s = ix_kv_create(&kp, &e->kv, err)) != IX_OK) goto fail;
+    ix_kv_layout lay;
+    ix_kv_get_layout(e->kv, &lay);
+    e->block_size = lay.block_size;
+    e->total_blocks = lay.n_blocks;
+
+    ix_model_ctx_params cp = ix_model_ctx_default_params();
+    cp.max_batch_tokens = p->sched.max_num_batched_tokens;
+    cp.n_threads = p->n_threads;
+    if ((s = ix_model_ctx_create(&e->ctx, m, e->kv, &cp, err)) != IX_OK) goto fail;
+    if ((s = ix_sched_create(&e->sched, &p->sched, e->kv, err)) != IX_OK) goto fail;
+
+    e->max_batch = p->sched.max_num_batched_tokens;
+    e->max_out = e->max_batch;
+    e->b_tok = ix_malloc((size_t)e->max_batch * sizeof *e->b_tok);
+    e->b_pos = ix_malloc((size_t)e->max_batch * sizeof *e->b_pos);
+    e->b_seq = ix_malloc((size_t)e->max_batch * sizeof *e->b_seq);
+    e->b_out = ix_malloc((size_t)e->max_batch);
+    e->logits = ix_malloc((size_t)e->max_out * (size_t)e->n_vocab * sizeof(float));
+    if (!e->b_tok || !e->b_pos || !e->b_seq || !e->b_out || !e->logits) {
+        s = ix_errf(err, IX_ERR_NOMEM, "out of memory for the step buffers");
+        goto fail;
+    }
+    if (p->start_thread) {
+        if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
+            s = ix_errf(err, IX_ERR_INTERNAL, "cannot start the engine thread");
+            goto fail;
+        }
+        e->has_thread = true;
+    }
+    publish(e);
+    *out = e;
+    return IX_OK;
+fail:
+    ix_engine_destroy(e);
+    return s;
+}
+
+/* ---- offline batch API ------------------------------------------------------------------ */
+
+typedef struct gen_ctx {
+    pthread_mutex_t *mu;
+    pthread_cond_t *cv;
+    size_t *remaining;
+    ix_generation *g;
+} gen_ctx;
+
+static void gen_on_token(void *user, const ix_token_event *ev) {
+    gen_ctx *gc = user;
+    if (ev->token >= 0) ix_token_vec_push(&gc->g->tokens[ev->choice], ev->token);
+    if (ev->text_len) ix_buf_append(&gc->g->text[ev->choice], ev->text, ev->text_len);
+}
+
+static void gen_on_finish(void *user, const ix_finish_info *info) {
+    gen_ctx *gc = user;
+    pthread_mutex_lock(gc->mu);
+    gc->g->info = *info;
+    (*gc->remaining)--;
+    pthread_cond_broadcast(gc->cv);
+    pthread_mutex_unlock(gc->mu);
+}
+
+ix_status ix_engine_generate(ix_engine *e, const ix_request_params *reqs, size_t n, ix_generation *out,
+                             ix_errbuf *err) {
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+    size_t remaining = 0;
+    gen_ctx *ctxs = ix_calloc(n ? n : 1, sizeof *ctxs);
+    if (!ctxs) return ix_errf(err, IX_ERR_NOMEM, "out of memory");
+    memset(out, 0, n * sizeof *out);
+    ix_status s = IX_OK;
+    for (size_t i = 0; i < n; i++) {
+        ctxs[i] = (gen_ctx){&mu, &cv, &remaining, &out[i]};
+        ix_request_params r = reqs[i];
+        r.cb = (ix_request_callbacks){gen_on_token, gen_on_finish, &ctxs[i]};
+        pthread_mutex_lock(&mu);
+        remaining++;
+        pthread_mutex_unlock(&mu);
+        s = ix_engine_submit(e, &r, NULL, err);
+        if (s != IX_OK) {
+            pthread_mutex_lock(&mu);
+            remaining--;
+            pthread_mutex_unlock(&mu);
+            out[i].info.reason = IX_FINISH_ERROR;
+            snprintf(out[i].info.message, sizeof out[i].info.message, "%.200s", err ? err->msg : "refused");
+            break;
+        }
+    }
+    if (e->has_thread) {
+        pthread_mutex_lock(&mu);
+        while (remaining > 0) pthread_cond_wait(&cv, &mu);
+        pthread_mutex_unlock(&mu);
+    } else {
+        for (;;) {
+            pthread_mutex_lock(&mu);
+            size_t left = remaining;
+            pthread_mutex_unlock(&mu);
+            if (!left) break;
+            bool did;
+            ix_status st = ix_engine_step(e, &did);
+            if (st != IX_OK) {
+                s = st;
+                break;
+            }
+        }
+    }
+    ix_free(ctxs);
+    return s;
+}
+
+void ix_generation_free(ix_generation *g) {
+    for (int i = 0; i < IX_SCHED_MAX_SEQS; i++) {
+        ix_token_vec_free(&g->tokens[i]);
+        ix_buf_free(&g->text[i]);
+    }
+}

@@ -1,0 +1,366 @@
+/*
+ * AVX2 kernels (with FMA and F16C). Compiled with those flags, so nothing here
+ * may run before dispatch.c has checked the CPU.
+ *
+ * Quantized matmul follows avx512.c's 4-lane tile at half width: one ymm holds
+ * the same block of 2 weight rows, 16 bytes per 128-bit lane; two shuffles and
+ * two adds per block reduce each row's 4 int32 lanes to its exact dot, then
+ * the canonical convert-and-FMA (kernels_int.h), so results match every other
+ * path bit for bit. AVX2 has no vpdpbusd, so products go through vpmaddubsw
+ * (unsigned x signed bytes -> saturating int16 pairs) and vpmaddwd. Q4_0 codes
+ * are unsigned (0..15) and their +8 offset is removed with the q8a block
+ * sums; Q8_0 takes |w| and moves w's sign onto x (vpsignb), since
+ * (w + 128) * x pairs could saturate int16.
+ */
+#include "kernels/kernels_int.h"
+
+#include <immintrin.h>
+#include <math.h>
+
+/* ---- vector vocabulary for vecops.h ------------------------------------------ */
+#define VF __m256
+#define VW 8
+
+/* maskload/maskstore lanes for a tail of n < 8 */
+static inline __m256i tail_mask(size_t n) {
+    static const int32_t m[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    return _mm256_loadu_si256((const __m256i *)(m + 8 - n));
+}
+
+static inline __m256 load_h_n(const uint16_t *p, size_t n) {
+    uint16_t tmp[8] = {0};
+    memcpy(tmp, p, n * 2);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)tmp));
+}
+
+#define vf_zero() _mm256_setzero_ps()
+#define vf_set1(f) _mm256_set1_ps(f)
+#define vf_load(p) _mm256_loadu_ps(p)
+#define vf_store(p, v) _mm256_storeu_ps((p), (v))
+#define vf_load_n(p, n) _mm256_maskload_ps((p), tail_mask(n))
+#define vf_store_n(p, v, n) _mm256_maskstore_ps((p), tail_mask(n), (v))
+#define vf_load_h(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define vf_load_h_n(p, n) load_h_n((p), (n))
+#define vf_add _mm256_add_ps
+#define vf_sub _mm256_sub_ps
+#define vf_mul _mm256_mul_ps
+#define vf_div _mm256_div_ps
+#define vf_max _mm256_max_ps
+#define vf_fma _mm256_fmadd_ps
+
+static inline float vf_hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline float vf_hmax(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* e^x as in avx512.c, with 2^n built in the exponent field: n is kept within
+ * the normal range and results below e^-87.3 (subnormal) are flushed to 0. */
+static inline __m256 vf_exp(__m256 x) {
+    __m256 zero_below = _mm256_cmp_ps(x, _mm256_set1_ps(-87.33f), _CMP_GE_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.33f)), _mm256_set1_ps(88.7f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    /* n in [-126, 128]; 2^128 would overflow the field, so scale in two steps */
+    __m256i ni = _mm256_cvtps_epi32(n);
+    __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
+    __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
+    return _mm256_and_ps(_mm256_mul_ps(_mm256_mul_ps(p, s1), s2), zero_below);
+}
+
+#include "kernels/vecops.h"
+
+/* ---- conversions --------------------------------------------------------------- */
+static void fp16_to_fp32(const uint16_t *src, float *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) vf_store(dst + i, vf_load_h(src + i));
+    if (i < n) vf_store_n(dst + i, load_h_n(src + i, n - i), n - i);
+}
+
+static void fp32_to_fp16(const float *src, uint16_t *dst, size_t n) {
+    /* The rounding mode is an immediate: a macro, so -O0 builds compile too. */
+#define rc (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(vf_load(src + i), rc));
+    if (i < n) {
+        uint16_t tmp[8];
+        _mm_storeu_si128((__m128i *)tmp, _mm256_cvtps_ph(vf_load_n(src + i, n - i), rc));
+        memcpy(dst + i, tmp, (n - i) * 2);
+    }
+}
+#undef rc
+
+static inline __m256 bf16x8(__m128i h) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+static void bf16_to_fp32(const uint16_t *src, float *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) vf_store(dst + i, bf16x8(_mm_loadu_si128((const __m128i *)(src + i))));
+    for (; i < n; i++) dst[i] = ix__bf16_to_fp32(ix__load_u16(src + i));
+}
+
+static void dequant_row(ix_dtype type, const void *src, float *dst, size_t n) {
+    const uint8_t *p = src;
+    switch (type) {
+    case IX_DTYPE_F32: memcpy(dst, src, n * 4); break;
+    case IX_DTYPE_F16: fp16_to_fp32(src, dst, n); break;
+    case IX_DTYPE_BF16: bf16_to_fp32(src, dst, n); break;
+    case IX_DTYPE_Q8_0:
+        for (size_t b = 0; b < n / IX__QK; b++, p += IX__Q8_0_BYTES, dst += IX__QK) {
+            __m256 d = _mm256_set1_ps(ix__block_d(p));
+            for (int j = 0; j < 4; j++) {
+                __m128i q = _mm_loadl_epi64((const __m128i *)(p + 2 + 8 * j));
+                vf_store(dst + 8 * j, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))));
+            }
+        }
+        break;
+    case IX_DTYPE_Q4_0:
+        for (size_t b = 0; b < n / IX__QK; b++, p += IX__Q4_0_BYTES, dst += IX__QK) {
+            __m256 d = _mm256_set1_ps(ix__block_d(p));
+            __m128i q = _mm_loadu_si128((const __m128i *)(p + 2));
+            __m128i nib = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(8);
+            __m128i lo = _mm_sub_epi8(_mm_and_si128(q, nib), eight);
+            __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), nib), eight);
+            vf_store(dst, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo))));
+            vf_store(dst + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)))));
+            vf_store(dst + 16, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi))));
+            vf_store(dst + 24, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))));
+        }
+        break;
+    default: break;
+    }
+}
+
+/* ---- activation quantization (q8a; same bits as generic.c) ------------------------ */
+static void quantize_act(const float *x, void *dst, size_t k) {
+    int8_t *qs;
+    ix__q8a_blk *blk;
+    ix__q8a_out(dst, k, &qs, &blk);
+    const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (size_t b = 0; b < k / IX__QK; b++) {
+        const float *xb = x + b * IX__QK;
+        __m256 v[4], m = _mm256_setzero_ps();
+        for (int j = 0; j < 4; j++) {
+            v[j] = vf_load(xb + 8 * j);
+            m = _mm256_max_ps(m, _mm256_and_ps(v[j], absmask));
+        }
+        float id;
+        blk[b].d = ix__q8a_scale(vf_hmax(m), &id);
+        __m256 vid = _mm256_set1_ps(id);
+        __m256i q[4];
+        for (int j = 0; j < 4; j++) /* cvtps rounds to nearest even, as nearbyintf */
+            q[j] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v[j], vid), lo), hi));
+        /* packs interleave 128-bit lanes; the permute puts the bytes back in order */
+        __m256i p16a = _mm256_packs_epi32(q[0], q[1]), p16b = _mm256_packs_epi32(q[2], q[3]);
+        __m256i p8 = _mm256_packs_epi16(p16a, p16b);
+        p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)(qs + b * IX__QK), p8);
+        __m256i sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+        ix__q8a_set_sum(&blk[b], _mm_cvtsi128_si32(s4));
+    }
+}
+
+/* ---- quantized matmul tiles -------------------------------------------------------- */
+#define Q_RX 4 /* X rows per tile */
+#define Q_RW 2 /* W rows per tile (one ymm; more would spill the 16 registers) */
+
+static inline __m256i load2x16(const uint8_t *p0, const uint8_t *p1) {
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)p0)),
+                                   _mm_loadu_si128((const __m128i *)p1), 1);
+}
+
+static inline __attribute__((always_inline)) void qtile_run(const ix__tile *a, ix_dtype t, int rx) {
+    const bool q8 = t == IX_DTYPE_Q8_0;
+    const size_t bs = q8 ? IX__Q8_0_BYTES : IX__Q4_0_BYTES, nb = a->k / IX__QK, xs = a->xs;
+    const __m256i nib = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    const __m256i spread = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+    __m256 acc[Q_RX];
+    for (int i = 0; i < rx; i++) acc[i] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        ix__prefetch_ahead(a, Q_RW, b, nb);
+        const uint8_t *p0 = a->w + b * bs, *p1 = p0 + a->ws;
+        __m256i wl, wh, sl = _mm256_setzero_si256(), sh = sl; /* sl/sh: Q8_0 signs */
+        if (q8) {
+            sl = load2x16(p0 + 2, p1 + 2);
+            sh = load2x16(p0 + 18, p1 + 18);
+            wl = _mm256_abs_epi8(sl);
+            wh = _mm256_abs_epi8(sh);
+        } else {
+            __m256i v = load2x16(p0 + 2, p1 + 2);
+            wl = _mm256_and_si256(v, nib);
+            wh = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+        }
+        uint32_t h = (uint32_t)ix__load_u16(p0) | (uint32_t)ix__load_u16(p1) << 16;
+        __m256 dw = _mm256_permutevar8x32_ps(
+            _mm256_castps128_ps256(_mm_cvtph_ps(_mm_cvtsi32_si128((int)h))), spread);
+        for (int i = 0; i < rx; i++) {
+            const uint8_t *xr = a->x + (size_t)i * xs;
+            const int8_t *xq = (const int8_t *)xr + b * IX__QK;
+            const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(xr + a->blk_off) + b;
+            __m256i xl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)xq));
+            __m256i xh = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(xq + 16)));
+            __m256i iv;
+            if (q8) {
+                __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(wl, _mm256_sign_epi8(xl, sl)), ones);
+                __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(wh, _mm256_sign_epi8(xh, sh)), ones);
+                iv = _mm256_add_epi32(pl, ph);
+            } else {
+                __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(wl, xl), _mm256_maddubs_epi16(wh, xh));
+                iv = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(-2 * xb->s));
+            }
+            /* exact per-row dots in every lane of the row's half, then the
+             * canonical convert and FMA (kernels_int.h) */
+            iv = _mm256_add_epi32(iv, _mm256_shuffle_epi32(iv, 0xb1));
+            iv = _mm256_add_epi32(iv, _mm256_shuffle_epi32(iv, 0x4e));
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iv), _mm256_mul_ps(dw, _mm256_set1_ps(xb->d)), acc[i]);
+        }
+    }
+    for (int i = 0; i < rx; i++) {
+        float *y = a->y + (size_t)i * a->ldy;
+        y[0] = _mm256_cvtss_f32(acc[i]);
+        if (a->ncols > 1) y[1] = _mm_cvtss_f32(_mm256_extractf128_ps(acc[i], 1));
+    }
+}
+
+#define QTILE_INST(T, R)                                                                       \
+    static void qtile_##T##_##R(const ix__tile *a) { qtile_run(a, IX_DTYPE_##T, R); }
+#define QTILE_ALL(T) QTILE_INST(T, 1) QTILE_INST(T, 2) QTILE_INST(T, 3) QTILE_INST(T, 4)
+QTILE_ALL(Q8_0)
+QTILE_ALL(Q4_0)
+#define TILE_ROW(F, T) {F##_##T##_1, F##_##T##_2, F##_##T##_3, F##_##T##_4}
+static const ix__tile_fn k_qtiles[2][Q_RX] = {TILE_ROW(qtile, Q8_0), TILE_ROW(qtile, Q4_0)};
+
+/* ---- float matmul tiles ----------------------------------------------------------------- */
+#define F_RX 2
+#define F_RW 4
+
+static inline __attribute__((always_inline)) __m256 ldw(ix_dtype t, const uint8_t *row, size_t k) {
+    if (t == IX_DTYPE_F32) return _mm256_loadu_ps((const float *)(const void *)(row + 4 * k));
+    __m128i h = _mm_loadu_si128((const __m128i *)(row + 2 * k));
+    return t == IX_DTYPE_F16 ? _mm256_cvtph_ps(h) : bf16x8(h);
+}
+
+/* The last n < 8 elements, zero-padded (copied: there is no 16-bit maskload). */
+static inline __attribute__((always_inline)) __m256 ldw_n(ix_dtype t, const uint8_t *row, size_t k,
+                                                          size_t n) {
+    if (t == IX_DTYPE_F32) return _mm256_maskload_ps((const float *)(const void *)(row + 4 * k), tail_mask(n));
+    uint16_t tmp[8] = {0};
+    memcpy(tmp, row + 2 * k, n * 2);
+    __m128i h = _mm_loadu_si128((const __m128i *)tmp);
+    return t == IX_DTYPE_F16 ? _mm256_cvtph_ps(h) : bf16x8(h);
+}
+
+static inline __attribute__((always_inline)) void ftile_run(const ix__tile *a, ix_dtype t, int rx) {
+    __m256 acc[F_RX][F_RW];
+    for (int i = 0; i < rx; i++)
+        for (int j = 0; j < F_RW; j++) acc[i][j] = _mm256_setzero_ps();
+    const size_t ws = a->ws, xs = a->xs, K = a->k;
+    size_t k = 0;
+    for (; k + 8 <= K; k += 8) {
+        ix__prefetch_ahead(a, F_RW, k / 8, K / 8);
+        __m256 w[F_RW];
+        for (int j = 0; j < F_RW; j++) w[j] = ldw(t, a->w + (size_t)j * ws, k);
+        for (int i = 0; i < rx; i++) {
+            __m256 x = _mm256_loadu_ps((const float *)(const void *)(a->x + (size_t)i * xs) + k);
+            for (int j = 0; j < F_RW; j++) acc[i][j] = _mm256_fmadd_ps(w[j], x, acc[i][j]);
+        }
+    }
+    if (k < K) {
+        size_t n = K - k;
+        __m256 w[F_RW];
+        for (int j = 0; j < F_RW; j++) w[j] = ldw_n(t, a->w + (size_t)j * ws, k, n);
+        for (int i = 0; i < rx; i++) {
+            __m256 x = _mm256_maskload_ps((const float *)(const void *)(a->x + (size_t)i * xs) + k, tail_mask(n));
+            for (int j = 0; j < F_RW; j++) acc[i][j] = _mm256_fmadd_ps(w[j], x, acc[i][j]);
+        }
+    }
+    for (int i = 0; i < rx; i++)
+        for (int j = 0; j < a->ncols; j++) a->y[(size_t)i * a->ldy + j] = vf_hsum(acc[i][j]);
+}
+
+#define FTILE_INST(T, R)                                                                       \
+    static void ftile_##T##_##R(const ix__tile *a) { ftile_run(a, IX_DTYPE_##T, R); }
+FTILE_INST(F32, 1)
+FTILE_INST(F32, 2)
+FTILE_INST(F16, 1)
+FTILE_INST(F16, 2)
+FTILE_INST(BF16, 1)
+FTILE_INST(BF16, 2)
+static const ix__tile_fn k_ftiles[3][F_RX] = {
+    {ftile_F32_1, ftile_F32_2}, {ftile_F16_1, ftile_F16_2}, {ftile_BF16_1, ftile_BF16_2}};
+
+static void matmul_rows(const ix_matmul *mm, size_t n0, size_t n1) {
+    switch (mm->w_type) {
+    case IX_DTYPE_Q8_0: ix__matmul_tiles(mm, n0, n1, k_qtiles[0], Q_RX, Q_RW); break;
+    case IX_DTYPE_Q4_0: ix__matmul_tiles(mm, n0, n1, k_qtiles[1], Q_RX, Q_RW); break;
+    case IX_DTYPE_F32: ix__matmul_tiles(mm, n0, n1, k_ftiles[0], F_RX, F_RW); break;
+    case IX_DTYPE_F16: ix__matmul_tiles(mm, n0, n1, k_ftiles[1], F_RX, F_RW); break;
+    default: ix__matmul_tiles(mm, n0, n1, k_ftiles[2], F_RX, F_RW); break;
+    }
+}
+
+/* ---- RoPE ------------------------------------------------------------------------------- */
+static void rope_head(float *x, const float *cs, size_t n_rot, ix_rope_mode mode) {
+    if (mode == IX_ROPE_NEOX) {
+        v_rope_neox(x, cs, n_rot);
+        return;
+    }
+    size_t half = n_rot / 2, i = 0;
+    const __m256i dup = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+    const __m256 neg_even = _mm256_castsi256_ps(_mm256_set1_epi64x(0x80000000LL));
+    for (; i + 4 <= half; i += 4) {
+        __m256 c = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(cs + i)), dup);
+        __m256 s = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(cs + half + i)), dup);
+        __m256 v = _mm256_loadu_ps(x + 2 * i);
+        __m256 sw = _mm256_permute_ps(v, 0xb1);
+        _mm256_storeu_ps(x + 2 * i, _mm256_fmadd_ps(sw, _mm256_xor_ps(s, neg_even), _mm256_mul_ps(v, c)));
+    }
+    for (; i < half; i++) {
+        float c = cs[i], s = cs[half + i], x0 = x[2 * i], x1 = x[2 * i + 1];
+        x[2 * i] = x0 * c - x1 * s;
+        x[2 * i + 1] = x0 * s + x1 * c;
+    }
+}
+
+static const ix_kernel_table k_avx2 = {
+    .isa = IX_ISA_AVX2,
+    .name = "avx2",
+    .fp16_to_fp32 = fp16_to_fp32,
+    .fp32_to_fp16 = fp32_to_fp16,
+    .bf16_to_fp32 = bf16_to_fp32,
+    .dequant_row = dequant_row,
+    .quantize_act = quantize_act,
+    .matmul_rows = matmul_rows,
+    .rmsnorm = v_rmsnorm,
+    .softmax = v_softmax,
+    .silu_mul = v_silu_mul,
+    .add = v_add,
+    .rope_head = rope_head,
+    .attn_add = v_attn_add,
+};
+
+const ix_kernel_table *ix__kernels_avx2(void) { return &k_avx2; }

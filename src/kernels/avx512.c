@@ -1,0 +1,538 @@
+/*
+ * AVX-512 kernels (F + BW + VL, with VNNI and F16C). Compiled with AVX-512
+ * flags, so nothing here may run before dispatch.c has checked the CPU. Two
+ * tables: VNNI (vpdpbusd) and BW-only (vpmaddubsw + vpmaddwd).
+ *
+ * Quantized matmul (Q8_0 / Q4_0 weights x q8a activations) has two tiles,
+ * both computing the canonical dot of kernels_int.h, so they give the same
+ * bits and can be mixed freely:
+ *   - the 4-lane tile (decode, and every M on BW): one zmm holds the same
+ *     block of 4 W rows, 16 bytes per 128-bit lane; a row's dot ends in 4
+ *     int32 lanes, and a few shuffles per block reduce 8 rows at once;
+ *   - the wide tile (VNNI, M >= 4): 16 W rows transposed in registers so each
+ *     lane is one row, against X dwords broadcast from memory; no reduction,
+ *     and the transpose is shared by up to 16 X rows.
+ * On this class of CPU every 512-bit ALU op competes for the same ~2 slots
+ * per cycle and broadcast loads are free, so the tiles are designed by
+ * counting zmm ops per multiply-add (docs/kernels.md).
+ *
+ * vpdpbusd multiplies unsigned by signed bytes. Q4_0 codes are already
+ * unsigned (0..15, value = code - 8); Q8_0 codes are made unsigned by XOR 0x80
+ * (= code + 128). The offsets come back out through the q8a block sums s:
+ * sum (w + c) x = sum w x + c s, and -c s starts the accumulator so the dots
+ * end exact. Without VNNI, Q8_0 takes |w| and moves w's sign onto x instead,
+ * because (w + 128) x pairs could saturate vpmaddubsw's int16 sums.
+ */
+#include "kernels/kernels_int.h"
+
+#include <immintrin.h>
+#include <math.h>
+
+/* ---- vector vocabulary for vecops.h ------------------------------------------ */
+#define VF __m512
+#define VW 16
+static inline __mmask16 tail_mask(size_t n) { return (__mmask16)((1u << n) - 1); }
+#define vf_zero() _mm512_setzero_ps()
+#define vf_set1(f) _mm512_set1_ps(f)
+#define vf_load(p) _mm512_loadu_ps(p)
+#define vf_store(p, v) _mm512_storeu_ps((p), (v))
+#define vf_load_n(p, n) _mm512_maskz_loadu_ps(tail_mask(n), (p))
+#define vf_store_n(p, v, n) _mm512_mask_storeu_ps((p), tail_mask(n), (v))
+#define vf_load_h(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define vf_load_h_n(p, n) _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(tail_mask(n), (p)))
+#define vf_add _mm512_add_ps
+#define vf_sub _mm512_sub_ps
+#define vf_mul _mm512_mul_ps
+#define vf_div _mm512_div_ps
+#define vf_max _mm512_max_ps
+#define vf_fma _mm512_fmadd_ps
+#define vf_hsum _mm512_reduce_add_ps
+#define vf_hmax _mm512_reduce_max_ps
+
+/* e^x = 2^n * e^r, n = round(x / ln 2), |r| <= ln2 / 2, e^r by its degree-6
+ * Taylor polynomial (truncation < 1.2e-7 relative). scalef does the 2^n with
+ * correct underflow to 0 and overflow to inf. */
+static inline __m512 vf_exp(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(88.7f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 720);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+#include "kernels/vecops.h"
+
+/* ---- conversions --------------------------------------------------------------- */
+static void fp16_to_fp32(const uint16_t *src, float *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) vf_store(dst + i, vf_load_h(src + i));
+    if (i < n) vf_store_n(dst + i, vf_load_h_n(src + i, n - i), n - i);
+}
+
+static void fp32_to_fp16(const float *src, uint16_t *dst, size_t n) {
+    /* The rounding mode is an immediate: a macro, so -O0 builds compile too. */
+#define rc (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm512_cvtps_ph(vf_load(src + i), rc));
+    if (i < n)
+        _mm256_mask_storeu_epi16(dst + i, tail_mask(n - i),
+                                 _mm512_cvtps_ph(vf_load_n(src + i, n - i), rc));
+}
+#undef rc
+
+static inline __m512 bf16x16(__m256i h) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+static void bf16_to_fp32(const uint16_t *src, float *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        vf_store(dst + i, bf16x16(_mm256_loadu_si256((const __m256i *)(src + i))));
+    if (i < n)
+        vf_store_n(dst + i, bf16x16(_mm256_maskz_loadu_epi16(tail_mask(n - i), src + i)), n - i);
+}
+
+static void dequant_row(ix_dtype type, const void *src, float *dst, size_t n) {
+    const uint8_t *p = src;
+    switch (type) {
+    case IX_DTYPE_F32: memcpy(dst, src, n * 4); break;
+    case IX_DTYPE_F16: fp16_to_fp32(src, dst, n); break;
+    case IX_DTYPE_BF16: bf16_to_fp32(src, dst, n); break;
+    case IX_DTYPE_Q8_0:
+        for (size_t b = 0; b < n / IX__QK; b++, p += IX__Q8_0_BYTES, dst += IX__QK) {
+            __m512 d = _mm512_set1_ps(ix__block_d(p));
+            __m256i q = _mm256_loadu_si256((const __m256i *)(p + 2));
+            vf_store(dst, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q)))));
+            vf_store(dst + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1)))));
+        }
+        break;
+    case IX_DTYPE_Q4_0:
+        for (size_t b = 0; b < n / IX__QK; b++, p += IX__Q4_0_BYTES, dst += IX__QK) {
+            __m512 d = _mm512_set1_ps(ix__block_d(p));
+            __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 2)));
+            __m512i eight = _mm512_set1_epi32(8), f = _mm512_set1_epi32(15);
+            __m512i lo = _mm512_sub_epi32(_mm512_and_si512(q, f), eight);
+            __m512i hi = _mm512_sub_epi32(_mm512_srli_epi32(q, 4), eight);
+            vf_store(dst, _mm512_mul_ps(d, _mm512_cvtepi32_ps(lo)));
+            vf_store(dst + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(hi)));
+        }
+        break;
+    default: break;
+    }
+}
+
+/* ---- activation quantization (q8a; same bits as generic.c) ------------------------ */
+static void quantize_act(const float *x, void *dst, size_t k) {
+    int8_t *qs;
+    ix__q8a_blk *blk;
+    ix__q8a_out(dst, k, &qs, &blk);
+    const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+    for (size_t b = 0; b < k / IX__QK; b++) {
+        __m512 x0 = vf_load(x + b * IX__QK), x1 = vf_load(x + b * IX__QK + 16);
+        float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1))), id;
+        blk[b].d = ix__q8a_scale(amax, &id);
+        __m512 vid = _mm512_set1_ps(id);
+        /* cvtps rounds to nearest even like nearbyintf in generic.c */
+        __m512i q0 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(x0, vid), lo), hi));
+        __m512i q1 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(x1, vid), lo), hi));
+        _mm_storeu_si128((__m128i *)(qs + b * IX__QK), _mm512_cvtsepi32_epi8(q0));
+        _mm_storeu_si128((__m128i *)(qs + b * IX__QK + 16), _mm512_cvtsepi32_epi8(q1));
+        ix__q8a_set_sum(&blk[b], _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)));
+    }
+}
+
+/* ---- quantized matmul tiles -------------------------------------------------------- */
+#define Q_RX 6 /* X rows per tile */
+#define Q_RG 2 /* groups of 4 W rows per tile */
+#define Q_RW (4 * Q_RG)
+
+/* The fp16 block scales of W rows 0..7 (p, stride ws) as f32, laid out like
+ * the reduced dots of qtile_run: 128-bit lane r holds rows (r, r+4, r, r+4). */
+static inline __m512 scales8(const uint8_t *p, size_t ws) {
+    uint64_t lo = 0, hi = 0;
+    for (int j = 0; j < 4; j++) {
+        lo |= (uint64_t)ix__load_u16(p + (size_t)j * ws) << (16 * j);
+        hi |= (uint64_t)ix__load_u16(p + (size_t)(j + 4) * ws) << (16 * j);
+    }
+    __m256 f = _mm256_cvtph_ps(_mm_insert_epi64(_mm_cvtsi64_si128((long long)lo), (long long)hi, 1));
+    const __m512i idx = _mm512_set_epi32(7, 3, 7, 3, 6, 2, 6, 2, 5, 1, 5, 1, 4, 0, 4, 0);
+    return _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(f));
+}
+
+/* The tile body; t, vnni and rx are constants at every call site, so each
+ * instance compiles to straight-line code with the accumulators in registers.
+ *
+ * Per block, group A (W rows 0-3) and group B (rows 4-7) leave each row's dot
+ * in 4 int32 lanes (row r in 128-bit lane r). Two unpacks, a shuffle and two
+ * adds reduce both groups at once to exact per-row dots, lane r holding
+ * (A_r, B_r, A_r, B_r); then one convert and one FMA per block for all 8
+ * rows: acc = fma((float)dot, d_w * d_x, acc), the canonical quantized dot
+ * every path computes (see kernels_int.h). */
+static inline __attribute__((always_inline)) void qtile_run(const ix__tile *a, ix_dtype t,
+                                                            bool vnni, int rx) {
+    const bool q8 = t == IX_DTYPE_Q8_0;
+    const size_t nb = a->k / IX__QK;
+    const size_t bs = q8 ? IX__Q8_0_BYTES : IX__Q4_0_BYTES, ws = a->ws, xs = a->xs;
+    /* Offset removed per lane: Q4_0 codes carry +8 (8 s / 4 lanes), Q8_0 under
+     * VNNI +128 (128 s / 4 lanes); BW Q8_0 uses the sign trick, no offset. */
+    const int bias_mul = q8 ? (vnni ? -32 : 0) : -2;
+    const __m512i nib = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8((char)0x80);
+    const __m512i ones = _mm512_set1_epi16(1);
+    __m512 acc[Q_RX];
+    for (int i = 0; i < rx; i++) acc[i] = _mm512_setzero_ps();
+
+    for (size_t b = 0; b < nb; b++) {
+        ix__prefetch_ahead(a, Q_RW, b, nb);
+        const uint8_t *wb = a->w + b * bs;
+        __m512i wl[Q_RG], wh[Q_RG];
+        __mmask64 nl[Q_RG], nh[Q_RG]; /* BW Q8_0: where w < 0 */
+        for (int g = 0; g < Q_RG; g++) {
+            const uint8_t *p0 = wb + (size_t)(4 * g) * ws, *p1 = p0 + ws, *p2 = p1 + ws, *p3 = p2 + ws;
+            if (q8) {
+                /* rows' 32 code bytes, then 128-bit lanes regrouped into
+                 * lo = (r0[0:16], r1[0:16], r2[0:16], r3[0:16]) and hi = [16:32] */
+                __m512i a01 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p0 + 2))),
+                                                 _mm256_loadu_si256((const __m256i *)(p1 + 2)), 1);
+                __m512i a23 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p2 + 2))),
+                                                 _mm256_loadu_si256((const __m256i *)(p3 + 2)), 1);
+                __m512i lo = _mm512_shuffle_i64x2(a01, a23, _MM_SHUFFLE(2, 0, 2, 0));
+                __m512i hi = _mm512_shuffle_i64x2(a01, a23, _MM_SHUFFLE(3, 1, 3, 1));
+                if (vnni) {
+                    wl[g] = _mm512_xor_si512(lo, flip);
+                    wh[g] = _mm512_xor_si512(hi, flip);
+                } else {
+                    nl[g] = _mm512_movepi8_mask(lo);
+                    nh[g] = _mm512_movepi8_mask(hi);
+                    wl[g] = _mm512_abs_epi8(lo);
+                    wh[g] = _mm512_abs_epi8(hi);
+                }
+            } else {
+                __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p0 + 2)));
+                v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p1 + 2)), 1);
+                v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p2 + 2)), 2);
+                v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p3 + 2)), 3);
+                wl[g] = _mm512_and_si512(v, nib);
+                wh[g] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+            }
+        }
+        __m512 dw = scales8(wb, ws);
+        for (int i = 0; i < rx; i++) {
+            const uint8_t *xr = a->x + (size_t)i * xs;
+            const int8_t *xq = (const int8_t *)xr + b * IX__QK;
+            const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(xr + a->blk_off) + b;
+            __m512i xl = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)xq));
+            __m512i xh = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xq + 16)));
+            __m512i bias = _mm512_set1_epi32(bias_mul * xb->s);
+            __m512i iv[Q_RG];
+            for (int g = 0; g < Q_RG; g++) {
+                if (vnni) {
+                    iv[g] = _mm512_dpbusd_epi32(bias, wl[g], xl);
+                    iv[g] = _mm512_dpbusd_epi32(iv[g], wh[g], xh);
+                } else if (!q8) {
+                    __m512i s16 = _mm512_add_epi16(_mm512_maddubs_epi16(wl[g], xl),
+                                                   _mm512_maddubs_epi16(wh[g], xh));
+                    iv[g] = _mm512_add_epi32(_mm512_madd_epi16(s16, ones), bias);
+                } else {
+                    __m512i zero = _mm512_setzero_si512();
+                    __m512i sl = _mm512_mask_sub_epi8(xl, nl[g], zero, xl);
+                    __m512i sh = _mm512_mask_sub_epi8(xh, nh[g], zero, xh);
+                    iv[g] = _mm512_add_epi32(_mm512_madd_epi16(_mm512_maddubs_epi16(wl[g], sl), ones),
+                                             _mm512_madd_epi16(_mm512_maddubs_epi16(wh[g], sh), ones));
+                }
+            }
+            __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi32(iv[0], iv[1]), _mm512_unpackhi_epi32(iv[0], iv[1]));
+            __m512i dot = _mm512_add_epi32(u, _mm512_shuffle_epi32(u, _MM_PERM_BADC));
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_set1_ps(xb->d)), acc[i]);
+        }
+    }
+    /* lane 4r holds row r, lane 4r + 1 row r + 4 */
+    const __m512i gather = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    for (int i = 0; i < rx; i++) {
+        __m256 r = _mm512_castps512_ps256(_mm512_permutexvar_ps(gather, acc[i]));
+        _mm256_mask_storeu_ps(a->y + (size_t)i * a->ldy, (__mmask8)(a->ncols == Q_RW ? 0xff : 0x01), r);
+    }
+}
+
+/* ---- the wide VNNI tile (prefill) -------------------------------------------------------
+ * 16 W rows x up to 12 X rows. Per block the W codes are transposed in
+ * registers so that vector T_j holds dword j (elements 4j..4j+3) of each of
+ * the 16 rows, one row per 32-bit lane; then an X row's block is 8 vpdpbusd
+ * against its own dwords broadcast from memory, leaving the exact dot of all
+ * 16 rows in the 16 lanes. No per-row reduction, and the transpose is shared
+ * by every X row of the tile. Same canonical arithmetic as qtile_run. */
+#define W_RX 16
+#define W_RW 16
+#define WIDE_MIN_M 4
+
+/* 4 x 4 transpose of 128-bit lanes across 4 registers: out[q] lane m = in[m] lane q. */
+static inline void transpose_lanes(__m512i in[4], __m512i out[4]) {
+    __m512i t0 = _mm512_shuffle_i64x2(in[0], in[1], _MM_SHUFFLE(1, 0, 1, 0)); /* 0.0 0.1 1.0 1.1 */
+    __m512i t1 = _mm512_shuffle_i64x2(in[0], in[1], _MM_SHUFFLE(3, 2, 3, 2)); /* 0.2 0.3 1.2 1.3 */
+    __m512i t2 = _mm512_shuffle_i64x2(in[2], in[3], _MM_SHUFFLE(1, 0, 1, 0));
+    __m512i t3 = _mm512_shuffle_i64x2(in[2], in[3], _MM_SHUFFLE(3, 2, 3, 2));
+    out[0] = _mm512_shuffle_i64x2(t0, t2, _MM_SHUFFLE(2, 0, 2, 0)); /* 0.0 1.0 2.0 3.0 */
+    out[1] = _mm512_shuffle_i64x2(t0, t2, _MM_SHUFFLE(3, 1, 3, 1));
+    out[2] = _mm512_shuffle_i64x2(t1, t3, _MM_SHUFFLE(2, 0, 2, 0));
+    out[3] = _mm512_shuffle_i64x2(t1, t3, _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+/* in[g]: 128-bit lane l = dwords 0..3 of row 4g + l. out[q]: lane r = dword q of row r. */
+static inline void transpose_16x4(__m512i in[4], __m512i out[4]) {
+    /* within each register, lane l dword q -> lane q dword l */
+    const __m512i idx = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    __m512i t[4];
+    for (int g = 0; g < 4; g++) t[g] = _mm512_permutexvar_epi32(idx, in[g]);
+    transpose_lanes(t, out);
+}
+
+static inline __attribute__((always_inline)) void qwide_run(const ix__tile *a, ix_dtype t, int rx) {
+    const bool q8 = t == IX_DTYPE_Q8_0;
+    const size_t nb = a->k / IX__QK;
+    const size_t bs = q8 ? IX__Q8_0_BYTES : IX__Q4_0_BYTES, ws = a->ws, xs = a->xs;
+    const __m512i nib = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8((char)0x80);
+    /* The float accumulators live in L1: the FMA reads its addend from memory
+     * and the store goes back, which costs no vector ALU work and leaves the
+     * registers to the 16 dot chains and the 8 transposed W vectors. */
+    _Alignas(64) float accm[W_RX][W_RW];
+    for (int i = 0; i < rx; i++) _mm512_store_ps(accm[i], _mm512_setzero_ps());
+
+    for (size_t b = 0; b < nb; b++) {
+        ix__prefetch_ahead(a, W_RW, b, nb);
+        /* W row r at wrow[r / 4] + (r % 4) * ws, as for X below */
+        const uint8_t *wb = a->w + b * bs;
+        const size_t ws3 = 3 * ws;
+        const uint8_t *wrow[4] = {wb, wb + 4 * ws, wb + 8 * ws, wb + 12 * ws};
+#define WROW(r) (wrow[(r) / 4] + ((r) % 4 == 3 ? ws3 : (size_t)((r) % 4) * ws))
+        __m512i T[8];
+        if (q8) {
+            /* 4-row groups as (lo, hi) halves: lane l = row 4g + l, bytes 0-15 / 16-31 */
+            __m512i lo[4], hi[4];
+            for (int g = 0; g < 4; g++) {
+                __m512i a01 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(WROW(4 * g) + 2))),
+                                                 _mm256_loadu_si256((const __m256i *)(WROW(4 * g + 1) + 2)), 1);
+                __m512i a23 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(WROW(4 * g + 2) + 2))),
+                                                 _mm256_loadu_si256((const __m256i *)(WROW(4 * g + 3) + 2)), 1);
+                lo[g] = _mm512_shuffle_i64x2(a01, a23, _MM_SHUFFLE(2, 0, 2, 0));
+                hi[g] = _mm512_shuffle_i64x2(a01, a23, _MM_SHUFFLE(3, 1, 3, 1));
+            }
+            transpose_16x4(lo, T);
+            transpose_16x4(hi, T + 4);
+            for (int j = 0; j < 8; j++) T[j] = _mm512_xor_si512(T[j], flip); /* codes + 128 */
+        } else {
+            __m512i v[4], q[4];
+            for (int g = 0; g < 4; g++) {
+                __m512i z = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(WROW(4 * g) + 2)));
+                z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(WROW(4 * g + 1) + 2)), 1);
+                z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(WROW(4 * g + 2) + 2)), 2);
+                v[g] = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(WROW(4 * g + 3) + 2)), 3);
+            }
+            transpose_16x4(v, q);
+            /* code byte j holds element j (low nibble) and j + 16 (high) */
+            for (int j = 0; j < 4; j++) {
+                T[j] = _mm512_and_si512(q[j], nib);
+                T[j + 4] = _mm512_and_si512(_mm512_srli_epi16(q[j], 4), nib);
+            }
+        }
+        /* the 16 rows' scales, lane r = row r */
+        uint64_t h[4] = {0, 0, 0, 0};
+        IX__UNROLL(16)
+        for (int r = 0; r < W_RW; r++) h[r / 4] |= (uint64_t)ix__load_u16(WROW(r)) << (16 * (r % 4));
+#undef WROW
+        __m512 dw = _mm512_cvtph_ps(_mm256_set_epi64x((long long)h[3], (long long)h[2], (long long)h[1], (long long)h[0]));
+
+        /* Each dot starts from the block's offset correction (a broadcast
+         * load), and the rows' dword chains are interleaved (j outer) so rx
+         * independent vpdpbusd are in flight. */
+        /* row i at base[i / 4] + (i % 4) * xs: four bases, xs and 3 xs in
+         * registers cover all 16 rows with plain addressing modes */
+        const uint8_t *xq = a->x + b * IX__QK;
+        const size_t xs3 = 3 * xs, db = a->blk_off + b * sizeof(ix__q8a_blk) - b * IX__QK;
+        const uint8_t *base[4] = {xq, xq + 4 * xs, xq + 8 * xs, xq + 12 * xs};
+#define XROW(i) (base[(i) / 4] + ((i) % 4 == 3 ? xs3 : (size_t)((i) % 4) * xs))
+#define XBLK(i) ((const ix__q8a_blk *)(const void *)(XROW(i) + db))
+        __m512i dot[W_RX];
+        IX__UNROLL(16)
+        for (int i = 0; i < rx; i++) dot[i] = _mm512_set1_epi32(q8 ? XBLK(i)->neg128s : XBLK(i)->neg8s);
+        IX__UNROLL(8)
+        for (int j = 0; j < 8; j++) {
+            IX__UNROLL(16)
+            for (int i = 0; i < rx; i++) /* x dword j broadcast straight from memory */
+                dot[i] = _mm512_dpbusd_epi32(dot[i], T[j], _mm512_broadcastd_epi32(_mm_loadu_si32(XROW(i) + 4 * j)));
+        }
+        IX__UNROLL(16)
+        for (int i = 0; i < rx; i++) {
+            __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(XBLK(i)->d));
+            _mm512_store_ps(accm[i], _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i]), sc, _mm512_load_ps(accm[i])));
+        }
+#undef XROW
+#undef XBLK
+    }
+    for (int i = 0; i < rx; i++)
+        _mm512_mask_storeu_ps(a->y + (size_t)i * a->ldy, (__mmask16)(a->ncols == W_RW ? 0xffff : 0x1),
+                              _mm512_load_ps(accm[i]));
+}
+
+#define QWIDE_INST(T, R)                                                                       \
+    static void qwide_##T##_##R(const ix__tile *a) { qwide_run(a, IX_DTYPE_##T, R); }
+#define QWIDE_ALL(T)                                                                           \
+    QWIDE_INST(T, 1) QWIDE_INST(T, 2) QWIDE_INST(T, 3) QWIDE_INST(T, 4) QWIDE_INST(T, 5)       \
+    QWIDE_INST(T, 6) QWIDE_INST(T, 7) QWIDE_INST(T, 8) QWIDE_INST(T, 9) QWIDE_INST(T, 10)      \
+    QWIDE_INST(T, 11) QWIDE_INST(T, 12) QWIDE_INST(T, 13) QWIDE_INST(T, 14) QWIDE_INST(T, 15)  \
+    QWIDE_INST(T, 16)
+QWIDE_ALL(Q8_0)
+QWIDE_ALL(Q4_0)
+#define QWIDE_ROW(T)                                                                           \
+    {qwide_##T##_1,  qwide_##T##_2,  qwide_##T##_3,  qwide_##T##_4,  qwide_##T##_5,  qwide_##T##_6, \
+     qwide_##T##_7,  qwide_##T##_8,  qwide_##T##_9,  qwide_##T##_10, qwide_##T##_11, qwide_##T##_12, \
+     qwide_##T##_13, qwide_##T##_14, qwide_##T##_15, qwide_##T##_16}
+static const ix__tile_fn k_qwide[2][W_RX] = {QWIDE_ROW(Q8_0), QWIDE_ROW(Q4_0)};
+
+#define QTILE_INST(T, TAG, V, R)                                                               \
+    static void qtile_##T##_##TAG##_##R(const ix__tile *a) { qtile_run(a, IX_DTYPE_##T, V, R); }
+#define QTILE_ALL(T, TAG, V)                                                                   \
+    QTILE_INST(T, TAG, V, 1)                                                                   \
+    QTILE_INST(T, TAG, V, 2)                                                                   \
+    QTILE_INST(T, TAG, V, 3)                                                                   \
+    QTILE_INST(T, TAG, V, 4)                                                                   \
+    QTILE_INST(T, TAG, V, 5)                                                                   \
+    QTILE_INST(T, TAG, V, 6)
+QTILE_ALL(Q8_0, vnni, true)
+QTILE_ALL(Q8_0, bw, false)
+QTILE_ALL(Q4_0, vnni, true)
+QTILE_ALL(Q4_0, bw, false)
+#define QTILE_ROW(T, TAG)                                                                      \
+    {qtile_##T##_##TAG##_1, qtile_##T##_##TAG##_2, qtile_##T##_##TAG##_3,                      \
+     qtile_##T##_##TAG##_4, qtile_##T##_##TAG##_5, qtile_##T##_##TAG##_6}
+
+/* [vnni][q4][rx - 1] */
+static const ix__tile_fn k_qtiles[2][2][Q_RX] = {
+    {QTILE_ROW(Q8_0, bw), QTILE_ROW(Q4_0, bw)},
+    {QTILE_ROW(Q8_0, vnni), QTILE_ROW(Q4_0, vnni)},
+};
+
+/* ---- float matmul tiles (F32 / F16 / BF16 weights widened in registers) -------------- */
+#define F_RX 4
+#define F_RW 4
+
+static inline __attribute__((always_inline)) __m512 ldw(ix_dtype t, const uint8_t *row, size_t k) {
+    if (t == IX_DTYPE_F32) return _mm512_loadu_ps((const float *)(const void *)(row + 4 * k));
+    __m256i h = _mm256_loadu_si256((const __m256i *)(row + 2 * k));
+    return t == IX_DTYPE_F16 ? _mm512_cvtph_ps(h) : bf16x16(h);
+}
+
+static inline __attribute__((always_inline)) __m512 ldw_n(ix_dtype t, const uint8_t *row, size_t k,
+                                                          __mmask16 m) {
+    if (t == IX_DTYPE_F32) return _mm512_maskz_loadu_ps(m, row + 4 * k);
+    __m256i h = _mm256_maskz_loadu_epi16(m, row + 2 * k);
+    return t == IX_DTYPE_F16 ? _mm512_cvtph_ps(h) : bf16x16(h);
+}
+
+static inline __attribute__((always_inline)) void ftile_run(const ix__tile *a, ix_dtype t, int rx) {
+    __m512 acc[F_RX][F_RW];
+    for (int i = 0; i < rx; i++)
+        for (int j = 0; j < F_RW; j++) acc[i][j] = _mm512_setzero_ps();
+    const size_t ws = a->ws, xs = a->xs, K = a->k;
+    size_t k = 0;
+    for (; k + 16 <= K; k += 16) {
+        ix__prefetch_ahead(a, F_RW, k / 16, K / 16);
+        __m512 w[F_RW];
+        for (int j = 0; j < F_RW; j++) w[j] = ldw(t, a->w + (size_t)j * ws, k);
+        for (int i = 0; i < rx; i++) {
+            __m512 x = _mm512_loadu_ps((const float *)(const void *)(a->x + (size_t)i * xs) + k);
+            for (int j = 0; j < F_RW; j++) acc[i][j] = _mm512_fmadd_ps(w[j], x, acc[i][j]);
+        }
+    }
+    if (k < K) {
+        __mmask16 m = tail_mask(K - k);
+        __m512 w[F_RW];
+        for (int j = 0; j < F_RW; j++) w[j] = ldw_n(t, a->w + (size_t)j * ws, k, m);
+        for (int i = 0; i < rx; i++) {
+            __m512 x = _mm512_maskz_loadu_ps(m, (const float *)(const void *)(a->x + (size_t)i * xs) + k);
+            for (int j = 0; j < F_RW; j++) acc[i][j] = _mm512_fmadd_ps(w[j], x, acc[i][j]);
+        }
+    }
+    for (int i = 0; i < rx; i++)
+        for (int j = 0; j < a->ncols; j++) a->y[(size_t)i * a->ldy + j] = _mm512_reduce_add_ps(acc[i][j]);
+}
+
+#define FTILE_INST(T, R)                                                                       \
+    static void ftile_##T##_##R(const ix__tile *a) { ftile_run(a, IX_DTYPE_##T, R); }
+#define FTILE_ALL(T) FTILE_INST(T, 1) FTILE_INST(T, 2) FTILE_INST(T, 3) FTILE_INST(T, 4)
+FTILE_ALL(F32)
+FTILE_ALL(F16)
+FTILE_ALL(BF16)
+#define FTILE_ROW(T) {ftile_##T##_1, ftile_##T##_2, ftile_##T##_3, ftile_##T##_4}
+static const ix__tile_fn k_ftiles[3][F_RX] = {FTILE_ROW(F32), FTILE_ROW(F16), FTILE_ROW(BF16)};
+
+static void matmul_rows(const ix_matmul *mm, size_t n0, size_t n1, bool vnni) {
+    switch (mm->w_type) {
+    case IX_DTYPE_Q8_0:
+    case IX_DTYPE_Q4_0: {
+        int q4 = mm->w_type == IX_DTYPE_Q4_0;
+        /* the wide tile's transpose pays off once a few X rows share it */
+        if (vnni && mm->M >= WIDE_MIN_M) ix__matmul_tiles(mm, n0, n1, k_qwide[q4], W_RX, W_RW);
+        else ix__matmul_tiles(mm, n0, n1, k_qtiles[vnni][q4], Q_RX, Q_RW);
+        break;
+    }
+    case IX_DTYPE_F32: ix__matmul_tiles(mm, n0, n1, k_ftiles[0], F_RX, F_RW); break;
+    case IX_DTYPE_F16: ix__matmul_tiles(mm, n0, n1, k_ftiles[1], F_RX, F_RW); break;
+    default: ix__matmul_tiles(mm, n0, n1, k_ftiles[2], F_RX, F_RW); break;
+    }
+}
+
+static void matmul_rows_vnni(const ix_matmul *mm, size_t n0, size_t n1) {
+    matmul_rows(mm, n0, n1, true);
+}
+
+static void matmul_rows_bw(const ix_matmul *mm, size_t n0, size_t n1) {
+    matmul_rows(mm, n0, n1, false);
+}
+
+/* ---- RoPE ------------------------------------------------------------------------------- */
+static void rope_head(float *x, const float *cs, size_t n_rot, ix_rope_mode mode) {
+    if (mode == IX_ROPE_NEOX) {
+        v_rope_neox(x, cs, n_rot);
+        return;
+    }
+    /* adjacent pairs: 8 pairs per vector; out = x * c + swap(x) * (-s, +s) */
+    size_t half = n_rot / 2, i = 0;
+    const __m512i dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    const __m512i neg_even = _mm512_set1_epi64(0x80000000LL); /* sign bit of even lanes */
+    for (; i + 8 <= half; i += 8) {
+        __m512 c = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_loadu_ps(cs + i)));
+        __m512 s = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_loadu_ps(cs + half + i)));
+        __m512 v = _mm512_loadu_ps(x + 2 * i);
+        __m512 sw = _mm512_permute_ps(v, 0xb1);
+        /* (vxorps on zmm needs AVX512DQ; the integer xor is F) */
+        __m512 sgn = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(s), neg_even));
+        _mm512_storeu_ps(x + 2 * i, _mm512_fmadd_ps(sw, sgn, _mm512_mul_ps(v, c)));
+    }
+    for (; i < half; i++) {
+        float c = cs[i], s = cs[half + i], x0 = x[2 * i], x1 = x[2 * i + 1];
+        x[2 * i] = x0 * c - x1 * s;
+        x[2 * i + 1] = x0 * s + x1 * c;
+    }
+}
+
+#define AVX512_TABLE(NAME, MATMUL)                                                             \
+    {                                                                                          \
+        .isa = IX_ISA_AVX512, .name = NAME, .fp16_to_fp32 = fp16_to_fp32,                      \
+        .fp32_to_fp16 = fp32_to_fp16, .bf16_to_fp32 = bf16_to_fp32, .dequant_row = dequant_row, \
+        .quantize_act = quantize_act, .matmul_rows = MATMUL, .rmsnorm = v_rmsnorm,             \
+        .softmax = v_softmax, .silu_mul = v_silu_mul, .add = v_add, .rope_head = rope_head,    \
+        .attn_add = v_attn_add,                                                                \
+    }
+
+static const ix_kernel_table k_avx512_vnni = AVX512_TABLE("avx512-vnni", matmul_rows_vnni);
+static const ix_kernel_table k_avx512_bw = AVX512_TABLE("avx512-bw", matmul_rows_bw);
+
+const ix_kernel_table *ix__kernels_avx512(bool vnni) { return vnni ? &k_avx512_vnni : &k_avx512_bw; }

@@ -1,0 +1,375 @@
+/*
+ * Kernel dispatch: picks the function table of the ISA path ix_cpu_isa()
+ * names, and owns the public ix_kernels_* wrappers, which validate arguments
+ * once and then call the active table. Also the parts every path shares: the
+ * matmul thread split and driver, the RoPE angle table, the attention
+ * accumulator's init/finish and the scalar conversions.
+ *
+ * The active table is one atomic pointer (derived from the CPU feature table,
+ * like it process-wide). Tables are static const, so switching while another
+ * thread runs kernels is safe: that thread finishes on the old table.
+ */
+#include "kernels/kernels_int.h"
+
+#include <math.h>
+#include <sched.h>
+#include <stdatomic.h>
+
+static _Atomic(const ix_kernel_table *) g_active;
+
+const ix_kernel_table *ix_kernels_table(ix_isa isa) {
+    if ((unsigned)isa >= IX_ISA_COUNT || !ix_cpu_supports(isa)) return NULL;
+    switch (isa) {
+    case IX_ISA_GENERIC: return ix__kernels_generic();
+#if defined(IX_KERNELS_HAVE_X86)
+    case IX_ISA_AVX2: return ix__kernels_avx2();
+    case IX_ISA_AVX512: return ix__kernels_avx512(ix_cpu_features_get()->avx512vnni);
+#endif
+    default: return NULL; /* NEON kernels are not written yet */
+    }
+}
+
+ix_status ix_kernels_init(void) {
+    ix_isa isa = ix_cpu_isa();
+    const ix_kernel_table *t = ix_kernels_table(isa);
+    if (!t) {
+        IX_LOGD("kernels: no %s path built; using generic", ix_isa_name(isa));
+        t = ix__kernels_generic();
+    }
+    const ix_kernel_table *old = atomic_exchange(&g_active, t);
+    if (old != t) IX_LOGD("kernels: using %s", t->name);
+    return IX_OK;
+}
+
+const ix_kernel_table *ix_kernels(void) {
+    const ix_kernel_table *t = atomic_load_explicit(&g_active, memory_order_acquire);
+    if (!t) {
+        ix_kernels_init();
+        t = atomic_load(&g_active);
+    }
+    return t;
+}
+
+ix_isa ix_kernels_isa(void) { return ix_kernels()->isa; }
+
+/* ---- scalar conversions ----------------------------------------------------- */
+float ix_fp16_to_fp32(uint16_t h) { return ix__fp16_to_fp32(h); }
+uint16_t ix_fp32_to_fp16(float f) { return ix__fp32_to_fp16(f); }
+float ix_bf16_to_fp32(uint16_t h) { return ix__bf16_to_fp32(h); }
+uint16_t ix_fp32_to_bf16(float f) { return ix__fp32_to_bf16(f); }
+
+void ix_kernels_fp16_to_fp32(const uint16_t *src, float *dst, size_t n) {
+    ix_kernels()->fp16_to_fp32(src, dst, n);
+}
+void ix_kernels_fp32_to_fp16(const float *src, uint16_t *dst, size_t n) {
+    ix_kernels()->fp32_to_fp16(src, dst, n);
+}
+void ix_kernels_bf16_to_fp32(const uint16_t *src, float *dst, size_t n) {
+    ix_kernels()->bf16_to_fp32(src, dst, n);
+}
+
+/* The row types this module reads and writes. */
+static ix_status row_args(ix_dtype t, const void *a, const void *b, size_t n) {
+    switch (t) {
+    case IX_DTYPE_F32:
+    case IX_DTYPE_F16:
+    case IX_DTYPE_BF16: break;
+    case IX_DTYPE_Q8_0:
+    case IX_DTYPE_Q4_0:
+        if (n % IX__QK) return IX_ERR_INVALID;
+        break;
+    default: return IX_ERR_UNSUPPORTED;
+    }
+    if (n && (!a || !b)) return IX_ERR_INVALID;
+    return IX_OK;
+}
+
+ix_status ix_kernels_dequant_row(ix_dtype src_type, const void *src, float *dst, size_t n) {
+    ix_status st = row_args(src_type, src, dst, n);
+    if (st == IX_OK && n) ix_kernels()->dequant_row(src_type, src, dst, n);
+    return st;
+}
+
+ix_status ix_kernels_quantize_row(ix_dtype dst_type, const float *src, void *dst, size_t n) {
+    ix_status st = row_args(dst_type, src, dst, n);
+    if (st != IX_OK || !n) return st;
+    switch (dst_type) {
+    case IX_DTYPE_F32: memcpy(dst, src, n * 4); break;
+    case IX_DTYPE_F16:
+        if ((uintptr_t)dst % 2 == 0) {
+            ix_kernels()->fp32_to_fp16(src, dst, n);
+            break;
+        }
+        for (size_t i = 0; i < n; i++) { /* a row at an odd address: byte stores */
+            uint16_t h = ix__fp32_to_fp16(src[i]);
+            memcpy((uint8_t *)dst + 2 * i, &h, 2);
+        }
+        break;
+    case IX_DTYPE_BF16:
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h = ix__fp32_to_bf16(src[i]);
+            memcpy((uint8_t *)dst + 2 * i, &h, 2);
+        }
+        break;
+    case IX_DTYPE_Q8_0: ix__quantize_q8_0(src, dst, n); break;
+    default: ix__quantize_q4_0(src, dst, n); break;
+    }
+    return IX_OK;
+}
+
+/* ---- matmul ------------------------------------------------------------------- */
+size_t ix_kernels_matmul_scratch_bytes(ix_dtype w_type, size_t M, size_t K) {
+    if (!ix__w_quantized(w_type)) return 0;
+    return M * ix__q8a_row_bytes(K);
+}
+
+ix_status ix_kernels_matmul_check(const ix_matmul *mm) {
+    if (!mm) return IX_ERR_INVALID;
+    switch (mm->w_type) {
+    case IX_DTYPE_F32:
+    case IX_DTYPE_F16:
+    case IX_DTYPE_BF16:
+    case IX_DTYPE_Q8_0:
+    case IX_DTYPE_Q4_0: break;
+    default: return IX_ERR_UNSUPPORTED;
+    }
+    if (mm->K == 0) return IX_ERR_INVALID;
+    if (ix__w_quantized(mm->w_type) && mm->K % IX__QK) return IX_ERR_INVALID;
+    if (mm->M == 0 || mm->N == 0) return IX_OK; /* nothing to read or write */
+    bool x_needed = !(ix__w_quantized(mm->w_type) && mm->x_ready);
+    if (!mm->w || !mm->y || (x_needed && !mm->x)) return IX_ERR_INVALID;
+    if (mm->ldx && mm->ldx < mm->K) return IX_ERR_INVALID;
+    if (mm->ldy && mm->ldy < mm->N) return IX_ERR_INVALID;
+    if (mm->w_stride_bytes && mm->w_stride_bytes < ix__w_row_bytes(mm->w_type, mm->K))
+        return IX_ERR_INVALID;
+    if (ix__w_quantized(mm->w_type) && (!mm->scratch || ((uintptr_t)mm->scratch & 63)))
+        return IX_ERR_INVALID;
+    return IX_OK;
+}
+
+/* [*lo, *hi) of n items for participant ith of nth, in units of `align`. */
+static void split(size_t n, size_t align, int ith, int nth, size_t *lo, size_t *hi) {
+    size_t units = (n + align - 1) / align, per = (units + (size_t)nth - 1) / (size_t)nth;
+    size_t a = (size_t)ith * per * align, b = a + per * align;
+    *lo = a < n ? a : n;
+    *hi = b < n ? b : n;
+}
+
+static void matmul_quantize(const ix_kernel_table *kt, const ix_matmul *mm, int ith, int nth) {
+    if (!ix__w_quantized(mm->w_type) || mm->x_ready) return;
+    size_t m0, m1, ldx = ix__mm_ldx(mm), rb = ix__q8a_row_bytes(mm->K);
+    split(mm->M, 1, ith, nth, &m0, &m1);
+    for (size_t m = m0; m < m1; m++)
+        kt->quantize_act(mm->x + m * ldx, (uint8_t *)mm->scratch + m * rb, mm->K);
+}
+
+void ix_kernels_matmul_quantize(const ix_matmul *mm, int ith, int nth) {
+    matmul_quantize(ix_kernels(), mm, ith, nth);
+}
+
+void ix_kernels_matmul_compute(const ix_matmul *mm, int ith, int nth) {
+    size_t n0, n1;
+    split(mm->N, 16, ith, nth, &n0, &n1);
+    if (n0 < n1) ix_kernels()->matmul_rows(mm, n0, n1);
+}
+
+/* One column band [n, n + rw) of W against X rows [m0, m1). */
+static void tile_rows(const ix__tile_fn *fns, int rx_max, ix__tile t, const uint8_t *x0, size_t m0,
+                      size_t m1) {
+    float *y0 = t.y;
+    for (size_t m = m0; m < m1; m += (size_t)rx_max) {
+        size_t at = m;
+        int rx = m1 - m < (size_t)rx_max ? (int)(m1 - m) : rx_max;
+        if (rx < rx_max && m1 - m0 >= (size_t)rx_max) { /* move back, recompute a few rows */
+            at = m1 - (size_t)rx_max;
+            rx = rx_max;
+        }
+        t.x = x0 + at * t.xs;
+        t.y = y0 + at * t.ldy;
+        fns[rx - 1](&t);
+    }
+}
+
+void ix__matmul_tiles(const ix_matmul *mm, size_t n0, size_t n1, const ix__tile_fn *fns,
+                      int rx_max, int rw) {
+    bool q = ix__w_quantized(mm->w_type);
+    ix__tile t = {.ws = ix__mm_wstride(mm), .ldy = ix__mm_ldy(mm), .k = mm->K,
+                  .blk_off = ix__align64(mm->K), .ncols = rw};
+    const uint8_t *x0 = q ? (const uint8_t *)mm->scratch : (const uint8_t *)mm->x;
+    t.xs = q ? ix__q8a_row_bytes(mm->K) : ix__mm_ldx(mm) * sizeof(float);
+    size_t urw = (size_t)rw;
+    for (size_t mc = 0; mc < mm->M; mc += IX__MM_MCHUNK) {
+        size_t mend = mm->M - mc < IX__MM_MCHUNK ? mm->M : mc + IX__MM_MCHUNK;
+        if (n1 - n0 < urw) {
+            /* fewer than rw columns in all: one at a time, as a tile whose W
+             * rows all alias it */
+            ix__tile one = t;
+            one.ws = 0;
+            one.ncols = 1;
+            for (size_t n = n0; n < n1; n++) {
+                one.w = ix__mm_wrow(mm, n);
+                one.y = mm->y + n;
+                tile_rows(fns, rx_max, one, x0, mc, mend);
+            }
+            continue;
+        }
+        for (size_t n = n0; n < n1; n += urw) {
+            size_t at = n1 - n >= urw ? n : n1 - urw;
+            t.w = ix__mm_wrow(mm, at);
+            t.y = mm->y + at;
+            tile_rows(fns, rx_max, t, x0, mc, mend);
+        }
+    }
+}
+
+typedef struct mm_run {
+    const ix_kernel_table *kt;
+    const ix_matmul *mm;
+    size_t chunk;          /* rows of W per grab */
+    bool quantize;         /* X rows still to quantize in this run */
+    _Atomic size_t q_next; /* X rows handed out for quantizing */
+    _Atomic size_t q_done; /* X rows quantized */
+    _Atomic size_t next;   /* W chunks handed out */
+} mm_run;
+
+#define MM_QROWS 4 /* X rows per quantize grab */
+
+/* Grab-based, not (ith, nth) slices: whoever shows up takes the next piece,
+ * so a participant the OS has parked delays nothing it has not started. */
+static void mm_run_fn(void *ctx, int ith, int nth) {
+    mm_run *r = ctx;
+    const ix_matmul *mm = r->mm;
+    (void)ith;
+    (void)nth;
+    if (r->quantize) {
+        size_t ldx = ix__mm_ldx(mm), rb = ix__q8a_row_bytes(mm->K);
+        for (;;) {
+            size_t m0 = atomic_fetch_add(&r->q_next, MM_QROWS);
+            if (m0 >= mm->M) break;
+            size_t m1 = m0 + MM_QROWS < mm->M ? m0 + MM_QROWS : mm->M;
+            for (size_t m = m0; m < m1; m++)
+                r->kt->quantize_act(mm->x + m * ldx, (uint8_t *)mm->scratch + m * rb, mm->K);
+            atomic_fetch_add(&r->q_done, m1 - m0); /* release: the rows are written */
+        }
+        /* every row handed out is being quantized by a running participant;
+         * yield now and then in case the OS parked it (shared cores) */
+        for (unsigned i = 1; atomic_load(&r->q_done) < mm->M; i++) {
+            ix__cpu_relax();
+            if ((i & 1023) == 0) sched_yield();
+        }
+    }
+    /* the last grab takes the remainder too, so no grab is a sliver narrower
+     * than a tile */
+    size_t n_chunks = mm->N / r->chunk ? mm->N / r->chunk : 1;
+    for (;;) {
+        size_t c = atomic_fetch_add_explicit(&r->next, 1, memory_order_relaxed);
+        if (c >= n_chunks) break;
+        size_t n0 = c * r->chunk, n1 = c == n_chunks - 1 ? mm->N : n0 + r->chunk;
+        r->kt->matmul_rows(mm, n0, n1);
+    }
+}
+
+ix_status ix__kernels_matmul_with(const ix_kernel_table *kt, const ix_matmul *mm, ix_pool *pool) {
+    ix_status st = ix_kernels_matmul_check(mm);
+    if (st != IX_OK || mm->M == 0 || mm->N == 0) return st;
+    int nth = pool ? ix_pool_n_threads(pool) : 1;
+    /* Below ~64k multiply-adds a handoff costs more than it saves. */
+    if (nth > 1 && (double)mm->M * (double)mm->N * (double)mm->K < 65536.0) nth = 1;
+    bool quantize = ix__w_quantized(mm->w_type) && !mm->x_ready;
+    /* A few rows (decode) are quantized here, before the handoff. */
+    if (nth == 1 || (quantize && mm->M * mm->K <= 4 * 4096)) {
+        matmul_quantize(kt, mm, 0, 1);
+        quantize = false;
+    }
+    if (nth == 1) {
+        kt->matmul_rows(mm, 0, mm->N);
+        return IX_OK;
+    }
+    /* About four grabs per thread, in multiples of 16 rows so the 8-row
+     * tiles stay whole. */
+    size_t chunk = (mm->N + (size_t)nth * 4 - 1) / ((size_t)nth * 4);
+    chunk = (chunk + 15) & ~(size_t)15;
+    mm_run r = {.kt = kt, .mm = mm, .chunk = chunk, .quantize = quantize};
+    atomic_init(&r.q_next, 0);
+    atomic_init(&r.q_done, 0);
+    atomic_init(&r.next, 0);
+    ix_pool_run_n(pool, nth, mm_run_fn, &r);
+    return IX_OK;
+}
+
+ix_status ix_kernels_matmul(const ix_matmul *mm, ix_pool *pool) {
+    return ix__kernels_matmul_with(ix_kernels(), mm, pool);
+}
+
+/* ---- row ops -------------------------------------------------------------------- */
+void ix_kernels_rmsnorm(float *y, const float *x, const float *w, size_t n, float eps) {
+    if (n) ix_kernels()->rmsnorm(y, x, w, n, eps);
+}
+void ix_kernels_softmax(float *x, size_t n) {
+    if (n) ix_kernels()->softmax(x, n);
+}
+void ix_kernels_silu_mul(float *y, const float *gate, const float *up, size_t n) {
+    if (n) ix_kernels()->silu_mul(y, gate, up, n);
+}
+void ix_kernels_add(float *y, const float *a, const float *b, size_t n) {
+    if (n) ix_kernels()->add(y, a, b, n);
+}
+
+/* ---- RoPE ------------------------------------------------------------------------ */
+void ix__rope_angles(const ix_rope_params *p, int32_t pos, float *cs) {
+    size_t half = p->n_rot / 2;
+    /* theta_i = base^(-2i/n_rot): one pow, then a running product in double
+     * (relative error ~i * 1e-16, far below f32 resolution). */
+    double step = pow((double)p->freq_base, -2.0 / (double)p->n_rot), inv_freq = 1.0;
+    double t = (double)pos * (double)p->freq_scale;
+    for (size_t i = 0; i < half; i++, inv_freq *= step) {
+        double theta = t * inv_freq;
+        if (p->freq_factors) theta /= (double)p->freq_factors[i];
+        cs[i] = (float)cos(theta);
+        cs[half + i] = (float)sin(theta);
+    }
+}
+
+ix_status ix_kernels_rope(float *x, size_t row_stride, const int32_t *pos, size_t n_tokens,
+                          size_t n_heads, const ix_rope_params *p) {
+    if (!p || (n_tokens && (!x || !pos))) return IX_ERR_INVALID;
+    if (p->mode != IX_ROPE_NORM && p->mode != IX_ROPE_NEOX) return IX_ERR_INVALID;
+    if (p->n_rot % 2 || p->n_rot > p->head_dim || !(p->freq_base > 0.0f)) return IX_ERR_INVALID;
+    if (p->n_rot > IX_ROPE_MAX_ROT) return IX_ERR_UNSUPPORTED;
+    if (n_tokens > 1 && row_stride < n_heads * p->head_dim) return IX_ERR_INVALID;
+    if (p->n_rot == 0) return IX_OK;
+    const ix_kernel_table *kt = ix_kernels();
+    float cs[IX_ROPE_MAX_ROT]; /* (n_rot/2 cos, n_rot/2 sin) */
+    for (size_t t = 0; t < n_tokens; t++) {
+        ix__rope_angles(p, pos[t], cs);
+        for (size_t h = 0; h < n_heads; h++)
+            kt->rope_head(x + t * row_stride + h * p->head_dim, cs, p->n_rot, p->mode);
+    }
+    return IX_OK;
+}
+
+/* ---- attention accumulator --------------------------------------------------------- */
+void ix_attn_init(ix_attn_acc *acc, float *o, size_t head_dim, float scale) {
+    acc->max = -INFINITY;
+    acc->sum = 0.0f;
+    acc->scale = scale;
+    acc->head_dim = (uint32_t)head_dim;
+    acc->o = o;
+    if (o && head_dim) memset(o, 0, head_dim * sizeof *o);
+}
+
+ix_status ix_kernels_attn_add(ix_attn_acc *acc, const float *q, const void *k, size_t k_stride,
+                              const void *v, size_t v_stride, size_t n_tokens, ix_dtype kv_type) {
+    if (!acc || !acc->o || acc->head_dim == 0) return IX_ERR_INVALID;
+    if (kv_type != IX_DTYPE_F32 && kv_type != IX_DTYPE_F16) return IX_ERR_UNSUPPORTED;
+    if (n_tokens == 0) return IX_OK;
+    if (!q || !k || !v) return IX_ERR_INVALID;
+    if (n_tokens > 1 && (k_stride < acc->head_dim || v_stride < acc->head_dim)) return IX_ERR_INVALID;
+    ix_kernels()->attn_add(acc, q, k, k_stride, v, v_stride, n_tokens, kv_type);
+    return IX_OK;
+}
+
+void ix_attn_finish(const ix_attn_acc *acc, float *out) {
+    float inv = acc->sum > 0.0f ? 1.0f / acc->sum : 0.0f;
+    for (size_t i = 0; i < acc->head_dim; i++) out[i] = acc->o[i] * inv;
+}

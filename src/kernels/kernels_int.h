@@ -1,0 +1,282 @@
+/*
+ * kernels private header: the per-ISA table constructors, the weight block
+ * layouts, the q8a activation layout that every path shares, and the small
+ * exact scalar helpers (fp16, block scales) that every path's tail loops use.
+ * Included by generic.c, avx2.c, avx512.c, dispatch.c and the tests.
+ */
+#ifndef INFERX_KERNELS_INT_H
+#define INFERX_KERNELS_INT_H
+
+#include "inferx/kernels.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- per-ISA tables ------------------------------------------------------
+ * Each returns a pointer to a static const table. The AVX-512 file holds two:
+ * vpdpbusd (VNNI) and a vpmaddubsw fallback for AVX-512BW-only CPUs; tests
+ * ask for both directly. */
+const ix_kernel_table *ix__kernels_generic(void);
+#if defined(IX_KERNELS_HAVE_X86)
+const ix_kernel_table *ix__kernels_avx2(void);
+const ix_kernel_table *ix__kernels_avx512(bool vnni);
+#endif
+
+/* ix_kernels_matmul on a given table (tests and the benchmark reach the
+ * AVX-512BW variant this way, which no INFERX_ISA value selects on a VNNI CPU). */
+ix_status ix__kernels_matmul_with(const ix_kernel_table *kt, const ix_matmul *mm, ix_pool *pool);
+
+/* Full unrolling of a loop with a constant trip count (GCC and clang). */
+#define IX__UNROLL(n) _Pragma(IX__STR(GCC unroll n))
+#define IX__STR(x) #x
+
+/* PAUSE / YIELD for spin loops. */
+static inline void ix__cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* ---- GGUF weight blocks (little-endian, byte-packed, no alignment) ------
+ * Q8_0: fp16 d, int8 qs[32];           value j = d * qs[j]            34 bytes
+ * Q4_0: fp16 d, uint8 qs[16];          value j      = d * ((qs[j] & 15) - 8)
+ *                                      value j + 16 = d * ((qs[j] >> 4) - 8)  18 bytes
+ * Blocks are read through byte pointers and memcpy because a row of 34- or
+ * 18-byte blocks leaves every scale unaligned. */
+#define IX__QK 32
+#define IX__Q8_0_BYTES 34
+#define IX__Q4_0_BYTES 18
+
+/* ---- q8a: quantized activations ------------------------------------------
+ * One row of K floats (K % 32 == 0) becomes, at a 64-byte aligned row start:
+ *     int8_t       qs[K]        q = round_even(x / d), |q| <= 127
+ *     ix__q8a_blk  blk[K/32]    (64-byte aligned) per block:
+ *         float    d            max|x| / 127 of the block (0 for a zero block)
+ *         int32_t  s            sum of the block's q
+ *         int32_t  neg8s        -8 * s
+ *         int32_t  neg128s      -128 * s
+ * Rows follow each other at ix__q8a_row_bytes(K), so a tile of X rows is one
+ * pointer plus a stride. s lets a kernel that multiplies unsigned weight
+ * codes (Q4_0's 0..15, or Q8_0 shifted by +128 for vpdpbusd) remove the
+ * offset: sum (w - c) * q = sum w * q - c * s; the two products are stored so
+ * that a dot can start from them with a broadcast load, which costs no ALU
+ * work. Every path produces the same bits (same division, same
+ * round-to-even), so they can mix. */
+typedef struct ix__q8a_blk {
+    float d;
+    int32_t s, neg8s, neg128s;
+} ix__q8a_blk;
+
+static inline void ix__q8a_set_sum(ix__q8a_blk *b, int32_t s) {
+    b->s = s;
+    b->neg8s = -8 * s;
+    b->neg128s = -128 * s;
+}
+
+static inline size_t ix__align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+static inline size_t ix__q8a_row_bytes(size_t k) {
+    return ix__align64(k) + ix__align64(k / IX__QK * sizeof(ix__q8a_blk));
+}
+
+typedef struct ix__q8a_row {
+    const int8_t *qs;       /* (K) */
+    const ix__q8a_blk *blk; /* (K/32) */
+} ix__q8a_row;
+
+static inline ix__q8a_row ix__q8a_at(const void *scratch, size_t k, size_t m) {
+    const uint8_t *base = (const uint8_t *)scratch + m * ix__q8a_row_bytes(k);
+    ix__q8a_row r;
+    r.qs = (const int8_t *)base;
+    r.blk = (const ix__q8a_blk *)(const void *)(base + ix__align64(k));
+    return r;
+}
+
+/* Writable view of the same row, for the quantizers. */
+static inline void ix__q8a_out(void *dst, size_t k, int8_t **qs, ix__q8a_blk **blk) {
+    uint8_t *base = (uint8_t *)dst;
+    *qs = (int8_t *)base;
+    *blk = (ix__q8a_blk *)(void *)(base + ix__align64(k));
+}
+
+/* The canonical quantized dot. Every path computes Y[m][n] for Q8_0 / Q4_0
+ * weights as
+ *     acc = 0; for each block b in order:
+ *         acc = fma((float)dot_b, d_w[b] * d_x[b], acc)      (one rounding each)
+ * where dot_b is the exact int32 dot of the block's codes (offsets removed)
+ * and d_w[b] * d_x[b] is one f32 multiply. So every path, every tile shape
+ * and every thread split gives the same bits for a quantized matmul, and a
+ * token's output does not depend on the batch it is in. */
+
+/* The block scale of a q8a block, shared so that every path divides the same
+ * way: returns d and sets *inv to the multiplier used before rounding. */
+static inline float ix__q8a_scale(float amax, float *inv) {
+    float d = amax / 127.0f;
+    *inv = d != 0.0f ? 1.0f / d : 0.0f;
+    return d;
+}
+
+/* ---- exact scalar helpers -------------------------------------------------
+ * Software fp16 <-> fp32 that matches F16C bit for bit (tested over all 65536
+ * halves and random floats), so tails and the generic path agree with the
+ * vector paths. */
+static inline uint32_t ix__f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static inline float ix__bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline float ix__fp16_to_fp32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    if (exp == 0x1f) /* inf / NaN; F16C sets the quiet bit of a NaN */
+        return ix__bits_f32(sign | 0x7f800000u | (man << 13) | (man ? 0x400000u : 0));
+    if (exp != 0) return ix__bits_f32(sign | ((exp + 112) << 23) | (man << 13));
+    /* zero or subnormal: man * 2^-24 is exact in f32 */
+    float f = (float)man * 0x1p-24f;
+    return sign ? -f : f;
+}
+
+static inline uint16_t ix__fp32_to_fp16(float f) {
+    uint32_t x = ix__f32_bits(f);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    x &= 0x7fffffffu;
+    if (x > 0x7f800000u) /* NaN: quieted, top payload bits kept */
+        return (uint16_t)(sign | 0x7e00u | ((x >> 13) & 0x3ffu));
+    if (x >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: inf */
+    if (x >= 0x38800000u) {                                   /* normal half */
+        uint32_t h = ((x >> 23) - 112) << 10 | ((x >> 13) & 0x3ffu);
+        uint32_t rem = x & 0x1fffu;
+        if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++; /* carry may bump the exponent */
+        return (uint16_t)(sign | h);
+    }
+    if (x < 0x33000000u) return sign; /* below 2^-25 (ties to the even 0) */
+    /* half subnormal: units of 2^-24 */
+    uint32_t e = x >> 23, m = (x & 0x7fffffu) | 0x800000u, shift = 126 - e;
+    uint32_t h = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (h & 1))) h++;
+    return (uint16_t)(sign | h);
+}
+
+static inline float ix__bf16_to_fp32(uint16_t h) { return ix__bits_f32((uint32_t)h << 16); }
+
+static inline uint16_t ix__fp32_to_bf16(float f) {
+    uint32_t x = ix__f32_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
+}
+
+static inline uint16_t ix__load_u16(const void *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+/* Scale of the Q8_0 / Q4_0 block at p. */
+static inline float ix__block_d(const void *p) { return ix__fp16_to_fp32(ix__load_u16(p)); }
+
+/* ---- matmul helpers -------------------------------------------------------- */
+static inline size_t ix__w_row_bytes(ix_dtype t, size_t k) {
+    switch (t) {
+    case IX_DTYPE_F32: return k * 4;
+    case IX_DTYPE_F16:
+    case IX_DTYPE_BF16: return k * 2;
+    case IX_DTYPE_Q8_0: return k / IX__QK * IX__Q8_0_BYTES;
+    case IX_DTYPE_Q4_0: return k / IX__QK * IX__Q4_0_BYTES;
+    default: return 0;
+    }
+}
+
+static inline bool ix__w_quantized(ix_dtype t) {
+    return t == IX_DTYPE_Q8_0 || t == IX_DTYPE_Q4_0;
+}
+
+static inline size_t ix__mm_wstride(const ix_matmul *mm) {
+    return mm->w_stride_bytes ? mm->w_stride_bytes : ix__w_row_bytes(mm->w_type, mm->K);
+}
+static inline size_t ix__mm_ldx(const ix_matmul *mm) { return mm->ldx ? mm->ldx : mm->K; }
+static inline size_t ix__mm_ldy(const ix_matmul *mm) { return mm->ldy ? mm->ldy : mm->N; }
+
+static inline const uint8_t *ix__mm_wrow(const ix_matmul *mm, size_t n) {
+    return (const uint8_t *)mm->w + n * ix__mm_wstride(mm);
+}
+
+/* ---- matmul tiles ------------------------------------------------------------
+ * The vector paths compute Y in tiles of up to rx_max rows of X by rw rows of
+ * W (rw output columns); ix__matmul_tiles (dispatch.c) walks the tiles and
+ * each ISA supplies one function per X-row count. Rows are reached as
+ * base + i * stride, not through pointer arrays, so a tile loop keeps every
+ * address in a few registers.
+ *
+ * Every output element is computed by the same instructions in the same
+ * order wherever it falls in a tile, so the walker may move a short last tile
+ * back to end at the range end, recomputing (bit for bit) a few outputs the
+ * previous tile already wrote: nearly every call is a full tile. */
+typedef struct ix__tile {
+    const uint8_t *w; /* W row 0 of the tile */
+    size_t ws;        /* bytes between W rows; 0 in the narrow path (all rows are row 0) */
+    const uint8_t *x; /* X row 0: f32 row, or q8a row for quantized weights */
+    size_t xs;        /* bytes between X rows */
+    float *y;         /* Y[row 0][column of W row 0] */
+    size_t ldy;       /* floats between Y rows */
+    size_t k;         /* K */
+    size_t blk_off;   /* q8a: offset of blk[] in a row */
+    int ncols;        /* rw, or 1 in the narrow path */
+} ix__tile;
+
+typedef void (*ix__tile_fn)(const ix__tile *t);
+
+/* Decode streams W from DRAM as rw interleaved rows, each advancing a few
+ * bytes per step, which the hardware prefetchers follow poorly. So while a
+ * tile runs over K it prefetches, into L2, the rows of the tile
+ * IX__PF_TILES ahead (rw * ws bytes, one contiguous region when rows are
+ * packed): step i of n touches its share. Measured on Zen 4/5 at decode: 1
+ * tile ahead into L1 reached ~65% of a plain sequential read, 4 tiles into L2
+ * ~70-80%, farther no better. Prefetches never fault, so running past the end
+ * of W is harmless. */
+#define IX__PF_TILES 4
+
+static inline void ix__prefetch_ahead(const ix__tile *t, int rw, size_t i, size_t n) {
+    size_t span = (size_t)rw * t->ws, per = (span + n - 1) / n;
+    const char *p = (const char *)t->w + IX__PF_TILES * span + i * per;
+    for (size_t o = 0; o < per; o += 64) __builtin_prefetch(p + o, 0, 2);
+}
+
+/* Y[:, n0:n1) with fns[rx - 1] computing rx (1..rx_max) X rows by rw W rows.
+ * X rows go in chunks of IX__MM_MCHUNK so a chunk's X stays in L2 while the W
+ * rows of a tile stay in L1. */
+void ix__matmul_tiles(const ix_matmul *mm, size_t n0, size_t n1, const ix__tile_fn *fns,
+                      int rx_max, int rw);
+#define IX__MM_MCHUNK 128
+
+/* Attention: scores are scored in chunks of this many tokens (a stack array). */
+#define IX__ATTN_CHUNK 64
+
+/* Moves the accumulator's running max to cover a chunk whose largest score
+ * is chunk_max and rescales sum. Returns the factor that o must be
+ * multiplied by (1 when the max did not move). *skip: the chunk adds nothing
+ * (all scores -inf or NaN) and the caller drops it. */
+static inline float ix__attn_rebase(ix_attn_acc *acc, float chunk_max, bool *skip) {
+    *skip = !(chunk_max > -INFINITY);
+    if (*skip || chunk_max <= acc->max) return 1.0f;
+    float alpha = expf(acc->max - chunk_max); /* 0 when max was -inf */
+    acc->max = chunk_max;
+    acc->sum *= alpha;
+    return alpha;
+}
+
+/* The shared cos/sin table of RoPE (dispatch.c), identical for every path. */
+void ix__rope_angles(const ix_rope_params *p, int32_t pos, float *cs);
+/* Weight quantizers (generic.c): n % 32 == 0. */
+void ix__quantize_q8_0(const float *src, void *dst, size_t n);
+void ix__quantize_q4_0(const float *src, void *dst, size_t n);
+
+#endif /* INFERX_KERNELS_INT_H */

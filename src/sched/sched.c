@@ -1,0 +1,439 @@
+/*
+ * The step planner of sched.h: queues kept in policy order (intrusive doubly
+ * linked lists, sorted insertion), KV admission control through kv.h's
+ * queries, preemption by recompute or swap, and deadline shedding.
+ *
+ * Invariant: a work entry is only planned when the KV cache can take it, so
+ * the engine's appends for a plan never fail. Blocks are counted per sequence
+ * (ix_kv_seq_blocks_needed), an upper bound when forks share a partial block.
+ */
+#include <string.h>
+
+#include "inferx/sched.h"
+
+typedef struct queue {
+    ix_sched_item *head, *tail;
+    int32_t n;
+} queue;
+
+struct ix_sched {
+    ix_sched_params p;
+    ix_kv *kv;
+    int32_t block_size;
+    queue waiting, running, swapped;
+    ix_sched_work *work;
+    int32_t work_cap;
+    ix_sched_item **lists; /* preempted | admitted | expired, each up to cap_items */
+    int32_t list_cap;
+    ix_sched_stats stats;
+    /* measured cost, for deadline estimates (exponential moving averages) */
+    double ns_per_step, ns_per_token;
+};
+
+/* ---- names ------------------------------------------------------------------ */
+
+static const char *const k_policy[] = {"fcfs", "priority", "deadline"};
+static const char *const k_preempt[] = {"recompute", "swap"};
+
+ix_status ix_sched_policy_parse(const char *name, ix_sched_policy *out) {
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(name, k_policy[i])) return *out = (ix_sched_policy)i, IX_OK;
+    return IX_ERR_INVALID;
+}
+const char *ix_sched_policy_name(ix_sched_policy p) { return (unsigned)p < 3 ? k_policy[p] : "?"; }
+ix_status ix_preempt_mode_parse(const char *name, ix_preempt_mode *out) {
+    for (int i = 0; i < 2; i++)
+        if (!strcmp(name, k_preempt[i])) return *out = (ix_preempt_mode)i, IX_OK;
+    return IX_ERR_INVALID;
+}
+const char *ix_preempt_mode_name(ix_preempt_mode m) { return (unsigned)m < 2 ? k_preempt[m] : "?"; }
+
+ix_sched_params ix_sched_default_params(void) {
+    return (ix_sched_params){IX_SCHED_FCFS, IX_PREEMPT_RECOMPUTE, 64, 512};
+}
+
+/* ---- queues ------------------------------------------------------------------ */
+
+/* Whether a goes before b under the policy (admission order; victims are taken
+ * from the other end). */
+static bool before(const ix_sched *s, const ix_sched_item *a, const ix_sched_item *b) {
+    switch (s->p.policy) {
+    case IX_SCHED_PRIORITY:
+        if (a->priority != b->priority) return a->priority > b->priority;
+        break;
+    case IX_SCHED_DEADLINE:
+        if ((a->deadline_ns != 0) != (b->deadline_ns != 0)) return a->deadline_ns != 0;
+        if (a->deadline_ns != b->deadline_ns) return a->deadline_ns < b->deadline_ns;
+        break;
+    case IX_SCHED_FCFS:
+        break;
+    }
+    if (a->arrival_ns != b->arrival_ns) return a->arrival_ns < b->arrival_ns;
+    return a->id < b->id;
+}
+
+static queue *queue_of(ix_sched *s, ix_sched_state st) {
+    return st == IX_SCHED_WAITING ? &s->waiting : st == IX_SCHED_RUNNING ? &s->running
+                                  : st == IX_SCHED_SWAPPED ? &s->swapped : NULL;
+}
+
+static void q_insert(ix_sched *s, queue *q, ix_sched_item *it) {
+    ix_sched_item *at = q->tail;
+    while (at && before(s, it, at)) at = at->prev;
+    it->prev = at;
+    it->next = at ? at->next : q->head;
+    if (it->next) it->next->prev = it; else q->tail = it;
+    if (at) at->next = it; else q->head = it;
+    q->n++;
+}
+
+static void q_unlink(queue *q, ix_sched_item *it) {
+    if (it->prev) it->prev->next = it->next; else q->head = it->next;
+    if (it->next) it->next->prev = it->prev; else q->tail = it->prev;
+    it->prev = it->next = NULL;
+    q->n--;
+}
+
+static void move_to(ix_sched *s, ix_sched_item *it, ix_sched_state st) {
+    queue *from = queue_of(s, it->state);
+    if (from) q_unlink(from, it);
+    it->state = st;
+    queue *to = queue_of(s, st);
+    if (to) q_insert(s, to, it);
+}
+
+/* ---- lifecycle ------------------------------------------------------------------ */
+
+ix_status ix_sched_create(ix_sched **out, const ix_sched_params *p, ix_kv *kv, ix_errbuf *err) {
+    *out = NULL;
+    if ((unsigned)p->policy > IX_SCHED_DEADLINE || (unsigned)p->preempt > IX_PREEMPT_SWAP)
+        return ix_errf(err, IX_ERR_INVALID, "unknown scheduling policy or preemption mode");
+    if (p->max_num_seqs < 1 || p->max_num_seqs > 4096 || p->max_num_batched_tokens < 1 ||
+        p->max_num_batched_tokens > 65536)
+        return ix_errf(err, IX_ERR_INVALID, "max_num_seqs must be in [1, 4096] and "
+                                            "max_num_batched_tokens in [1, 65536]");
+    ix_sched *s = ix_calloc(1, sizeof *s);
+    if (!s) return ix_errf(err, IX_ERR_NOMEM, "out of memory");
+    s->p = *p;
+    s->kv = kv;
+    ix_kv_layout lay;
+    ix_kv_get_layout(kv, &lay);
+    s->block_size = lay.block_size;
+    s->work_cap = p->max_num_seqs * IX_SCHED_MAX_SEQS + p->max_num_batched_tokens;
+    s->work = ix_malloc((size_t)s->work_cap * sizeof *s->work);
+    s->list_cap = 0;
+    if (!s->work) {
+        ix_sched_destroy(s);
+        return ix_errf(err, IX_ERR_NOMEM, "out of memory");
+    }
+    *out = s;
+    return IX_OK;
+}
+
+void ix_sched_destroy(ix_sched *s) {
+    if (!s) return;
+    ix_free(s->work);
+    ix_free(s->lists);
+    ix_free(s);
+}
+
+void ix_sched_add(ix_sched *s, ix_sched_item *it) {
+    it->state = IX_SCHED_DONE;
+    it->prev = it->next = NULL;
+    move_to(s, it, IX_SCHED_WAITING);
+}
+
+void ix_sched_remove(ix_sched *s, ix_sched_item *it) {
+    queue *q = queue_of(s, it->state);
+    if (q) q_unlink(q, it);
+    it->state = IX_SCHED_DONE;
+}
+
+void ix_sched_get_stats(const ix_sched *s, ix_sched_stats *out) {
+    *out = s->stats;
+    out->n_waiting = s->waiting.n;
+    out->n_running = s->running.n;
+    out->n_swapped = s->swapped.n;
+}
+
+void ix_sched_observe_step(ix_sched *s, int32_t n_tokens, uint64_t elapsed_ns) {
+    if (n_tokens <= 0) return;
+    double per_tok = (double)elapsed_ns / n_tokens;
+    s->ns_per_step = s->ns_per_step ? 0.8 * s->ns_per_step + 0.2 * (double)elapsed_ns : (double)elapsed_ns;
+    s->ns_per_token = s->ns_per_token ? 0.8 * s->ns_per_token + 0.2 * per_tok : per_tok;
+}
+
+/* ---- per-item arithmetic ------------------------------------------------------------ */
+
+static int32_t seq_total(const ix_sched_item *it, int i) { return it->n_prompt + it->n_generated[i]; }
+static int32_t seq_pending(const ix_sched_item *it, int i) {
+    return it->finished[i] ? 0 : seq_total(it, i) - it->n_computed[i];
+}
+static bool seq_decoding(const ix_sched_item *it, int i) {
+    return !it->finished[i] && it->n_generated[i] > 0 && seq_pending(it, i) == 1;
+}
+static int32_t live_seqs(const ix_sched_item *it) {
+    int32_t n = 0;
+    for (int i = 0; i < it->n_seqs; i++) n += !it->finished[i];
+    return n;
+}
+/* Sequences the item will occupy once running (its choices). */
+static int32_t seat_count(const ix_sched_item *it) {
+    int32_t n = it->n_seqs > 1 ? live_seqs(it) : it->n_choices;
+    return n > 0 ? n : 1;
+}
+
+static int32_t running_seats(const ix_sched *s) {
+    int32_t n = 0;
+    for (ix_sched_item *it = s->running.head; it; it = it->next) n += seat_count(it);
+    return n;
+}
+
+/* ---- preemption ------------------------------------------------------------------- */
+
+static void preempt_recompute(ix_sched *s, ix_sched_item *it) {
+    for (int i = 0; i < it->n_seqs; i++) {
+        if (it->seqs[i] >= 0) ix_kv_seq_free(s->kv, it->seqs[i]);
+        it->seqs[i] = -1;
+        it->n_computed[i] = 0;
+    }
+    it->n_preemptions++;
+    s->stats.n_preempt_recompute++;
+    move_to(s, it, IX_SCHED_WAITING);
+}
+
+/* Preempts it and drops the work already planned for it; returns the tokens
+ * that work held (they go back to the step's budget). */
+static int32_t preempt(ix_sched *s, ix_sched_item *it, ix_sched_plan *plan) {
+    bool swapped = false;
+    if (s->p.preempt == IX_PREEMPT_SWAP) {
+        int i;
+        swapped = true;
+        for (i = 0; i < it->n_seqs; i++) {
+            if (it->seqs[i] < 0) continue;
+            if (ix_kv_seq_swap_out(s->kv, it->seqs[i]) != IX_OK) {
+                swapped = false;
+                break;
+            }
+        }
+        if (!swapped) /* swap tier full: undo, then recompute */
+            for (int k = 0; k < i; k++)
+                if (it->seqs[k] >= 0) ix_kv_seq_swap_in(s->kv, it->seqs[k]);
+    }
+    if (swapped) {
+        it->n_preemptions++;
+        s->stats.n_preempt_swap++;
+        move_to(s, it, IX_SCHED_SWAPPED);
+    } else {
+        preempt_recompute(s, it);
+    }
+    int32_t k = 0, freed = 0;
+    for (int32_t w = 0; w < plan->n_work; w++) {
+        if (plan->work[w].item == it) {
+            freed += plan->work[w].n_tokens;
+            continue;
+        }
+        plan->work[k++] = plan->work[w];
+    }
+    plan->n_work = k;
+    plan->n_tokens -= freed;
+    plan->preempted[plan->n_preempted++] = it;
+    return freed;
+}
+
+static bool preempted_now(const ix_sched_plan *plan, const ix_sched_item *it) {
+    for (int32_t i = 0; i < plan->n_preempted; i++)
+        if (plan->preempted[i] == it) return true;
+    return false;
+}
+
+/* ---- planning ------------------------------------------------------------------------- */
+
+static ix_status ensure_lists(ix_sched *s) {
+    int32_t need = s->waiting.n + s->running.n + s->swapped.n + 1;
+    if (need <= s->list_cap) return IX_OK;
+    int32_t cap = s->list_cap ? s->list_cap : 64;
+    while (cap < need) cap *= 2;
+    ix_sched_item **l = ix_realloc(s->lists, (size_t)cap * 3 * sizeof *l);
+    if (!l) return IX_ERR_NOMEM;
+    s->lists = l;
+    s->list_cap = cap;
+    return IX_OK;
+}
+
+static void add_work(ix_sched_plan *plan, ix_sched_item *it, int i, int32_t n, bool decode) {
+    plan->work[plan->n_work++] = (ix_sched_work){it, i, n, decode};
+    plan->n_tokens += n;
+}
+
+/* Largest chunk of at most want tokens that seq can append within avail blocks. */
+static int32_t fit_chunk(const ix_sched *s, int32_t seq, int32_t want, int64_t avail) {
+    if (want <= 0) return 0;
+    if (ix_kv_seq_blocks_needed(s->kv, seq, want) <= avail) return want;
+    int32_t lo = 0, hi = want; /* blocks_needed is monotone in n */
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo + 1) / 2;
+        if (ix_kv_seq_blocks_needed(s->kv, seq, mid) <= avail) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* Earliest time the item could finish if started now: its prefill plus one
+ * decode step. Used only to shed what is certainly late. */
+static bool certainly_late(const ix_sched *s, const ix_sched_item *it, uint64_t now) {
+    if (!it->deadline_ns) return false;
+    if (now >= it->deadline_ns) return true;
+    if (!s->ns_per_token) return false;
+    double est = (double)(it->n_prompt - it->n_computed[0]) * s->ns_per_token + s->ns_per_step;
+    return (double)now + est > (double)it->deadline_ns;
+}
+
+/* Blocks the running items' next decode tokens need. */
+static int64_t decode_need(const ix_sched *s) {
+    int64_t need = 0;
+    for (ix_sched_item *it = s->running.head; it; it = it->next)
+        for (int i = 0; i < it->n_seqs; i++)
+            if (seq_decoding(it, i)) need += ix_kv_seq_blocks_needed(s->kv, it->seqs[i], 1);
+    return need;
+}
+
+ix_status ix_sched_plan_step(ix_sched *s, uint64_t now, ix_sched_admit_fn admit_fn, void *ctx,
+                             ix_sched_plan *plan) {
+    memset(plan, 0, sizeof *plan);
+    if (ensure_lists(s) != IX_OK) return IX_ERR_NOMEM;
+    plan->work = s->work;
+    plan->preempted = s->lists;
+    plan->admitted = s->lists + s->list_cap;
+    plan->expired = s->lists + 2 * s->list_cap;
+    int32_t budget = s->p.max_num_batched_tokens;
+
+    /* 1. Decodes of running items; preempt from the back until they fit. */
+    while (s->running.n > 0 && decode_need(s) > ix_kv_n_available(s->kv)) {
+        if (s->running.n == 1) break; /* alone and still too big: the engine sees IX_FULL */
+        budget += preempt(s, s->running.tail, plan);
+    }
+    for (ix_sched_item *it = s->running.head; it; it = it->next)
+        for (int i = 0; i < it->n_seqs; i++)
+            if (seq_decoding(it, i) && budget > 0) {
+                add_work(plan, it, i, 1, true);
+                budget--;
+            }
+
+    /* 2. Prefill chunks of running items (chunked prefill, resumed recomputes).
+     * If running items exist but none can move (their next chunks do not fit),
+     * preempt from the back until one can: progress is never blocked. */
+    int64_t avail, planned; /* blocks the planned prefill chunks will take */
+    for (;;) {
+        planned = 0;
+        avail = ix_kv_n_available(s->kv) - decode_need(s);
+        for (ix_sched_item *it = s->running.head; it && budget > 0; it = it->next) {
+            for (int i = 0; i < it->n_seqs && budget > 0; i++) {
+                int32_t pend = seq_pending(it, i);
+                if (pend <= 0 || seq_decoding(it, i)) continue;
+                int32_t want = pend < budget ? pend : budget;
+                int32_t n = fit_chunk(s, it->seqs[i], want, avail);
+                if (n <= 0) continue;
+                int64_t nb = ix_kv_seq_blocks_needed(s->kv, it->seqs[i], n);
+                avail -= nb;
+                planned += nb;
+                add_work(plan, it, i, n, false);
+                budget -= n;
+            }
+        }
+        if (plan->n_work > 0 || s->running.n <= 1) break;
+        budget += preempt(s, s->running.tail, plan);
+    }
+    int32_t seats = running_seats(s);
+    /* 3. Swapped items come back first (they hold generated state). */
+    for (ix_sched_item *it = s->swapped.head, *next; it; it = next) {
+        next = it->next;
+        int64_t need = 0;
+        for (int i = 0; i < it->n_seqs; i++) {
+            ix_kv_seq_info info;
+            if (it->seqs[i] >= 0 && ix_kv_seq_get_info(s->kv, it->seqs[i], &info) == IX_OK)
+                need += info.n_blocks_held + 1; /* + room for the next token */
+        }
+        if (seats + seat_count(it) > s->p.max_num_seqs || need > avail) break;
+        bool ok = true;
+        for (int i = 0; i < it->n_seqs && ok; i++)
+            if (it->seqs[i] >= 0) ok = ix_kv_seq_swap_in(s->kv, it->seqs[i]) == IX_OK;
+        if (!ok) { /* cannot happen after the check above; recompute rather than stall */
+            preempt_recompute(s, it);
+            break;
+        }
+        move_to(s, it, IX_SCHED_RUNNING);
+        seats += seat_count(it);
+        /* Its work starts in this step: a plan must move what it admits. */
+        avail = ix_kv_n_available(s->kv) - decode_need(s) - planned;
+        for (int i = 0; i < it->n_seqs && budget > 0; i++) {
+            int32_t pend = seq_pending(it, i);
+            if (pend <= 0) continue;
+            if (seq_decoding(it, i)) {
+                add_work(plan, it, i, 1, true);
+                budget--;
+                continue;
+            }
+            int32_t n = fit_chunk(s, it->seqs[i], pend < budget ? pend : budget, avail);
+            if (n <= 0) continue;
+            int64_t nb = ix_kv_seq_blocks_needed(s->kv, it->seqs[i], n);
+            avail -= nb;
+            planned += nb;
+            add_work(plan, it, i, n, false);
+            budget -= n;
+        }
+    }
+
+    /* 4. Admit waiting items in policy order. */
+    for (ix_sched_item *it = s->waiting.head, *next; it; it = next) {
+        next = it->next;
+        if (preempted_now(plan, it)) continue; /* no thrashing within one step */
+        if (s->p.policy == IX_SCHED_DEADLINE && certainly_late(s, it, now)) {
+            ix_sched_remove(s, it);
+            s->stats.n_expired++;
+            plan->expired[plan->n_expired++] = it;
+            continue;
+        }
+        if (budget <= 0 || seats + seat_count(it) > s->p.max_num_seqs) break;
+        /* Room for the whole prompt (minus cached blocks) plus one decode
+         * block per choice, so an admitted item does not stall mid-prefill. */
+        int64_t need = 0;
+        int32_t n_cached = 0;
+        for (int i = 0; i < (it->n_seqs > 1 ? it->n_seqs : 1); i++) {
+            if (it->finished[i]) continue;
+            int64_t nb = 0;
+            int32_t total = seq_total(it, i);
+            /* prefix matching knows the prompt only; generated tokens of a
+             * recomputed choice need fresh blocks */
+            ix_kv_prefix_match(s->kv, it->ns, it->prompt, it->n_prompt, &n_cached, &nb);
+            need += nb + (total - it->n_prompt + s->block_size - 1) / s->block_size + 1;
+        }
+        need += it->n_seqs > 1 ? 0 : it->n_choices - 1;
+        if (need > avail && s->p.policy == IX_SCHED_PRIORITY) {
+            /* A higher-priority item preempts lower-priority running ones. */
+            while (need > avail && s->running.tail && s->running.tail->priority < it->priority) {
+                ix_sched_item *victim = s->running.tail;
+                budget += preempt(s, victim, plan);
+                seats -= seat_count(victim);
+                avail = ix_kv_n_available(s->kv) - decode_need(s) - planned;
+            }
+        }
+        if (need > avail) break;
+        if (admit_fn(ctx, it) != IX_OK) break;
+        move_to(s, it, IX_SCHED_RUNNING);
+        plan->admitted[plan->n_admitted++] = it;
+        seats += seat_count(it);
+        for (int i = 0; i < it->n_seqs && budget > 0; i++) {
+            int32_t pend = seq_pending(it, i);
+            int32_t want = pend < budget ? pend : budget;
+            int32_t n = fit_chunk(s, it->seqs[i], want, avail);
+            if (n <= 0) continue;
+            int64_t nb = ix_kv_seq_blocks_needed(s->kv, it->seqs[i], n);
+            avail -= nb;
+            planned += nb;
+            add_work(plan, it, i, n, false);
+            budget -= n;
+        }
+    }
+    return IX_OK;
+}

@@ -1,0 +1,10 @@
+# inferx command-line tests: run the real binary (when src/cli is built).
+if(TARGET inferx)
+  add_test(NAME cli_info
+    COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/cli_info_test.sh $<TARGET_FILE:inferx>
+            ${INFERX_SOURCE_DIR} ${INFERX_SHARED_DIR} ${CMAKE_CURRENT_BINARY_DIR})
+  add_test(NAME cli_info_vocab
+    COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/cli_info_test.sh $<TARGET_FILE:inferx>
+            ${INFERX_SOURCE_DIR} ${INFERX_SHARED_DIR} ${CMAKE_CURRENT_BINARY_DIR} --vocab)
+  set_tests_properties(cli_info cli_info_vocab PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
+endif()

@@ -1,0 +1,53 @@
+#!/bin/sh
+# `inferx bench` end to end on the bundled model: --json parses and holds
+# every figure, the table names both tests, bad input fails with a message.
+# usage: cli_bench_test.sh INFERX BENCH_JSON_CHECK SOURCE_DIR TMP_DIR
+set -u
+bin=$1 check=$2 src=$3 tmp=$4
+model=$src/models/target-f16.gguf
+out=
+
+fail() {
+    echo "FAIL: $*" >&2
+    printf '%s\n' "$out" >&2
+    exit 1
+}
+expect() {
+    printf '%s\n' "$out" | grep -F -q -- "$1" || fail "output lacks '$1'"
+}
+expect_exit() {
+    want=$1
+    shift
+    "$bin" "$@" >/dev/null 2>"$tmp/cli_bench_err"
+    rc=$?
+    out=$(cat "$tmp/cli_bench_err")
+    [ "$rc" -eq "$want" ] || fail "inferx $* exited $rc, want $want"
+    [ -s "$tmp/cli_bench_err" ] || fail "inferx $* printed no error"
+}
+
+# A 64 MiB bandwidth buffer keeps the test quick under sanitizers.
+"$bin" bench -m "$model" -p 16 -n 4 -r 1 --json --bw-mib 64 >"$tmp/cli_bench.json" 2>"$tmp/cli_bench_err" ||
+    { out=$(cat "$tmp/cli_bench_err"); fail "bench --json exited $?"; }
+out=$("$check" "$tmp/cli_bench.json" n_prompt=16 n_gen=4 reps=1 2>&1) || fail "bench --json: $(cat "$tmp/cli_bench.json")"
+
+out=$("$bin" bench -m "$model" -p 8 -n 2 -r 2 -t 1 --bw-mib 16 2>&1) || fail "bench exited $?"
+expect " pp8 |"
+expect " tg2 |"
+expect "memory read bandwidth:"
+expect "decode bound:"
+out=$("$bin" bench -m "$model" -p 0 -n 2 -r 1 --json --bw-mib 16 2>&1) || fail "bench -p 0 exited $?"
+expect '"prefill_tokens_per_s": null'
+out=$("$bin" bench --help) || fail "--help exited $?"
+expect "usage: inferx bench"
+
+expect_exit 2 bench -m "$model" -r 0
+expect_exit 2 bench -m "$model" -p abc
+expect_exit 2 bench -m "$model" -p 0 -n 0
+expect_exit 2 bench -m "$model" -t
+expect_exit 2 bench -m "$model" --bogus
+expect_exit 1 bench -m "$tmp/cli_bench_missing.gguf"
+expect "cannot open"
+expect_exit 1 bench -m "$model" -p 4096 -n 4
+expect "context"
+rm -f "$tmp/cli_bench.json" "$tmp/cli_bench_err"
+echo ok

@@ -1,0 +1,2 @@
+pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson)
+ix_add_test(test_model SOURCES test_model.c LIBS ix_model PkgConfig::JANSSON m TIMEOUT 600)

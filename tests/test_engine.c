@@ -1,0 +1,413 @@
+/* engine + sched: continuous batching on the bundled model.
+ *   - batch invariance: greedy tokens alone == batched with chunked prefill
+ *   - preemption invariance (recompute and swap) under a tiny KV pool
+ *   - prefix-cache invariance (hit or miss, same tokens; cached tokens reported)
+ *   - cancel frees every block; the pool is empty after every test
+ *   - n > 1 forks the prefilled prompt; policies order work as documented
+ *   - bad requests are refused at submit */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "inferx/engine.h"
+
+#define MODEL IX_SOURCE_DIR "/models/target-f16.gguf"
+#define N_REQ 8
+#define N_NEW 24
+
+static ix_model *g_model;
+static ix_token_vec g_prompts[N_REQ];
+
+static const char *const k_texts[N_REQ] = {
+    "It was on this point that she had",
+    "To Anne herself it was most distressing to",
+    "She then found that it consisted of Mrs",
+    "They found Mrs Musgrove and her daughter within",
+    "Charles and Mary still talked on in the",
+    "Mr. Darcy",
+    ("It is a truth universally acknowledged, that a single man in possession of a good fortune, "
+     "must be in want of a wife. However little known the feelings or views of such a man may be"),
+    "Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy disposition,",
+};
+
+static int setup(void **state) {
+    (void)state;
+    ix_errbuf err;
+    if (ix_model_load(&g_model, MODEL, &err) != IX_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        return -1;
+    }
+    const ix_tokenizer *t = ix_model_tokenizer(g_model);
+    for (int i = 0; i < N_REQ; i++)
+        ix_tokenizer_encode(t, k_texts[i], strlen(k_texts[i]), IX_TOK_ADD_SPECIAL, &g_prompts[i], NULL);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    for (int i = 0; i < N_REQ; i++) ix_token_vec_free(&g_prompts[i]);
+    ix_model_destroy(g_model);
+    return 0;
+}
+
+static ix_engine *mk_engine(ix_engine_params p) {
+    ix_engine *e;
+    ix_errbuf err = {{0}};
+    p.n_threads = 2;
+    if (ix_engine_create(&e, g_model, &p, &err) != IX_OK) fail_msg("engine: %s", err.msg);
+    return e;
+}
+
+static ix_request_params greedy_req(int i) {
+    ix_request_params r = ix_request_default_params();
+    r.prompt = g_prompts[i].ids;
+    r.n_prompt = g_prompts[i].n;
+    r.sample.temperature = 0;
+    r.max_tokens = N_NEW;
+    r.ignore_eos = true;
+    return r;
+}
+
+static void assert_pool_empty(ix_engine *e) {
+    ix_engine_stats st;
+    ix_engine_get_stats(e, &st);
+    assert_int_equal(st.kv.n_blocks_used, 0);
+    assert_int_equal(st.n_running + st.n_waiting + st.n_swapped, 0);
+}
+
+/* Reference: each prompt alone, whole-prompt prefill, ample memory. */
+static ix_token g_ref[N_REQ][N_NEW];
+
+static void run_all(ix_engine *e, ix_generation *g) {
+    ix_request_params reqs[N_REQ];
+    for (int i = 0; i < N_REQ; i++) reqs[i] = greedy_req(i);
+    ix_errbuf err = {{0}};
+    assert_int_equal(ix_engine_generate(e, reqs, N_REQ, g, &err), IX_OK);
+}
+
+static void check_same_as_ref(ix_generation *g, const char *what) {
+    for (int i = 0; i < N_REQ; i++) {
+        assert_int_equal(g[i].info.reason, IX_FINISH_LENGTH);
+        assert_int_equal(g[i].tokens[0].n, N_NEW);
+        for (int k = 0; k < N_NEW; k++)
+            if (g[i].tokens[0].ids[k] != g_ref[i][k])
+                fail_msg("%s: request %d token %d is %d, alone it is %d", what, i, k, g[i].tokens[0].ids[k],
+                         g_ref[i][k]);
+        ix_generation_free(&g[i]);
+    }
+}
+
+static void test_reference_and_batch_invariance(void **state) {
+    (void)state;
+    ix_engine_params p = ix_engine_default_params();
+    p.enable_prefix_cache = false;
+    ix_engine *e = mk_engine(p);
+    for (int i = 0; i < N_REQ; i++) {
+        ix_request_params r = greedy_req(i);
+        ix_generation g;
+        assert_int_equal(ix_engine_generate(e, &r, 1, &g, NULL), IX_OK);
+        assert_int_equal(g.tokens[0].n, N_NEW);
+        memcpy(g_ref[i], g.tokens[0].ids, sizeof g_ref[i]);
+        assert_int_equal(g.info.usage.prompt_tokens, (int)g_prompts[i].n);
+        assert_int_equal(g.info.usage.completion_tokens, N_NEW);
+        assert_true(g.info.timings.first_token_ms > 0);
+        ix_generation_free(&g);
+    }
+    assert_pool_empty(e);
+    ix_engine_destroy(e);
+
+    /* All at once, prefill in chunks of 5 tokens mixed with decodes. */
+    p.sched.max_num_batched_tokens = 5 + N_REQ;
+    e = mk_engine(p);
+    ix_generation g[N_REQ];
+    run_all(e, g);
+    check_same_as_ref(g, "batched, chunked prefill");
+    assert_pool_empty(e);
+    ix_engine_destroy(e);
+}
+
+static void preemption(ix_preempt_mode mode) {
+    ix_engine_params p = ix_engine_default_params();
+    p.sched.preempt = mode;
+    p.kv_blocks = 9; /* 144 token slots for 8 requests of 7-45 prompt + 24 new tokens */
+    p.kv_block_size = 16;
+    p.kv_swap_blocks = 64;
+    ix_engine *e = mk_engine(p);
+    ix_generation g[N_REQ];
+    run_all(e, g);
+    check_same_as_ref(g, ix_preempt_mode_name(mode));
+    ix_engine_stats st;
+    ix_engine_get_stats(e, &st);
+    fprintf(stderr, "  %s: %llu recompute, %llu swap preemptions\n", ix_preempt_mode_name(mode),
+            (unsigned long long)st.n_preempt_recompute, (unsigned long long)st.n_preempt_swap);
+    if (mode == IX_PREEMPT_SWAP)
+        assert_true(st.n_preempt_swap > 0);
+    else
+        assert_true(st.n_preempt_recompute > 0);
+    assert_int_equal(st.n_finished, N_REQ);
+    assert_pool_empty(e);
+    ix_engine_destroy(e);
+}
+
+static void test_preemption_recompute(void **state) {
+    (void)state;
+    preemption(IX_PREEMPT_RECOMPUTE);
+}
+
+static void test_preemption_swap(void **state) {
+    (void)state;
+    preemption(IX_PREEMPT_SWAP);
+}
+
+static void test_prefix_cache(void **state) {
+    (void)state;
+    ix_engine *e = mk_engine(ix_engine_default_params());
+    int i = 6; /* the longest prompt: several full blocks */
+    for (int round = 0; round < 2; round++) {
+        ix_request_params r = greedy_req(i);
+        ix_generation g;
+        assert_int_equal(ix_engine_generate(e, &r, 1, &g, NULL), IX_OK);
+        assert_memory_equal(g.tokens[0].ids, g_ref[i], sizeof g_ref[i]);
+        if (round == 0)
+            assert_int_equal(g.info.usage.cached_prompt_tokens, 0);
+        else
+            assert_true(g.info.usage.cached_prompt_tokens >= 16);
+        ix_generation_free(&g);
+    }
+    /* Another namespace never sees those blocks. */
+    ix_request_params r = greedy_req(i);
+    r.cache_ns = 42;
+    ix_generation g;
+    assert_int_equal(ix_engine_generate(e, &r, 1, &g, NULL), IX_OK);
+    assert_int_equal(g.info.usage.cached_prompt_tokens, 0);
+    assert_memory_equal(g.tokens[0].ids, g_ref[i], sizeof g_ref[i]);
+    ix_generation_free(&g);
+    assert_pool_empty(e);
+    ix_engine_destroy(e);
+}
+
+typedef struct cancel_ctx {
+    ix_engine *e;
+    int n_tokens;
+    ix_finish_reason reason;
+    bool finished;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} cancel_ctx;
+
+static void cancel_on_token(void *user, const ix_token_event *ev) {
+    cancel_ctx *c = user;
+    if (++c->n_tokens == 3) ix_engine_cancel(c->e, ev->id);
+}
+
+static void cancel_on_finish(void *user, const ix_finish_info *info) {
+    cancel_ctx *c = user;
+    pthread_mutex_lock(&c->mu);
+    c->reason = info->reason;
+    c->finished = true;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void test_cancel(void **state) {
+    (void)state;
+    ix_engine *e = mk_engine(ix_engine_default_params());
+    cancel_ctx c = {e, 0, IX_FINISH_NONE, false, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+    ix_request_params r = greedy_req(0);
+    r.max_tokens = 400;
+    r.cb = (ix_request_callbacks){cancel_on_token, cancel_on_finish, &c};
+    uint64_t id;
+    assert_int_equal(ix_engine_submit(e, &r, &id, NULL), IX_OK);
+    pthread_mutex_lock(&c.mu);
+    while (!c.finished) pthread_cond_wait(&c.cv, &c.mu);
+    pthread_mutex_unlock(&c.mu);
+    assert_int_equal(c.reason, IX_FINISH_ABORT);
+    assert_true(c.n_tokens >= 3 && c.n_tokens <= 5); /* stopped within a step or two */
+    ix_engine_cancel(e, id);                         /* unknown now: ignored */
+    ix_engine_cancel(e, 999999);
+    ix_engine_destroy(e); /* the thread has published the freed pool before finishing */
+}
+
+static void test_n_choices(void **state) {
+    (void)state;
+    ix_engine *e = mk_engine(ix_engine_default_params());
+    ix_request_params r = greedy_req(1);
+    r.n = 3;
+    ix_generation g;
+    assert_int_equal(ix_engine_generate(e, &r, 1, &g, NULL), IX_OK);
+    assert_int_equal(g.info.n_choices, 3);
+    for (int c = 0; c < 3; c++) {
+        assert_int_equal(g.tokens[c].n, N_NEW);
+        assert_memory_equal(g.tokens[c].ids, g_ref[1], sizeof g_ref[1]); /* greedy: all equal */
+    }
+    assert_int_equal(g.info.usage.completion_tokens, 3 * N_NEW);
+    ix_generation_free(&g);
+    ix_engine_stats st;
+    ix_engine_get_stats(e, &st);
+    assert_true(st.kv.n_forks >= 2);
+
+    r.sample.temperature = 1.0f;
+    r.sample.seed = 5;
+    assert_int_equal(ix_engine_generate(e, &r, 1, &g, NULL), IX_OK);
+    bool differ = memcmp(g.tokens[0].ids, g.tokens[1].ids, N_NEW * sizeof(ix_token)) != 0 ||
+                  memcmp(g.tokens[0].ids, g.tokens[2].ids, N_NEW * sizeof(ix_token)) != 0;
+    assert_true(differ);
+    /* Same seed again: same three streams. */
+    ix_generation g2;
+    assert_int_equal(ix_engine_generate(e, &r, 1, &g2, NULL), IX_OK);
+    for (int c = 0; c < 3; c++) assert_memory_equal(g.tokens[c].ids, g2.tokens[c].ids, N_NEW * sizeof(ix_token));
+    ix_generation_free(&g);
+    ix_generation_free(&g2);
+    assert_pool_empty(e);
+    ix_engine_destroy(e);
+}
+
+/* Completion order under each policy, one sequence at a time. */
+typedef struct order_ctx {
+    uint64_t ids[8];
+    ix_finish_reason reasons[8];
+    int n;
+} order_ctx;
+
+static void order_on_finish(void *user, const ix_finish_info *info) {
+    order_ctx *o = user;
+    o->reasons[o->n] = info->reason;
+    o->ids[o->n++] = info->id;
+}
+
+static void test_policies(void **state) {
+    (void)state;
+    ix_engine_params p = ix_engine_default_params();
+    p.start_thread = false;
+    p.sched.max_num_seqs = 1;
+    /* priority: higher first, ties in arrival order */
+    p.sched.policy = IX_SCHED_PRIORITY;
+    ix_engine *e = mk_engine(p);
+    order_ctx o = {{0}, {0}, 0};
+    int prios[4] = {0, 5, 1, 5};
+    uint64_t ids[4];
+    for (int i = 0; i < 4; i++) {
+        ix_request_params r = greedy_req(i);
+        r.max_tokens = 2;
+        r.priority = prios[i];
+        r.cb = (ix_request_callbacks){NULL, order_on_finish, &o};
+        assert_int_equal(ix_engine_submit(e, &r, &ids[i], NULL), IX_OK);
+    }
+    bool did = true;
+    while (o.n < 4) assert_int_equal(ix_engine_step(e, &did), IX_OK);
+    assert_int_equal(o.ids[0], ids[1]);
+    assert_int_equal(o.ids[1], ids[3]);
+    assert_int_equal(o.ids[2], ids[2]);
+    assert_int_equal(o.ids[3], ids[0]);
+    ix_engine_destroy(e);
+
+    /* deadline: earliest first, no deadline last; a passed deadline is shed */
+    p.sched.policy = IX_SCHED_DEADLINE;
+    e = mk_engine(p);
+    memset(&o, 0, sizeof o);
+    int64_t dl[4] = {60000, 0, 20000, 1};
+    for (int i = 0; i < 4; i++) {
+        ix_request_params r = greedy_req(i);
+        r.max_tokens = 2;
+        r.deadline_ms = dl[i];
+        r.cb = (ix_request_callbacks){NULL, order_on_finish, &o};
+        assert_int_equal(ix_engine_submit(e, &r, &ids[i], NULL), IX_OK);
+    }
+    struct timespec ts = {0, 5 * 1000 * 1000};
+    nanosleep(&ts, NULL); /* request 3's 1 ms deadline passes while it waits */
+    while (o.n < 4) assert_int_equal(ix_engine_step(e, &did), IX_OK);
+    assert_int_equal(o.ids[0], ids[3]);
+    assert_int_equal(o.reasons[0], IX_FINISH_DEADLINE);
+    assert_int_equal(o.ids[1], ids[2]);
+    assert_int_equal(o.ids[2], ids[0]);
+    assert_int_equal(o.ids[3], ids[1]);
+    assert_int_equal(o.reasons[3], IX_FINISH_LENGTH);
+    ix_engine_stats st;
+    ix_engine_get_stats(e, &st);
+    assert_int_equal(st.n_deadline_shed, 1);
+    ix_engine_destroy(e);
+
+    /* fcfs */
+    p.sched.policy = IX_SCHED_FCFS;
+    e = mk_engine(p);
+    memset(&o, 0, sizeof o);
+    for (int i = 0; i < 4; i++) {
+        ix_request_params r = greedy_req(i);
+        r.max_tokens = 2;
+        r.priority = prios[i]; /* ignored */
+        r.cb = (ix_request_callbacks){NULL, order_on_finish, &o};
+        assert_int_equal(ix_engine_submit(e, &r, &ids[i], NULL), IX_OK);
+    }
+    while (o.n < 4) assert_int_equal(ix_engine_step(e, &did), IX_OK);
+    for (int i = 0; i < 4; i++) assert_int_equal(o.ids[i], ids[i]);
+    assert_pool_empty(e);
+    ix_engine_destroy(e);
+}
+
+static void test_stops_and_bad_requests(void **state) {
+    (void)state;
+    ix_engine *e = mk_engine(ix_engine_default_params());
+    /* The reference continuation of prompt 0 contains "whole party": stop there. */
+    ix_request_params r = greedy_req(0);
+    const char *stop[] = {"whole"};
+    r.stop = stop;
+    r.n_stop = 1;
+    ix_generation g;
+    assert_int_equal(ix_engine_generate(e, &r, 1, &g, NULL), IX_OK);
+    assert_int_equal(g.info.reason, IX_FINISH_STOP);
+    assert_non_null(g.text[0].data);
+    assert_null(strstr(g.text[0].data, "whole"));
+    assert_string_equal(g.text[0].data, " been able to give up the ");
+    ix_generation_free(&g);
+
+    r = greedy_req(0);
+    r.stop_token_ids = &g_ref[0][2];
+    r.n_stop_token_ids = 1;
+    assert_int_equal(ix_engine_generate(e, &r, 1, &g, NULL), IX_OK);
+    assert_int_equal(g.info.reason, IX_FINISH_STOP);
+    assert_int_equal(g.tokens[0].n, 3);
+    ix_generation_free(&g);
+
+    ix_errbuf err = {{0}};
+    r = greedy_req(0);
+    r.n_prompt = 0;
+    assert_int_equal(ix_engine_submit(e, &r, NULL, &err), IX_ERR_INVALID);
+    static ix_token long_prompt[600];
+    for (int i = 0; i < 600; i++) long_prompt[i] = 100;
+    r = greedy_req(0);
+    r.prompt = long_prompt;
+    r.n_prompt = 600;
+    assert_int_equal(ix_engine_submit(e, &r, NULL, &err), IX_ERR_TOO_LONG);
+    assert_non_null(strstr(err.msg, "context"));
+    long_prompt[3] = 4096;
+    r.n_prompt = 10;
+    assert_int_equal(ix_engine_submit(e, &r, NULL, &err), IX_ERR_INVALID);
+    r = greedy_req(0);
+    r.sample.top_p = 2;
+    assert_int_equal(ix_engine_submit(e, &r, NULL, &err), IX_ERR_INVALID);
+    r = greedy_req(0);
+    r.n = 17;
+    assert_int_equal(ix_engine_submit(e, &r, NULL, &err), IX_ERR_INVALID);
+    assert_pool_empty(e);
+    ix_engine_destroy(e);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reference_and_batch_invariance),
+        cmocka_unit_test(test_preemption_recompute),
+        cmocka_unit_test(test_preemption_swap),
+        cmocka_unit_test(test_prefix_cache),
+        cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_n_choices),
+        cmocka_unit_test(test_policies),
+        cmocka_unit_test(test_stops_and_bad_requests),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,288 @@
+/* model: the forward pass against the PyTorch reference (golden.json): greedy
+ * tokens for target-f32 / target-f16 and the top-5 logits for f32, batch
+ * invariance (each prompt alone and inside a ragged batch of 8 sequences of
+ * different lengths, prefill and decode mixed), on every ISA path this CPU
+ * runs; and load errors for bad files. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "inferx/model.h"
+
+#define N_GEN 32
+#define MAX_SEQ 8
+
+typedef struct golden {
+    size_t n;
+    ix_token_vec prompt[16];
+    ix_token greedy[16][N_GEN];
+    ix_token top5[16][5];
+    float top5_logits[16][5];
+} golden;
+
+static golden g_gold;
+static bool g_have_gold;
+
+static int setup(void **state) {
+    (void)state;
+    json_error_t jerr;
+    json_t *root = json_load_file(IX_SHARED_DIR "/models/golden.json", 0, &jerr);
+    if (!root) return 0;
+    json_t *ps = json_object_get(root, "prompts");
+    g_gold.n = json_array_size(ps) < 16 ? json_array_size(ps) : 16;
+    for (size_t i = 0; i < g_gold.n; i++) {
+        json_t *p = json_array_get(ps, i);
+        json_t *ids = json_object_get(p, "prompt_ids"), *gr = json_object_get(p, "greedy_ids");
+        for (size_t k = 0; k < json_array_size(ids); k++)
+            ix_token_vec_push(&g_gold.prompt[i], (ix_token)json_integer_value(json_array_get(ids, k)));
+        for (size_t k = 0; k < N_GEN; k++)
+            g_gold.greedy[i][k] = (ix_token)json_integer_value(json_array_get(gr, k));
+        for (size_t k = 0; k < 5; k++) {
+            g_gold.top5[i][k] = (ix_token)json_integer_value(json_array_get(json_object_get(p, "top5_ids"), k));
+            g_gold.top5_logits[i][k] =
+                (float)json_real_value(json_array_get(json_object_get(p, "top5_logits"), k));
+        }
+    }
+    json_decref(root);
+    g_have_gold = true;
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    for (size_t i = 0; i < g_gold.n; i++) ix_token_vec_free(&g_gold.prompt[i]);
+    return 0;
+}
+
+static ix_token argmax(const float *l, int32_t n) {
+    ix_token b = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (l[i] > l[b]) b = i;
+    return b;
+}
+
+typedef struct runner {
+    ix_model *m;
+    ix_kv *kv;
+    ix_model_ctx *ctx;
+    int32_t n_vocab;
+} runner;
+
+static void runner_open(runner *r, const char *path, ix_kv_dtype kv_type, int32_t max_batch) {
+    ix_errbuf err = {{0}};
+    if (ix_model_load(&r->m, path, &err) != IX_OK) fail_msg("%s: %s", path, err.msg);
+    ix_kv_params kp = ix_kv_default_params();
+    ix_model_kv_params(r->m, &kp);
+    kp.dtype = kv_type;
+    kp.block_size = 16;
+    kp.n_blocks = 512;
+    if (ix_kv_create(&kp, &r->kv, &err) != IX_OK) fail_msg("kv: %s", err.msg);
+    ix_model_ctx_params cp = ix_model_ctx_default_params();
+    cp.max_batch_tokens = max_batch;
+    cp.n_threads = 2;
+    if (ix_model_ctx_create(&r->ctx, r->m, r->kv, &cp, &err) != IX_OK) fail_msg("ctx: %s", err.msg);
+    r->n_vocab = ix_model_get_hparams(r->m)->n_vocab;
+}
+
+static void runner_close(runner *r) {
+    ix_model_ctx_destroy(r->ctx);
+    ix_kv_destroy(r->kv);
+    ix_model_destroy(r->m);
+}
+
+/* Greedy generation for n sequences at once. Each step's batch holds every
+ * sequence's next tokens: a prefill chunk of at most `chunk` prompt tokens,
+ * or one decode token; sequences start `stagger` steps apart so prefill and
+ * decode mix. Writes N_GEN ids per sequence and the logits of the last prompt
+ * position to first_logits (n, n_vocab) if not NULL. */
+static void run_greedy(runner *r, const ix_token_vec *prompts, int n, int chunk, int stagger,
+                       ix_token out[][N_GEN], float *first_logits) {
+    int32_t seq[MAX_SEQ], done_prompt[MAX_SEQ] = {0}, n_gen[MAX_SEQ] = {0};
+    ix_token last[MAX_SEQ];
+    for (int i = 0; i < n; i++) assert_int_equal(ix_kv_seq_create(r->kv, 0, &seq[i]), IX_OK);
+    static ix_token toks[512];
+    static int32_t pos[512], sq[512];
+    static uint8_t outf[512];
+    int owner[512];
+    float *logits = malloc((size_t)MAX_SEQ * (size_t)r->n_vocab * sizeof(float));
+    for (int step = 0;; step++) {
+        int32_t T = 0;
+        bool any = false;
+        for (int i = 0; i < n; i++) {
+            if (n_gen[i] >= N_GEN) continue;
+            any = true;
+            if (step < i * stagger) continue;
+            int32_t p0 = ix_kv_seq_n_tokens(r->kv, seq[i]);
+            int32_t len = (int32_t)prompts[i].n;
+            int32_t k = done_prompt[i] < len ? (len - done_prompt[i] < chunk ? len - done_prompt[i] : chunk) : 1;
+            const ix_token *src = done_prompt[i] < len ? prompts[i].ids + done_prompt[i] : &last[i];
+            assert_int_equal(ix_kv_seq_append(r->kv, seq[i], k, src), IX_OK);
+            for (int32_t j = 0; j < k; j++) {
+                toks[T] = src[j];
+                pos[T] = p0 + j;
+                sq[T] = seq[i];
+                outf[T] = 0;
+                owner[T] = i;
+                T++;
+            }
+            if (done_prompt[i] < len) done_prompt[i] += k;
+            if (done_prompt[i] >= len) outf[T - 1] = 1;
+        }
+        if (!any) break;
+        if (T == 0) continue;
+        ix_batch b = {T, toks, pos, sq, outf};
+        ix_status s = ix_model_forward(r->ctx, &b, logits);
+        if (s != IX_OK) fail_msg("forward: %s", ix_model_ctx_errmsg(r->ctx));
+        int row = 0;
+        for (int32_t t = 0; t < T; t++) {
+            if (!outf[t]) continue;
+            int i = owner[t];
+            const float *l = logits + (size_t)row++ * (size_t)r->n_vocab;
+            if (n_gen[i] == 0 && first_logits)
+                memcpy(first_logits + (size_t)i * (size_t)r->n_vocab, l, (size_t)r->n_vocab * sizeof(float));
+            last[i] = argmax(l, r->n_vocab);
+            out[i][n_gen[i]++] = last[i];
+        }
+        for (int i = 0; i < n; i++)
+            ix_kv_seq_commit(r->kv, seq[i], ix_kv_seq_n_tokens(r->kv, seq[i]));
+    }
+    for (int i = 0; i < n; i++) assert_int_equal(ix_kv_seq_free(r->kv, seq[i]), IX_OK);
+    free(logits);
+}
+
+static void check_golden(const char *path, ix_kv_dtype kv_type, bool check_logits) {
+    runner r;
+    runner_open(&r, path, kv_type, 256);
+    for (size_t i = 0; i < g_gold.n; i++) {
+        ix_token got[1][N_GEN];
+        float *first = malloc((size_t)r.n_vocab * sizeof(float));
+        run_greedy(&r, &g_gold.prompt[i], 1, 512, 0, got, first);
+        for (int k = 0; k < N_GEN; k++)
+            if (got[0][k] != g_gold.greedy[i][k])
+                fail_msg("%s prompt %zu: greedy token %d is %d, reference %d", path, i, k, got[0][k],
+                         g_gold.greedy[i][k]);
+        if (check_logits) {
+            for (int k = 0; k < 5; k++) {
+                float want = g_gold.top5_logits[i][k], have = first[g_gold.top5[i][k]];
+                if (fabsf(have - want) > 1e-3f * fmaxf(1.0f, fabsf(want)))
+                    fail_msg("%s prompt %zu: logit of token %d is %.6f, reference %.6f", path, i,
+                             g_gold.top5[i][k], (double)have, (double)want);
+            }
+        }
+        free(first);
+    }
+    runner_close(&r);
+}
+
+/* Each golden prompt alone, then all of them in one ragged batch with three
+ * more sequences, chunked prefill mixed with decode: same tokens. */
+static void check_batch_invariance(const char *path) {
+    runner r;
+    runner_open(&r, path, IX_KV_F16, 256);
+    int n = (int)g_gold.n;
+    ix_token_vec prompts[MAX_SEQ] = {{0}};
+    for (int i = 0; i < n && i < MAX_SEQ; i++) prompts[i] = g_gold.prompt[i];
+    /* Fill up to 8 sequences with prompts of other lengths. */
+    static ix_token extra[3][200];
+    for (int e = 0; n < MAX_SEQ; e++, n++) {
+        int len = 3 + 67 * e;
+        for (int k = 0; k < len; k++) extra[e][k] = (ix_token)(1 + (k * 37 + e * 11) % 4000);
+        prompts[n] = (ix_token_vec){extra[e], (size_t)len, (size_t)len};
+    }
+    ix_token alone[MAX_SEQ][N_GEN], batched[MAX_SEQ][N_GEN];
+    for (int i = 0; i < n; i++) run_greedy(&r, &prompts[i], 1, 512, 0, &alone[i], NULL);
+    run_greedy(&r, prompts, n, 7, 2, batched, NULL);
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < N_GEN; k++)
+            if (alone[i][k] != batched[i][k])
+                fail_msg("%s sequence %d token %d: alone %d, batched %d", path, i, k, alone[i][k],
+                         batched[i][k]);
+    ix_kv_stats st;
+    ix_kv_get_stats(r.kv, &st);
+    assert_int_equal(st.n_blocks_used, 0);
+    runner_close(&r);
+}
+
+static void for_each_isa(void (*fn)(void)) {
+    for (int isa = IX_ISA_GENERIC; isa < IX_ISA_COUNT; isa++) {
+        if (!ix_cpu_supports((ix_isa)isa)) continue;
+        assert_int_equal(ix_cpu_force_isa((ix_isa)isa), IX_OK);
+        assert_int_equal(ix_kernels_init(), IX_OK);
+        fprintf(stderr, "  isa %s\n", ix_isa_name((ix_isa)isa));
+        fn();
+    }
+}
+
+static void golden_all(void) {
+    check_golden(IX_SHARED_DIR "/models/target-f32.gguf", IX_KV_F32, true);
+    check_golden(IX_SOURCE_DIR "/models/target-f16.gguf", IX_KV_F16, false);
+}
+
+static void test_golden(void **state) {
+    (void)state;
+    if (!g_have_gold) {
+        fprintf(stderr, "skip: golden.json is absent\n");
+        skip();
+    }
+    for_each_isa(golden_all);
+}
+
+static void invariance_all(void) { check_batch_invariance(IX_SOURCE_DIR "/models/target-f16.gguf"); }
+
+static void test_batch_invariance(void **state) {
+    (void)state;
+    if (!g_have_gold) {
+        fprintf(stderr, "skip: golden.json is absent\n");
+        skip();
+    }
+    for_each_isa(invariance_all);
+}
+
+static void test_bad_batches(void **state) {
+    (void)state;
+    runner r;
+    runner_open(&r, IX_SOURCE_DIR "/models/target-f16.gguf", IX_KV_F16, 4);
+    int32_t s;
+    assert_int_equal(ix_kv_seq_create(r.kv, 0, &s), IX_OK);
+    ix_token t[5] = {1, 2, 3, 4, 5};
+    int32_t pos[5] = {0, 1, 2, 3, 4}, sq[5] = {s, s, s, s, s};
+    uint8_t o[5] = {0, 0, 0, 0, 1};
+    float *logits = malloc((size_t)r.n_vocab * sizeof(float));
+    ix_batch b = {5, t, pos, sq, o};
+    assert_int_equal(ix_model_forward(r.ctx, &b, logits), IX_ERR_INVALID); /* > max batch */
+    b.n_tokens = 2;
+    assert_int_equal(ix_model_forward(r.ctx, &b, logits), IX_ERR_RANGE); /* no KV slots */
+    assert_int_equal(ix_kv_seq_append(r.kv, s, 2, t), IX_OK);
+    t[1] = 99999;
+    assert_int_equal(ix_model_forward(r.ctx, &b, logits), IX_ERR_RANGE);
+    assert_non_null(strstr(ix_model_ctx_errmsg(r.ctx), "vocabulary"));
+    t[1] = 2;
+    sq[1] = 77;
+    assert_int_equal(ix_model_forward(r.ctx, &b, logits), IX_ERR_INVALID);
+    free(logits);
+    runner_close(&r);
+
+    ix_model *m = NULL;
+    ix_errbuf err = {{0}};
+    if (ix_model_load(&m, IX_SHARED_DIR "/vocab/ggml-vocab-gpt-2.gguf", &err) != IX_ERR_NOT_FOUND) {
+        assert_null(m);
+        assert_true(strlen(err.msg) > 0);
+        fprintf(stderr, "  vocab-only file refused: %s\n", err.msg);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_golden),
+        cmocka_unit_test(test_batch_invariance),
+        cmocka_unit_test(test_bad_batches),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
