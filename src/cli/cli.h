@@ -8,9 +8,12 @@
 
 int ix_cli_info(int argc, char **argv);
 int ix_cli_run(int argc, char **argv);
+/* inferx bench --throughput (bench_throughput.c) */
+int ix_cli_bench_throughput(int argc, char **argv);
 int ix_cli_tokenize(int argc, char **argv);
 int ix_cli_bench(int argc, char **argv);
 int ix_cli_mkmodel(int argc, char **argv);
+int ix_cli_serve(int argc, char **argv);
 
 /* The bundled model: $INFERX_MODEL if set, else models/target-f16.gguf of the
  * source tree this binary was built from. */

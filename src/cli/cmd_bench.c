@@ -40,7 +40,10 @@ static void usage(FILE *f) {
             "  --bw-mib N         buffer of the bandwidth test in MiB (default 1024)\n"
             "  --kv-f32           keep the KV cache in f32 (default f16)\n"
             "  --json             print one JSON object instead of the table\n"
-            "  -h, --help         show this help\n",
+            "  -h, --help         show this help\n"
+            "\n"
+            "inferx bench --throughput [...] measures serving throughput of the continuous-\n"
+            "batching engine instead (see inferx bench --throughput --help).\n",
             ix_cli_default_model());
 }
 
@@ -358,6 +361,8 @@ static const char *human_params(char *buf, size_t n, uint64_t v) {
 }
 
 int ix_cli_bench(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) /* serving throughput is its own mode */
+        if (!strcmp(argv[i], "--throughput")) return ix_cli_bench_throughput(argc, argv);
     bench_opts o;
     int prc = parse_args(argc, argv, &o);
     if (prc) return prc < 0 ? 0 : prc;

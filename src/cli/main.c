@@ -15,6 +15,7 @@ typedef struct command {
 
 static const command k_commands[] = {
     {"run", ix_cli_run, "generate a completion of a prompt, streamed to stdout"},
+    {"serve", ix_cli_serve, "serve the model over an OpenAI-compatible HTTP API"},
     {"info", ix_cli_info, "describe a GGUF file: metadata, tensors, KV cache sizes"},
     {"tokenize", ix_cli_tokenize, "print the token ids of text read from stdin"},
     {"bench", ix_cli_bench, "prefill and decode throughput against the memory-bandwidth bound"},

@@ -672,6 +672,7 @@ ix_status ix_engine_create(ix_engine **out, const ix_model *m, const ix_engine_p
         s = ix_errf(err, IX_ERR_NOMEM, "out of memory for the step buffers");
         goto fail;
     }
+    publish(e); /* before the thread exists: from then on only it publishes */
     if (p->start_thread) {
         if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
             s = ix_errf(err, IX_ERR_INTERNAL, "cannot start the engine thread");
@@ -679,7 +680,6 @@ ix_status ix_engine_create(ix_engine **out, const ix_model *m, const ix_engine_p
         }
         e->has_thread = true;
     }
-    publish(e);
     *out = e;
     return IX_OK;
 fail:

@@ -263,138 +263,184 @@ static inline __attribute__((always_inline)) void qtile_run(const ix__tile *a, i
 }
 
 /* ---- the wide VNNI tile (prefill) -------------------------------------------------------
- * 16 W rows x up to 12 X rows. Per block the W codes are transposed in
- * registers so that vector T_j holds dword j (elements 4j..4j+3) of each of
- * the 16 rows, one row per 32-bit lane; then an X row's block is 8 vpdpbusd
- * against its own dwords broadcast from memory, leaving the exact dot of all
- * 16 rows in the 16 lanes. No per-row reduction, and the transpose is shared
- * by every X row of the tile. Same canonical arithmetic as qtile_run. */
-#define W_RX 16
-#define W_RW 16
-#define WIDE_MIN_M 4
+ * 16 W rows against a whole chunk of X rows (band mode of ix__matmul_tiles).
+ * Per chunk of W_KC blocks, the 16 rows' codes are first transposed into an
+ * L1 buffer so that vector T_j of a block holds dword j (elements 4j..4j+3)
+ * of each row, one row per 32-bit lane; then every X row of the chunk, 16 at a
+ * time, runs 8 vpdpbusd per block against its own dwords broadcast from
+ * memory, leaving the exact dots of all 16 W rows in the 16 lanes. No
+ * per-row reduction, the transpose is done once per W tile and K chunk and
+ * is off the dot products' critical path, and the float accumulators live in
+ * L1 (FMA with a memory addend). Same canonical arithmetic as qtile_run, so
+ * the two tiles give the same bits. */
+#define W_RW 16         /* W rows per band */
+#define W_XR 16         /* X rows per inner tile */
+#define W_KC 32         /* blocks per transposed chunk: 18 KiB of buffer */
+#define WIDE_MIN_M 4    /* below this the transpose does not pay */
 
-/* 4 x 4 transpose of 128-bit lanes across 4 registers: out[q] lane m = in[m] lane q. */
-static inline void transpose_lanes(__m512i in[4], __m512i out[4]) {
-    __m512i t0 = _mm512_shuffle_i64x2(in[0], in[1], _MM_SHUFFLE(1, 0, 1, 0)); /* 0.0 0.1 1.0 1.1 */
-    __m512i t1 = _mm512_shuffle_i64x2(in[0], in[1], _MM_SHUFFLE(3, 2, 3, 2)); /* 0.2 0.3 1.2 1.3 */
-    __m512i t2 = _mm512_shuffle_i64x2(in[2], in[3], _MM_SHUFFLE(1, 0, 1, 0));
-    __m512i t3 = _mm512_shuffle_i64x2(in[2], in[3], _MM_SHUFFLE(3, 2, 3, 2));
-    out[0] = _mm512_shuffle_i64x2(t0, t2, _MM_SHUFFLE(2, 0, 2, 0)); /* 0.0 1.0 2.0 3.0 */
-    out[1] = _mm512_shuffle_i64x2(t0, t2, _MM_SHUFFLE(3, 1, 3, 1));
-    out[2] = _mm512_shuffle_i64x2(t1, t3, _MM_SHUFFLE(2, 0, 2, 0));
-    out[3] = _mm512_shuffle_i64x2(t1, t3, _MM_SHUFFLE(3, 1, 3, 1));
+/* acc += u8 a x s8 (the dword at p, broadcast). GCC 12 emits the broadcast
+ * as its own vpbroadcastd (a load, no ALU work); forcing the embedded
+ * {1to16} form with inline asm was measured slower, because every memory
+ * operand then needs its own address register. */
+static inline __m512i dpbusd_bcast(__m512i acc, __m512i a, const void *p) {
+    return _mm512_dpbusd_epi32(acc, a, _mm512_broadcastd_epi32(_mm_loadu_si32(p)));
 }
 
-/* in[g]: 128-bit lane l = dwords 0..3 of row 4g + l. out[q]: lane r = dword q of row r. */
-static inline void transpose_16x4(__m512i in[4], __m512i out[4]) {
-    /* within each register, lane l dword q -> lane q dword l */
-    const __m512i idx = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-    __m512i t[4];
-    for (int g = 0; g < 4; g++) t[g] = _mm512_permutexvar_epi32(idx, in[g]);
-    transpose_lanes(t, out);
+/* In-lane 4 x 4 dword transpose across 4 registers: out[q] 128-bit lane l
+ * holds dword q of in[0..3] lane l. With in[g] lane l = row 4g + l, lane e of
+ * out[q] (e = 4l + g) is row 4g + l: a fixed row order (wide_row) that the
+ * scales and the final store follow too. Unpacks stay within 128-bit lanes,
+ * which on this class of CPU costs far less than cross-lane shuffles. */
+static inline void transpose_4x4(const __m512i in[4], __m512i out[4]) {
+    __m512i p0 = _mm512_unpacklo_epi32(in[0], in[1]), p1 = _mm512_unpacklo_epi32(in[2], in[3]);
+    __m512i q0 = _mm512_unpackhi_epi32(in[0], in[1]), q1 = _mm512_unpackhi_epi32(in[2], in[3]);
+    out[0] = _mm512_unpacklo_epi64(p0, p1);
+    out[1] = _mm512_unpackhi_epi64(p0, p1);
+    out[2] = _mm512_unpacklo_epi64(q0, q1);
+    out[3] = _mm512_unpackhi_epi64(q0, q1);
 }
 
-static inline __attribute__((always_inline)) void qwide_run(const ix__tile *a, ix_dtype t, int rx) {
-    const bool q8 = t == IX_DTYPE_Q8_0;
-    const size_t nb = a->k / IX__QK;
-    const size_t bs = q8 ? IX__Q8_0_BYTES : IX__Q4_0_BYTES, ws = a->ws, xs = a->xs;
-    const __m512i nib = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8((char)0x80);
-    /* The float accumulators live in L1: the FMA reads its addend from memory
-     * and the store goes back, which costs no vector ALU work and leaves the
-     * registers to the 16 dot chains and the 8 transposed W vectors. */
-    _Alignas(64) float accm[W_RX][W_RW];
-    for (int i = 0; i < rx; i++) _mm512_store_ps(accm[i], _mm512_setzero_ps());
+/* The W row in lane e of the transposed vectors. */
+#define WIDE_ROW(e) (4 * ((e) % 4) + (e) / 4)
 
-    for (size_t b = 0; b < nb; b++) {
-        ix__prefetch_ahead(a, W_RW, b, nb);
-        /* W row r at wrow[r / 4] + (r % 4) * ws, as for X below */
-        const uint8_t *wb = a->w + b * bs;
-        const size_t ws3 = 3 * ws;
-        const uint8_t *wrow[4] = {wb, wb + 4 * ws, wb + 8 * ws, wb + 12 * ws};
+typedef struct wide_blk {
+    __m512i T[8]; /* dword j of the 16 rows, lanes in WIDE_ROW order */
+    __m512 dw;    /* the rows' scales, same order */
+} wide_blk;
+
+static inline __attribute__((always_inline)) void wide_transpose(const ix__tile *a, bool q8, size_t b,
+                                                                 wide_blk *out) {
+    const size_t ws = a->ws, ws3 = 3 * ws;
+    const uint8_t *wb = a->w + b * (q8 ? IX__Q8_0_BYTES : IX__Q4_0_BYTES);
+    const uint8_t *wrow[4] = {wb, wb + 4 * ws, wb + 8 * ws, wb + 12 * ws};
 #define WROW(r) (wrow[(r) / 4] + ((r) % 4 == 3 ? ws3 : (size_t)((r) % 4) * ws))
-        __m512i T[8];
-        if (q8) {
-            /* 4-row groups as (lo, hi) halves: lane l = row 4g + l, bytes 0-15 / 16-31 */
-            __m512i lo[4], hi[4];
-            for (int g = 0; g < 4; g++) {
-                __m512i a01 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(WROW(4 * g) + 2))),
-                                                 _mm256_loadu_si256((const __m256i *)(WROW(4 * g + 1) + 2)), 1);
-                __m512i a23 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(WROW(4 * g + 2) + 2))),
-                                                 _mm256_loadu_si256((const __m256i *)(WROW(4 * g + 3) + 2)), 1);
-                lo[g] = _mm512_shuffle_i64x2(a01, a23, _MM_SHUFFLE(2, 0, 2, 0));
-                hi[g] = _mm512_shuffle_i64x2(a01, a23, _MM_SHUFFLE(3, 1, 3, 1));
-            }
-            transpose_16x4(lo, T);
-            transpose_16x4(hi, T + 4);
-            for (int j = 0; j < 8; j++) T[j] = _mm512_xor_si512(T[j], flip); /* codes + 128 */
-        } else {
-            __m512i v[4], q[4];
-            for (int g = 0; g < 4; g++) {
-                __m512i z = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(WROW(4 * g) + 2)));
-                z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(WROW(4 * g + 1) + 2)), 1);
-                z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(WROW(4 * g + 2) + 2)), 2);
-                v[g] = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(WROW(4 * g + 3) + 2)), 3);
-            }
-            transpose_16x4(v, q);
-            /* code byte j holds element j (low nibble) and j + 16 (high) */
-            for (int j = 0; j < 4; j++) {
-                T[j] = _mm512_and_si512(q[j], nib);
-                T[j + 4] = _mm512_and_si512(_mm512_srli_epi16(q[j], 4), nib);
-            }
+    /* v[g] 128-bit lane l = row 4g + l (Q8_0: bytes 0-15 in lo, 16-31 in hi) */
+    if (q8) {
+        __m512i lo[4], hi[4];
+        for (int g = 0; g < 4; g++) {
+            __m512i a01 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(WROW(4 * g) + 2))),
+                                             _mm256_loadu_si256((const __m256i *)(WROW(4 * g + 1) + 2)), 1);
+            __m512i a23 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(WROW(4 * g + 2) + 2))),
+                                             _mm256_loadu_si256((const __m256i *)(WROW(4 * g + 3) + 2)), 1);
+            lo[g] = _mm512_shuffle_i64x2(a01, a23, _MM_SHUFFLE(2, 0, 2, 0));
+            hi[g] = _mm512_shuffle_i64x2(a01, a23, _MM_SHUFFLE(3, 1, 3, 1));
         }
-        /* the 16 rows' scales, lane r = row r */
-        uint64_t h[4] = {0, 0, 0, 0};
-        IX__UNROLL(16)
-        for (int r = 0; r < W_RW; r++) h[r / 4] |= (uint64_t)ix__load_u16(WROW(r)) << (16 * (r % 4));
+        __m512i t[8];
+        transpose_4x4(lo, t);
+        transpose_4x4(hi, t + 4);
+        const __m512i flip = _mm512_set1_epi8((char)0x80);
+        for (int j = 0; j < 8; j++) _mm512_store_si512(&out->T[j], _mm512_xor_si512(t[j], flip));
+    } else {
+        __m512i v[4], q[4];
+        for (int g = 0; g < 4; g++) {
+            __m512i z = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(WROW(4 * g) + 2)));
+            z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(WROW(4 * g + 1) + 2)), 1);
+            z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(WROW(4 * g + 2) + 2)), 2);
+            v[g] = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(WROW(4 * g + 3) + 2)), 3);
+        }
+        transpose_4x4(v, q);
+        /* code byte j holds element j (low nibble) and j + 16 (high) */
+        const __m512i nib = _mm512_set1_epi8(0x0f);
+        for (int j = 0; j < 4; j++) {
+            _mm512_store_si512(&out->T[j], _mm512_and_si512(q[j], nib));
+            _mm512_store_si512(&out->T[j + 4], _mm512_and_si512(_mm512_srli_epi16(q[j], 4), nib));
+        }
+    }
+    uint64_t h[4] = {0, 0, 0, 0};
+    IX__UNROLL(16)
+    for (int e = 0; e < W_RW; e++) h[e / 4] |= (uint64_t)ix__load_u16(WROW(WIDE_ROW(e))) << (16 * (e % 4));
 #undef WROW
-        __m512 dw = _mm512_cvtph_ps(_mm256_set_epi64x((long long)h[3], (long long)h[2], (long long)h[1], (long long)h[0]));
+    _mm512_store_ps(&out->dw, _mm512_cvtph_ps(_mm256_set_epi64x((long long)h[3], (long long)h[2],
+                                                                 (long long)h[1], (long long)h[0])));
+}
 
-        /* Each dot starts from the block's offset correction (a broadcast
-         * load), and the rows' dword chains are interleaved (j outer) so rx
-         * independent vpdpbusd are in flight. */
+/* rx X rows (from x, stride xs) against n transposed blocks starting at
+ * block b0; acc (rx, 16) in L1. */
+static inline __attribute__((always_inline)) void wide_inner(const ix__tile *a, bool q8, int rx,
+                                                             const wide_blk *wb, size_t n, size_t b0,
+                                                             const uint8_t *x, float (*acc)[W_RW]) {
+    const size_t xs = a->xs, xs3 = 3 * xs;
+    for (size_t j = 0; j < n; j++) {
+        const size_t b = b0 + j;
+        __m512i T[8];
+        for (int q = 0; q < 8; q++) T[q] = _mm512_load_si512(&wb[j].T[q]);
         /* row i at base[i / 4] + (i % 4) * xs: four bases, xs and 3 xs in
          * registers cover all 16 rows with plain addressing modes */
-        const uint8_t *xq = a->x + b * IX__QK;
-        const size_t xs3 = 3 * xs, db = a->blk_off + b * sizeof(ix__q8a_blk) - b * IX__QK;
+        const uint8_t *xq = x + b * IX__QK;
+        const size_t db = a->blk_off + b * sizeof(ix__q8a_blk) - b * IX__QK;
         const uint8_t *base[4] = {xq, xq + 4 * xs, xq + 8 * xs, xq + 12 * xs};
 #define XROW(i) (base[(i) / 4] + ((i) % 4 == 3 ? xs3 : (size_t)((i) % 4) * xs))
 #define XBLK(i) ((const ix__q8a_blk *)(const void *)(XROW(i) + db))
-        __m512i dot[W_RX];
+        /* each dot starts from the block's offset correction (a broadcast
+         * load); the rows' chains interleave (q outer) so rx independent
+         * vpdpbusd are in flight */
+        __m512i dot[W_XR];
         IX__UNROLL(16)
         for (int i = 0; i < rx; i++) dot[i] = _mm512_set1_epi32(q8 ? XBLK(i)->neg128s : XBLK(i)->neg8s);
         IX__UNROLL(8)
-        for (int j = 0; j < 8; j++) {
+        for (int q = 0; q < 8; q++) {
             IX__UNROLL(16)
-            for (int i = 0; i < rx; i++) /* x dword j broadcast straight from memory */
-                dot[i] = _mm512_dpbusd_epi32(dot[i], T[j], _mm512_broadcastd_epi32(_mm_loadu_si32(XROW(i) + 4 * j)));
+            for (int i = 0; i < rx; i++) dot[i] = dpbusd_bcast(dot[i], T[q], XROW(i) + 4 * q);
         }
+        const __m512 dw = _mm512_load_ps(&wb[j].dw);
         IX__UNROLL(16)
         for (int i = 0; i < rx; i++) {
             __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(XBLK(i)->d));
-            _mm512_store_ps(accm[i], _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i]), sc, _mm512_load_ps(accm[i])));
+            _mm512_store_ps(acc[i], _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i]), sc, _mm512_load_ps(acc[i])));
         }
 #undef XROW
 #undef XBLK
     }
-    for (int i = 0; i < rx; i++)
-        _mm512_mask_storeu_ps(a->y + (size_t)i * a->ldy, (__mmask16)(a->ncols == W_RW ? 0xffff : 0x1),
-                              _mm512_load_ps(accm[i]));
 }
 
-#define QWIDE_INST(T, R)                                                                       \
-    static void qwide_##T##_##R(const ix__tile *a) { qwide_run(a, IX_DTYPE_##T, R); }
-#define QWIDE_ALL(T)                                                                           \
-    QWIDE_INST(T, 1) QWIDE_INST(T, 2) QWIDE_INST(T, 3) QWIDE_INST(T, 4) QWIDE_INST(T, 5)       \
-    QWIDE_INST(T, 6) QWIDE_INST(T, 7) QWIDE_INST(T, 8) QWIDE_INST(T, 9) QWIDE_INST(T, 10)      \
-    QWIDE_INST(T, 11) QWIDE_INST(T, 12) QWIDE_INST(T, 13) QWIDE_INST(T, 14) QWIDE_INST(T, 15)  \
-    QWIDE_INST(T, 16)
-QWIDE_ALL(Q8_0)
-QWIDE_ALL(Q4_0)
-#define QWIDE_ROW(T)                                                                           \
-    {qwide_##T##_1,  qwide_##T##_2,  qwide_##T##_3,  qwide_##T##_4,  qwide_##T##_5,  qwide_##T##_6, \
-     qwide_##T##_7,  qwide_##T##_8,  qwide_##T##_9,  qwide_##T##_10, qwide_##T##_11, qwide_##T##_12, \
-     qwide_##T##_13, qwide_##T##_14, qwide_##T##_15, qwide_##T##_16}
-static const ix__tile_fn k_qwide[2][W_RX] = {QWIDE_ROW(Q8_0), QWIDE_ROW(Q4_0)};
+typedef void (*wide_inner_fn)(const ix__tile *a, const wide_blk *wb, size_t n, size_t b0,
+                              const uint8_t *x, float (*acc)[W_RW]);
+#define WIDE_INST(T, R)                                                                        \
+    static void wide_##T##_##R(const ix__tile *a, const wide_blk *wb, size_t n, size_t b0,      \
+                               const uint8_t *x, float (*acc)[W_RW]) {                        \
+        wide_inner(a, IX_DTYPE_##T == IX_DTYPE_Q8_0, R, wb, n, b0, x, acc);                    \
+    }
+#define WIDE_ALL(T)                                                                            \
+    WIDE_INST(T, 1) WIDE_INST(T, 2) WIDE_INST(T, 3) WIDE_INST(T, 4) WIDE_INST(T, 5)             \
+    WIDE_INST(T, 6) WIDE_INST(T, 7) WIDE_INST(T, 8) WIDE_INST(T, 9) WIDE_INST(T, 10)            \
+    WIDE_INST(T, 11) WIDE_INST(T, 12) WIDE_INST(T, 13) WIDE_INST(T, 14) WIDE_INST(T, 15)        \
+    WIDE_INST(T, 16)
+WIDE_ALL(Q8_0)
+WIDE_ALL(Q4_0)
+#define WIDE_ROWFN(T)                                                                          \
+    {wide_##T##_1,  wide_##T##_2,  wide_##T##_3,  wide_##T##_4,  wide_##T##_5,  wide_##T##_6,   \
+     wide_##T##_7,  wide_##T##_8,  wide_##T##_9,  wide_##T##_10, wide_##T##_11, wide_##T##_12,  \
+     wide_##T##_13, wide_##T##_14, wide_##T##_15, wide_##T##_16}
+static const wide_inner_fn k_wide[2][W_XR] = {WIDE_ROWFN(Q8_0), WIDE_ROWFN(Q4_0)};
+
+/* One band: 16 W rows x a->rows X rows (<= IX__MM_MCHUNK). */
+static inline __attribute__((always_inline)) void wide_band(const ix__tile *a, bool q8) {
+    _Alignas(64) wide_blk wb[W_KC];
+    _Alignas(64) float acc[IX__MM_MCHUNK][W_RW];
+    const wide_inner_fn *inner = k_wide[!q8];
+    const size_t nb = a->k / IX__QK, rows = a->rows;
+    for (size_t m = 0; m < rows; m++) _mm512_store_ps(acc[m], _mm512_setzero_ps());
+    for (size_t kc = 0; kc < nb; kc += W_KC) {
+        size_t n = nb - kc < W_KC ? nb - kc : W_KC;
+        for (size_t j = 0; j < n; j++) {
+            ix__prefetch_ahead(a, W_RW, kc + j, nb);
+            wide_transpose(a, q8, kc + j, &wb[j]);
+        }
+        for (size_t m = 0; m < rows; m += W_XR) {
+            int rx = rows - m < W_XR ? (int)(rows - m) : W_XR;
+            inner[rx - 1](a, wb, n, kc, a->x + m * a->xs, acc + m);
+        }
+    }
+    /* back to row order: lane e holds W row WIDE_ROW(e) */
+    const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    const __mmask16 keep = (__mmask16)(a->ncols == W_RW ? 0xffff : 0x1);
+    for (size_t m = 0; m < rows; m++)
+        _mm512_mask_storeu_ps(a->y + m * a->ldy, keep, _mm512_permutexvar_ps(order, _mm512_load_ps(acc[m])));
+}
+
+static void wide_band_q8(const ix__tile *a) { wide_band(a, true); }
+static void wide_band_q4(const ix__tile *a) { wide_band(a, false); }
+static const ix__tile_fn k_wide_band[2][1] = {{wide_band_q8}, {wide_band_q4}};
 
 #define QTILE_INST(T, TAG, V, R)                                                               \
     static void qtile_##T##_##TAG##_##R(const ix__tile *a) { qtile_run(a, IX_DTYPE_##T, V, R); }
@@ -479,7 +525,7 @@ static void matmul_rows(const ix_matmul *mm, size_t n0, size_t n1, bool vnni) {
     case IX_DTYPE_Q4_0: {
         int q4 = mm->w_type == IX_DTYPE_Q4_0;
         /* the wide tile's transpose pays off once a few X rows share it */
-        if (vnni && mm->M >= WIDE_MIN_M) ix__matmul_tiles(mm, n0, n1, k_qwide[q4], W_RX, W_RW);
+        if (vnni && mm->M >= WIDE_MIN_M) ix__matmul_tiles(mm, n0, n1, k_wide_band[q4], 0, W_RW);
         else ix__matmul_tiles(mm, n0, n1, k_qtiles[vnni][q4], Q_RX, Q_RW);
         break;
     }

@@ -177,6 +177,13 @@ void ix_kernels_matmul_compute(const ix_matmul *mm, int ith, int nth) {
 static void tile_rows(const ix__tile_fn *fns, int rx_max, ix__tile t, const uint8_t *x0, size_t m0,
                       size_t m1) {
     float *y0 = t.y;
+    if (rx_max == 0) { /* band mode */
+        t.x = x0 + m0 * t.xs;
+        t.y = y0 + m0 * t.ldy;
+        t.rows = m1 - m0;
+        fns[0](&t);
+        return;
+    }
     for (size_t m = m0; m < m1; m += (size_t)rx_max) {
         size_t at = m;
         int rx = m1 - m < (size_t)rx_max ? (int)(m1 - m) : rx_max;
@@ -198,6 +205,10 @@ void ix__matmul_tiles(const ix_matmul *mm, size_t n0, size_t n1, const ix__tile_
     const uint8_t *x0 = q ? (const uint8_t *)mm->scratch : (const uint8_t *)mm->x;
     t.xs = q ? ix__q8a_row_bytes(mm->K) : ix__mm_ldx(mm) * sizeof(float);
     size_t urw = (size_t)rw;
+    /* the tiles prefetch IX__PF_TILES ahead of themselves; the range's own
+     * first tiles are requested here, or every grab would start cold */
+    size_t head = (size_t)IX__PF_TILES * urw < n1 - n0 ? (size_t)IX__PF_TILES * urw : n1 - n0;
+    for (size_t o = 0; o < head * t.ws; o += 64) __builtin_prefetch(ix__mm_wrow(mm, n0) + o, 0, 2);
     for (size_t mc = 0; mc < mm->M; mc += IX__MM_MCHUNK) {
         size_t mend = mm->M - mc < IX__MM_MCHUNK ? mm->M : mc + IX__MM_MCHUNK;
         if (n1 - n0 < urw) {
@@ -285,10 +296,11 @@ ix_status ix__kernels_matmul_with(const ix_kernel_table *kt, const ix_matmul *mm
         kt->matmul_rows(mm, 0, mm->N);
         return IX_OK;
     }
-    /* About four grabs per thread, in multiples of 16 rows so the 8-row
-     * tiles stay whole. */
+    /* About four grabs per thread, in multiples of 16 rows so the tiles stay
+     * whole, and at least 64 rows so a grab is not mostly its cold start. */
     size_t chunk = (mm->N + (size_t)nth * 4 - 1) / ((size_t)nth * 4);
     chunk = (chunk + 15) & ~(size_t)15;
+    if (chunk < 64) chunk = 64;
     mm_run r = {.kt = kt, .mm = mm, .chunk = chunk, .quantize = quantize};
     atomic_init(&r.q_next, 0);
     atomic_init(&r.q_done, 0);

@@ -230,6 +230,7 @@ typedef struct ix__tile {
     size_t k;         /* K */
     size_t blk_off;   /* q8a: offset of blk[] in a row */
     int ncols;        /* rw, or 1 in the narrow path */
+    size_t rows;      /* band mode: X rows to do (the whole X chunk) */
 } ix__tile;
 
 typedef void (*ix__tile_fn)(const ix__tile *t);
@@ -252,7 +253,8 @@ static inline void ix__prefetch_ahead(const ix__tile *t, int rw, size_t i, size_
 
 /* Y[:, n0:n1) with fns[rx - 1] computing rx (1..rx_max) X rows by rw W rows.
  * X rows go in chunks of IX__MM_MCHUNK so a chunk's X stays in L2 while the W
- * rows of a tile stay in L1. */
+ * rows of a tile stay in L1. rx_max == 0 is band mode: fns[0] gets a whole
+ * chunk (t->rows X rows) for its rw W rows and tiles it itself. */
 void ix__matmul_tiles(const ix_matmul *mm, size_t n0, size_t n1, const ix__tile_fn *fns,
                       int rx_max, int rw);
 #define IX__MM_MCHUNK 128

@@ -1,0 +1,63 @@
+/*
+ * inferx server: an OpenAI-compatible HTTP front end for one engine.
+ *
+ * Routes (docs/server.md has the fields, errors and metrics):
+ *   POST /v1/chat/completions, POST /v1/completions (streaming with SSE or not),
+ *   GET /v1/models, POST /tokenize, POST /detokenize, GET /health, GET /ready,
+ *   GET /metrics (Prometheus text).
+ *
+ * Threads: libmicrohttpd runs one thread per connection (bounded by
+ * max_connections). Those threads parse JSON, tokenize, submit to the engine
+ * and wait on a per-request queue (mutex + condition variable) that the
+ * engine's callbacks fill; they never touch the model's compute. The engine
+ * thread only appends to those queues and signals.
+ *
+ * Ownership: the server borrows the engine (and through it the model); both
+ * must outlive the server. Functions here are called from one controlling
+ * thread (the one that created the server).
+ */
+#ifndef INFERX_SERVER_H
+#define INFERX_SERVER_H
+
+#include "inferx/core.h"
+#include "inferx/engine.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ix_server_params {
+    const char *host;          /* numeric IPv4 or IPv6 address; default "127.0.0.1" */
+    uint16_t port;             /* 0: an ephemeral port (see ix_server_port) */
+    const char *api_key;       /* NULL or "": no authentication (copied) */
+    const char *model_name;    /* the served name; default "inferx" (copied) */
+    size_t max_body_bytes;     /* larger request bodies get 413; default 8 MiB */
+    int32_t max_waiting;       /* 503 when this many requests wait already; <= 0 off; default 256 */
+    int32_t max_connections;   /* concurrent connections; default 256 */
+    int32_t conn_timeout_s;    /* idle connection timeout; default 120 */
+    int32_t n_ctx;             /* the engine's context length; <= 0: the model's */
+    double cost_per_hour_usd;  /* > 0: report each request's cost (usage.cost_usd) */
+} ix_server_params;
+
+ix_server_params ix_server_default_params(void);
+
+typedef struct ix_server ix_server;
+
+/* Binds, starts the HTTP threads and serves until shutdown. IX_ERR_IO when
+ * the address cannot be bound (message in err). */
+ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params *p,
+                           ix_errbuf *err);
+/* The bound port (the real one when params.port was 0). */
+uint16_t ix_server_port(const ix_server *s);
+/* Graceful shutdown: stops accepting connections, answers new requests on
+ * open connections with 503, lets requests in flight finish for up to
+ * drain_ms, then cancels the rest in the engine (they end with finish_reason
+ * "abort") and stops the HTTP threads. Idempotent. */
+void ix_server_shutdown(ix_server *s, int64_t drain_ms);
+/* Shuts down (drain 0 ms) if that was not done, then frees. NULL is a no-op. */
+void ix_server_destroy(ix_server *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* INFERX_SERVER_H */

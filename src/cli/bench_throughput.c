@@ -1,0 +1,315 @@
+/* inferx bench --throughput: serving throughput of the continuous-batching
+ * engine, modelled on `vllm bench throughput`. Random-token prompts (seeded)
+ * are submitted all at once with at most C in flight; then the same prompts run
+ * one at a time on the same engine, and the ratio of the two is printed. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "inferx/engine.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: inferx bench --throughput [-m MODEL.gguf] [--num-prompts N] [--max-concurrency C]\n"
+            "                    [--input-len I] [--output-len O] [-t THREADS] [--seed S] [--json]\n"
+            "\n"
+            "Serving throughput of the continuous-batching engine: N random-token prompts of I\n"
+            "tokens, each generating exactly O tokens, all submitted at once with at most C in\n"
+            "flight; then the same prompts one at a time, and the ratio of the two.\n"
+            "\n"
+            "  -m, --model FILE       GGUF model (default: the bundled model)\n"
+            "  --num-prompts N        requests (default 32)\n"
+            "  --max-concurrency C    sequences in flight (default 32)\n"
+            "  --input-len I          prompt tokens (default 128)\n"
+            "  --output-len O         generated tokens per request (default 128)\n"
+            "  --max-batched-tokens B token budget per engine step (default 512)\n"
+            "  -t, --threads N        kernel threads (default: all cores)\n"
+            "  --seed S               prompt RNG seed (default 1)\n"
+            "  --no-sequential        skip the one-at-a-time baseline\n"
+            "  --json                 print one JSON object instead of the table\n"
+            "  -h, --help             show this help\n");
+}
+
+typedef struct run_stats {
+    double wall_s;
+    double *ttft_ms, *tpot_ms; /* (n) */
+    int n_done, n_failed;
+    uint64_t out_tokens, in_tokens;
+} run_stats;
+
+typedef struct waiter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int remaining;
+    run_stats *rs;
+    int index;
+} waiter;
+
+typedef struct req_ctx {
+    waiter *w;
+    int index;
+} req_ctx;
+
+static void on_finish(void *user, const ix_finish_info *info) {
+    req_ctx *rc = user;
+    waiter *w = rc->w;
+    pthread_mutex_lock(&w->mu);
+    run_stats *rs = w->rs;
+    if (info->reason == IX_FINISH_LENGTH || info->reason == IX_FINISH_STOP) {
+        rs->ttft_ms[rc->index] = info->timings.first_token_ms;
+        int n = info->usage.completion_tokens;
+        rs->tpot_ms[rc->index] =
+            n > 1 ? (info->timings.total_ms - info->timings.first_token_ms) / (double)(n - 1) : 0.0;
+        rs->out_tokens += (uint64_t)n;
+        rs->in_tokens += (uint64_t)info->usage.prompt_tokens;
+        rs->n_done++;
+    } else {
+        rs->n_failed++;
+        fprintf(stderr, "inferx bench: request %d finished with %s %s\n", rc->index,
+                ix_finish_reason_name(info->reason), info->message);
+    }
+    w->remaining--;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Submits prompts [first, first + count) and waits for them. */
+static int run_batch(ix_engine *e, ix_request_params *reqs, req_ctx *ctxs, waiter *w, int first,
+                     int count) {
+    pthread_mutex_lock(&w->mu);
+    w->remaining = count;
+    pthread_mutex_unlock(&w->mu);
+    for (int i = first; i < first + count; i++) {
+        ix_errbuf err = {{0}};
+        ctxs[i] = (req_ctx){w, i};
+        reqs[i].cb = (ix_request_callbacks){NULL, on_finish, &ctxs[i]};
+        if (ix_engine_submit(e, &reqs[i], NULL, &err) != IX_OK) {
+            fprintf(stderr, "inferx bench: submit: %s\n", err.msg);
+            pthread_mutex_lock(&w->mu);
+            w->remaining -= first + count - i;
+            pthread_mutex_unlock(&w->mu);
+            break;
+        }
+    }
+    pthread_mutex_lock(&w->mu);
+    while (w->remaining > 0) pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct summary {
+    double mean, p50, p99;
+} summary;
+
+static summary summarize(const double *v, int n) {
+    summary s = {0, 0, 0};
+    if (n <= 0) return s;
+    double *c = malloc((size_t)n * sizeof *c);
+    memcpy(c, v, (size_t)n * sizeof *c);
+    qsort(c, (size_t)n, sizeof *c, cmp_double);
+    for (int i = 0; i < n; i++) s.mean += c[i];
+    s.mean /= n;
+    s.p50 = c[(n - 1) / 2];
+    int k = (int)ceil(0.99 * n) - 1;
+    s.p99 = c[k < 0 ? 0 : k];
+    free(c);
+    return s;
+}
+
+static void print_run(const char *label, const run_stats *rs, int n) {
+    summary t = summarize(rs->ttft_ms, n), p = summarize(rs->tpot_ms, n);
+    printf("%-22s %8.2f %12.1f %12.1f   TTFT ms mean/p50/p99 %8.1f %8.1f %8.1f   TPOT ms %6.1f %6.1f %6.1f\n",
+           label, rs->n_done / rs->wall_s, (double)rs->out_tokens / rs->wall_s,
+           (double)(rs->out_tokens + rs->in_tokens) / rs->wall_s, t.mean, t.p50, t.p99, p.mean, p.p50,
+           p.p99);
+}
+
+static void json_run(const char *name, const run_stats *rs, int n) {
+    summary t = summarize(rs->ttft_ms, n), p = summarize(rs->tpot_ms, n);
+    printf("\"%s\":{\"requests_per_s\":%.4f,\"output_tokens_per_s\":%.3f,\"total_tokens_per_s\":%.3f,"
+           "\"ttft_ms\":{\"mean\":%.2f,\"p50\":%.2f,\"p99\":%.2f},"
+           "\"tpot_ms\":{\"mean\":%.3f,\"p50\":%.3f,\"p99\":%.3f},\"wall_s\":%.3f,\"completed\":%d}",
+           name, rs->n_done / rs->wall_s, (double)rs->out_tokens / rs->wall_s,
+           (double)(rs->out_tokens + rs->in_tokens) / rs->wall_s, t.mean, t.p50, t.p99, p.mean, p.p50,
+           p.p99, rs->wall_s, rs->n_done);
+}
+
+int ix_cli_bench_throughput(int argc, char **argv) {
+    const char *model = NULL;
+    uint64_t n_prompts = 32, conc = 32, in_len = 128, out_len = 128, threads = 0, seed = 1, max_batched = 512;
+    bool json = false, sequential = true;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool ok = true;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--throughput")) {
+            continue;
+        } else if (!strcmp(a, "--json")) {
+            json = true;
+            continue;
+        } else if (!strcmp(a, "--no-sequential")) {
+            sequential = false;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "inferx bench: %s needs a value (see --help)\n", a);
+            return 2;
+        }
+        i++;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--num-prompts")) ok = ix_cli_parse_u64(a, v, &n_prompts);
+        else if (!strcmp(a, "--max-concurrency")) ok = ix_cli_parse_u64(a, v, &conc);
+        else if (!strcmp(a, "--input-len")) ok = ix_cli_parse_u64(a, v, &in_len);
+        else if (!strcmp(a, "--output-len")) ok = ix_cli_parse_u64(a, v, &out_len);
+        else if (!strcmp(a, "--max-batched-tokens")) ok = ix_cli_parse_u64(a, v, &max_batched);
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = ix_cli_parse_u64(a, v, &threads);
+        else if (!strcmp(a, "--seed")) ok = ix_cli_parse_u64(a, v, &seed);
+        else {
+            fprintf(stderr, "inferx bench: unknown option '%s' (see --help)\n", a);
+            return 2;
+        }
+        if (!ok) return 2;
+    }
+    if (n_prompts < 1 || n_prompts > 100000 || conc < 1 || conc > 4096 || in_len < 1 || out_len < 1 ||
+        in_len > 1000000 || out_len > 1000000 || threads > 1024 || max_batched < 1 || max_batched > 65536) {
+        fprintf(stderr, "inferx bench: a count is out of range (see --help)\n");
+        return 2;
+    }
+    if (!model) model = ix_cli_default_model();
+
+    ix_errbuf err = {{0}};
+    ix_model *m;
+    if (ix_model_load(&m, model, &err) != IX_OK) {
+        fprintf(stderr, "inferx bench: %s: %s\n", model, err.msg);
+        return 1;
+    }
+    const ix_model_hparams *hp = ix_model_get_hparams(m);
+    const ix_tokenizer *tok = ix_model_tokenizer(m);
+    if (in_len + out_len > (uint64_t)hp->n_ctx_train) {
+        fprintf(stderr, "inferx bench: input + output length %llu exceeds the model's context %d\n",
+                (unsigned long long)(in_len + out_len), hp->n_ctx_train);
+        ix_model_destroy(m);
+        return 2;
+    }
+
+    /* KV pool: every concurrent sequence at full length, nothing preempted. */
+    ix_engine_params ep = ix_engine_default_params();
+    ep.sched.max_num_seqs = (int32_t)conc;
+    ep.sched.max_num_batched_tokens = (int32_t)(max_batched > conc ? max_batched : conc);
+    ep.kv_block_size = 16;
+    ep.kv_blocks = (int64_t)(conc * ((in_len + out_len + 15) / 16 + 1));
+    ep.enable_prefix_cache = false; /* random prompts; and the sequential pass must not reuse them */
+    ep.n_threads = (int32_t)threads;
+    ix_engine *e;
+    if (ix_engine_create(&e, m, &ep, &err) != IX_OK) {
+        fprintf(stderr, "inferx bench: engine: %s\n", err.msg);
+        ix_model_destroy(m);
+        return 1;
+    }
+
+    /* Seeded random prompts over ordinary vocabulary tokens. */
+    int n = (int)n_prompts;
+    ix_token *ids = malloc((size_t)n * (size_t)in_len * sizeof *ids);
+    ix_request_params *reqs = calloc((size_t)n, sizeof *reqs);
+    req_ctx *ctxs = calloc((size_t)n, sizeof *ctxs);
+    run_stats par = {0}, seq = {0};
+    par.ttft_ms = calloc((size_t)n, sizeof(double));
+    par.tpot_ms = calloc((size_t)n, sizeof(double));
+    seq.ttft_ms = calloc((size_t)n, sizeof(double));
+    seq.tpot_ms = calloc((size_t)n, sizeof(double));
+    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (size_t i = 0; i < (size_t)n * in_len; i++) {
+        ix_token t;
+        do {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            t = (ix_token)(x % (uint64_t)hp->n_vocab);
+        } while (ix_tokenizer_token_type(tok, t) != IX_TOKEN_TYPE_NORMAL);
+        ids[i] = t;
+    }
+    for (int i = 0; i < n; i++) {
+        reqs[i] = ix_request_default_params();
+        reqs[i].prompt = ids + (size_t)i * in_len;
+        reqs[i].n_prompt = in_len;
+        reqs[i].max_tokens = (int32_t)out_len;
+        reqs[i].ignore_eos = true;
+        reqs[i].sample.temperature = 0;
+    }
+    waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, &par, 0};
+
+    /* Warm-up: one short request (page in the weights, start the workers). */
+    {
+        ix_request_params r = reqs[0];
+        r.max_tokens = 2;
+        run_stats warm = {0};
+        double t1[1], t2[1];
+        warm.ttft_ms = t1;
+        warm.tpot_ms = t2;
+        w.rs = &warm;
+        run_batch(e, &r, ctxs, &w, 0, 1);
+    }
+
+    w.rs = &par;
+    uint64_t t0 = ix_time_ns();
+    run_batch(e, reqs, ctxs, &w, 0, n);
+    par.wall_s = (double)(ix_time_ns() - t0) / 1e9;
+    if (sequential) {
+        w.rs = &seq;
+        t0 = ix_time_ns();
+        for (int i = 0; i < n; i++) run_batch(e, reqs, ctxs, &w, i, 1);
+        seq.wall_s = (double)(ix_time_ns() - t0) / 1e9;
+    }
+    ix_engine_stats st;
+    ix_engine_get_stats(e, &st);
+
+    double ratio = sequential && seq.out_tokens ? ((double)par.out_tokens / par.wall_s) /
+                                                       ((double)seq.out_tokens / seq.wall_s)
+                                                 : 0.0;
+    if (json) {
+        printf("{\"model\":\"%s\",\"num_prompts\":%d,\"max_concurrency\":%llu,\"input_len\":%llu,"
+               "\"output_len\":%llu,\"threads\":%llu,",
+               hp->arch_name, n, (unsigned long long)conc, (unsigned long long)in_len,
+               (unsigned long long)out_len, (unsigned long long)threads);
+        printf("\"output_tokens_per_s\":%.3f,\"requests_per_s\":%.4f,\"total_tokens_per_s\":%.3f,",
+               (double)par.out_tokens / par.wall_s, par.n_done / par.wall_s,
+               (double)(par.out_tokens + par.in_tokens) / par.wall_s);
+        json_run("concurrent", &par, par.n_done);
+        if (sequential) {
+            printf(",");
+            json_run("sequential", &seq, seq.n_done);
+            printf(",\"speedup_output_tokens_per_s\":%.3f", ratio);
+        }
+        printf(",\"preemptions\":%llu,\"failed\":%d}\n",
+               (unsigned long long)(st.n_preempt_recompute + st.n_preempt_swap), par.n_failed + seq.n_failed);
+    } else {
+        printf("model %s (%s), %d prompts x (%llu in + %llu out), max concurrency %llu, kernels %s\n", model,
+               hp->arch_name, n, (unsigned long long)in_len, (unsigned long long)out_len,
+               (unsigned long long)conc, ix_kernels()->name);
+        printf("%-22s %8s %12s %12s\n", "", "req/s", "out tok/s", "total tok/s");
+        print_run("concurrent", &par, par.n_done);
+        if (sequential) {
+            print_run("one at a time", &seq, seq.n_done);
+            printf("concurrent / one-at-a-time output tokens/s: %.2fx\n", ratio);
+        }
+    }
+    int rc = par.n_failed + seq.n_failed ? 1 : 0;
+    ix_engine_destroy(e);
+    ix_model_destroy(m);
+    free(ids);
+    free(reqs);
+    free(ctxs);
+    free(par.ttft_ms);
+    free(par.tpot_ms);
+    free(seq.ttft_ms);
+    free(seq.tpot_ms);
+    return rc;
+}

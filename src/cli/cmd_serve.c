@@ -1,0 +1,217 @@
+/* inferx serve: the OpenAI-compatible HTTP server (include/inferx/server.h)
+ * over one engine. SIGINT / SIGTERM shut it down gracefully: stop accepting,
+ * let requests in flight finish for --shutdown-timeout seconds, cancel the
+ * rest, exit 0. The signals are blocked in every thread and taken with
+ * sigwait on the main thread, so no handler runs in async-signal context. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "inferx/engine.h"
+#include "inferx/server.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: inferx serve [-m MODEL.gguf] [options]\n"
+            "\n"
+            "Serves the model over an OpenAI-compatible HTTP API (docs/server.md):\n"
+            "/v1/chat/completions, /v1/completions, /v1/models, /tokenize, /detokenize,\n"
+            "/health, /ready, /metrics.\n"
+            "\n"
+            "  -m, --model FILE             GGUF model (default: the bundled model, %s)\n"
+            "  --host ADDR                  numeric address to bind (default 127.0.0.1)\n"
+            "  --port N                     TCP port (default 8000; 0 = any free port)\n"
+            "  --api-key KEY                require 'Authorization: Bearer KEY' (also $INFERX_API_KEY)\n"
+            "  --api-key-file FILE          read the key from FILE (first line)\n"
+            "  --served-model-name NAME     the model's name in the API (default: file name without .gguf)\n"
+            "  --max-num-seqs N             sequences per engine step (default 64)\n"
+            "  --max-num-batched-tokens N   tokens per engine step (default 512)\n"
+            "  --kv-cache-mem BYTES         KV cache pool size, suffix K/M/G allowed (default 256M)\n"
+            "  --policy fcfs|priority|deadline  scheduling policy (default fcfs)\n"
+            "  --cost-per-hour USD          price of this machine: report usage.cost_usd per request\n"
+            "  --max-waiting N              answer 503 when N requests wait already (default 256, 0 = off)\n"
+            "  --max-body-bytes N           larger request bodies get 413 (default 8388608)\n"
+            "  --max-connections N          concurrent HTTP connections (default 256)\n"
+            "  --shutdown-timeout S         seconds to let requests finish at SIGINT/SIGTERM (default 30)\n"
+            "  -c, --ctx N                  context length (default: the model's)\n"
+            "  -t, --threads N              kernel threads (default: all cores)\n"
+            "  -h, --help                   show this help\n",
+            ix_cli_default_model());
+}
+
+static bool parse_bytes(const char *opt, const char *s, uint64_t *out) {
+    char num[32];
+    size_t n = s ? strlen(s) : 0;
+    uint64_t mul = 1;
+    if (n > 0 && n < sizeof num) {
+        char last = s[n - 1];
+        if (last == 'K' || last == 'k') mul = 1ull << 10;
+        if (last == 'M' || last == 'm') mul = 1ull << 20;
+        if (last == 'G' || last == 'g') mul = 1ull << 30;
+    }
+    if (n == 0 || n >= sizeof num) return ix_cli_parse_u64(opt, s, out);
+    memcpy(num, s, n + 1);
+    if (mul > 1) num[n - 1] = '\0';
+    uint64_t v;
+    if (!ix_cli_parse_u64(opt, num, &v)) return false;
+    if (ix_mul_overflow_u64(v, mul, out)) {
+        fprintf(stderr, "inferx serve: %s value too large\n", opt);
+        return false;
+    }
+    return true;
+}
+
+static char *read_key_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char line[1024];
+    char *key = NULL;
+    if (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\r\n")] = '\0';
+        key = ix_strdup(line);
+    }
+    fclose(f);
+    return key;
+}
+
+int ix_cli_serve(int argc, char **argv) {
+    const char *model = NULL, *api_key = getenv("INFERX_API_KEY"), *key_file = NULL, *name = NULL;
+    ix_server_params sp = ix_server_default_params();
+    ix_engine_params ep = ix_engine_default_params();
+    uint64_t shutdown_s = 30;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        uint64_t u = 0;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!v) {
+            fprintf(stderr, "inferx serve: %s needs a value (see --help)\n", a);
+            return 2;
+        }
+        i++;
+        bool ok = true;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            model = v;
+        } else if (!strcmp(a, "--host")) {
+            sp.host = v;
+        } else if (!strcmp(a, "--port")) {
+            ok = ix_cli_parse_u64(a, v, &u) && u <= 65535;
+            sp.port = (uint16_t)u;
+        } else if (!strcmp(a, "--api-key")) {
+            api_key = v;
+        } else if (!strcmp(a, "--api-key-file")) {
+            key_file = v;
+        } else if (!strcmp(a, "--served-model-name")) {
+            name = v;
+        } else if (!strcmp(a, "--max-num-seqs")) {
+            ok = ix_cli_parse_u64(a, v, &u) && u >= 1 && u <= 4096;
+            ep.sched.max_num_seqs = (int32_t)u;
+        } else if (!strcmp(a, "--max-num-batched-tokens")) {
+            ok = ix_cli_parse_u64(a, v, &u) && u >= 1 && u <= 1 << 20;
+            ep.sched.max_num_batched_tokens = (int32_t)u;
+        } else if (!strcmp(a, "--kv-cache-mem")) {
+            ok = parse_bytes(a, v, &u) && u > 0;
+            ep.kv_mem_bytes = (size_t)u;
+        } else if (!strcmp(a, "--policy")) {
+            if (!strcmp(v, "fcfs"))
+                ep.sched.policy = IX_SCHED_FCFS;
+            else if (!strcmp(v, "priority"))
+                ep.sched.policy = IX_SCHED_PRIORITY;
+            else if (!strcmp(v, "deadline"))
+                ep.sched.policy = IX_SCHED_DEADLINE;
+            else
+                ok = false;
+        } else if (!strcmp(a, "--cost-per-hour")) {
+            char *end;
+            sp.cost_per_hour_usd = strtod(v, &end);
+            ok = end != v && !*end && sp.cost_per_hour_usd >= 0;
+        } else if (!strcmp(a, "--max-waiting")) {
+            ok = ix_cli_parse_u64(a, v, &u) && u <= INT32_MAX;
+            sp.max_waiting = (int32_t)u;
+        } else if (!strcmp(a, "--max-body-bytes")) {
+            ok = parse_bytes(a, v, &u) && u > 0;
+            sp.max_body_bytes = (size_t)u;
+        } else if (!strcmp(a, "--max-connections")) {
+            ok = ix_cli_parse_u64(a, v, &u) && u >= 1 && u <= 65536;
+            sp.max_connections = (int32_t)u;
+        } else if (!strcmp(a, "--shutdown-timeout")) {
+            ok = ix_cli_parse_u64(a, v, &shutdown_s) && shutdown_s <= 86400;
+        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
+            ok = ix_cli_parse_u64(a, v, &u) && u <= INT32_MAX;
+            ep.n_ctx = (int32_t)u;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            ok = ix_cli_parse_u64(a, v, &u) && u <= 1024;
+            ep.n_threads = (int32_t)u;
+        } else {
+            fprintf(stderr, "inferx serve: unknown option '%s' (see --help)\n", a);
+            return 2;
+        }
+        if (!ok) {
+            fprintf(stderr, "inferx serve: bad value '%s' for %s (see --help)\n", v, a);
+            return 2;
+        }
+    }
+    if (!model) model = ix_cli_default_model();
+
+    /* Block the shutdown signals before any thread exists, so that every
+     * thread inherits the mask and only sigwait below takes them. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int rc = 1;
+    char *file_key = NULL, *default_name = NULL;
+    ix_errbuf err = {{0}};
+    ix_model *m = NULL;
+    ix_engine *e = NULL;
+    ix_server *srv = NULL;
+    if (key_file && !(api_key = file_key = read_key_file(key_file))) {
+        fprintf(stderr, "inferx serve: cannot read the API key from %s\n", key_file);
+        goto done;
+    }
+    if (!name) {
+        const char *base = strrchr(model, '/');
+        base = base ? base + 1 : model;
+        size_t n = strlen(base);
+        if (n > 5 && !strcmp(base + n - 5, ".gguf")) n -= 5;
+        name = default_name = ix_strndup(base, n);
+    }
+    if (ix_model_load(&m, model, &err) != IX_OK) {
+        fprintf(stderr, "inferx serve: %s: %s\n", model, err.msg);
+        goto done;
+    }
+    if (ix_engine_create(&e, m, &ep, &err) != IX_OK) {
+        fprintf(stderr, "inferx serve: engine: %s\n", err.msg);
+        goto done;
+    }
+    sp.api_key = api_key;
+    sp.model_name = name;
+    sp.n_ctx = ep.n_ctx;
+    if (ix_server_create(&srv, e, &sp, &err) != IX_OK) {
+        fprintf(stderr, "inferx serve: %s\n", err.msg);
+        goto done;
+    }
+    fprintf(stderr, "inferx serve: model '%s' (%s) on http://%s:%u%s\n", name, model, sp.host,
+            (unsigned)ix_server_port(srv), api_key && *api_key ? " (API key required)" : "");
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    fprintf(stderr, "inferx serve: %s: shutting down (up to %llu s for requests in flight)\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM", (unsigned long long)shutdown_s);
+    ix_server_shutdown(srv, (int64_t)shutdown_s * 1000);
+    rc = 0;
+done:
+    ix_server_destroy(srv);
+    ix_engine_destroy(e);
+    ix_model_destroy(m);
+    ix_free(file_key);
+    ix_free(default_name);
+    return rc;
+}

@@ -1,0 +1,868 @@
+/* inferx server: POST /v1/completions and /v1/chat/completions.
+ *
+ * One HTTP request is a job of one or more engine requests ("subs": one per
+ * prompt of a completions prompt array), each with n choices; choice indices
+ * run across them (sub * n + choice). The engine thread's callbacks only
+ * append token events to the job's queue and signal its condition variable;
+ * the connection's thread swaps the queue out under the mutex and turns the
+ * events into JSON: a whole response (non-streaming, built when every sub has
+ * finished) or SSE chunks written by a libmicrohttpd content-reader callback.
+ * Every wait is a 50 ms timed wait, after which the thread checks whether the
+ * client hung up (then it cancels the job's engine requests) and whether the
+ * server is aborting requests at shutdown. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/server_int.h"
+
+#define IXS_MAX_PROMPTS 16
+#define IXS_MAX_STOP 16
+#define IXS_WAIT_MS 50
+
+typedef struct ixs_event {
+    int32_t sub, choice;
+    ix_token token; /* IX_TOKEN_NONE: held-back text released at the end */
+    size_t off, len; /* text in the queue's text buffer */
+    bool has_sample;
+    ix_sample_result sample;
+} ixs_event;
+
+typedef struct ixs_queue {
+    ixs_event *ev;
+    size_t n, cap;
+    ix_buf text;
+} ixs_queue;
+
+typedef struct ixs_job ixs_job;
+typedef struct ixs_sub {
+    ixs_job *job;
+    int32_t index;
+} ixs_sub;
+
+struct ixs_job {
+    ix_server *s;
+    struct MHD_Connection *conn;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    /* What was asked. */
+    bool chat, stream, include_usage, want_logprobs;
+    int32_t n, n_sub, n_logprobs;
+    char id[64];
+    int64_t created;
+    ixs_sub subs[IXS_MAX_PROMPTS];
+    uint64_t ids[IXS_MAX_PROMPTS];
+    bool submitted[IXS_MAX_PROMPTS];
+    /* Filled by the engine thread under mu. */
+    ixs_queue q;
+    bool done[IXS_MAX_PROMPTS];
+    ix_finish_info fin[IXS_MAX_PROMPTS];
+    int32_t n_done;
+    bool oom;
+    uint64_t last_token_ns[IXS_MAX_PROMPTS][IX_SCHED_MAX_SEQS];
+    /* The connection thread's side. */
+    ixs_queue taken;
+    bool seen_done[IXS_MAX_PROMPTS]; /* finish already turned into output */
+    bool cancelled, disconnected, finalized;
+    uint64_t t0_ns, tokens_before;
+    ix_usage usage;
+    double cost_usd;
+    int32_t n_choices;       /* n_sub * n */
+    ix_buf *text;            /* (n_choices) non-streaming: accumulated text */
+    size_t *text_off;        /* (n_choices) bytes of text so far (completions text_offset) */
+    json_t **lp;             /* (n_choices) non-streaming logprobs being built */
+    ix_buf out;              /* streaming: SSE bytes not yet handed to MHD */
+    size_t out_off;
+    int phase;               /* streaming: 0 start, 1 tokens, 2 [DONE] queued */
+    ix_buf scratch;
+};
+
+/* ---- engine callbacks (engine thread: append and signal, nothing else) ---- */
+
+static void on_token(void *user, const ix_token_event *ev) {
+    ixs_sub *sub = user;
+    ixs_job *j = sub->job;
+    uint64_t now = ix_time_ns();
+    double itl = -1;
+    pthread_mutex_lock(&j->mu);
+    ixs_queue *q = &j->q;
+    if (q->n == q->cap) {
+        size_t cap = q->cap ? q->cap * 2 : 64;
+        ixs_event *p = ix_realloc(q->ev, cap * sizeof *p);
+        if (!p) {
+            j->oom = true;
+            pthread_mutex_unlock(&j->mu);
+            return;
+        }
+        q->ev = p;
+        q->cap = cap;
+    }
+    ixs_event *e = &q->ev[q->n];
+    e->sub = sub->index;
+    e->choice = ev->choice;
+    e->token = ev->token;
+    e->off = q->text.len;
+    e->len = ev->text_len;
+    e->has_sample = j->want_logprobs && ev->sample && ev->token != IX_TOKEN_NONE;
+    if (e->has_sample) e->sample = *ev->sample;
+    if (ev->text_len && ix_buf_append(&q->text, ev->text, ev->text_len) != IX_OK) {
+        j->oom = true;
+    } else {
+        q->n++;
+    }
+    if (ev->token != IX_TOKEN_NONE && ev->choice >= 0 && ev->choice < IX_SCHED_MAX_SEQS) {
+        uint64_t *last = &j->last_token_ns[sub->index][ev->choice];
+        if (*last) itl = (double)(now - *last) / 1e9;
+        *last = now;
+    }
+    pthread_cond_signal(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    if (itl >= 0) ix__metrics_itl(&j->s->metrics, itl);
+}
+
+static void on_finish(void *user, const ix_finish_info *info) {
+    ixs_sub *sub = user;
+    ixs_job *j = sub->job;
+    pthread_mutex_lock(&j->mu);
+    j->fin[sub->index] = *info;
+    j->done[sub->index] = true;
+    j->n_done++;
+    pthread_cond_signal(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* ---- job life cycle ------------------------------------------------------- */
+
+static ixs_job *job_new(ix_server *s) {
+    ixs_job *j = ix_calloc(1, sizeof *j);
+    if (!j) return NULL;
+    j->s = s;
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&j->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    for (int i = 0; i < IXS_MAX_PROMPTS; i++) j->subs[i] = (ixs_sub){j, i};
+    atomic_fetch_add(&s->n_inflight, 1);
+    return j;
+}
+
+/* Cancels the job's unfinished engine requests and counts why. */
+static void cancel_all(ixs_job *j, bool shutdown) {
+    if (j->cancelled) return;
+    j->cancelled = true;
+    pthread_mutex_lock(&j->mu);
+    int live = 0;
+    for (int i = 0; i < j->n_sub; i++) live += j->submitted[i] && !j->done[i];
+    pthread_mutex_unlock(&j->mu);
+    if (!live) return;
+    for (int i = 0; i < j->n_sub; i++)
+        if (j->submitted[i]) ix_engine_cancel(j->s->engine, j->ids[i]);
+    pthread_mutex_lock(&j->s->metrics.mu);
+    if (shutdown)
+        j->s->metrics.cancelled_shutdown++;
+    else
+        j->s->metrics.cancelled_disconnect++;
+    pthread_mutex_unlock(&j->s->metrics.mu);
+}
+
+/* Waits until every submitted sub has finished (the engine calls on_finish
+ * exactly once per accepted request, so nothing touches j afterwards). */
+static void wait_all_done(ixs_job *j) {
+    int n_sub = 0;
+    for (int i = 0; i < j->n_sub; i++) n_sub += j->submitted[i];
+    pthread_mutex_lock(&j->mu);
+    while (j->n_done < n_sub) pthread_cond_wait(&j->cv, &j->mu);
+    pthread_mutex_unlock(&j->mu);
+}
+
+static void job_finalize(ixs_job *j);
+
+static void job_free(ixs_job *j) {
+    if (!j) return;
+    /* Unfinished here: the client went away (MHD dropped the stream). */
+    cancel_all(j, atomic_load(&j->s->aborting));
+    wait_all_done(j);
+    if (j->n_sub > 0 && j->submitted[j->n_sub - 1]) job_finalize(j);
+    ix_free(j->q.ev);
+    ix_buf_free(&j->q.text);
+    ix_free(j->taken.ev);
+    ix_buf_free(&j->taken.text);
+    for (int i = 0; i < j->n_choices; i++) {
+        if (j->text) ix_buf_free(&j->text[i]);
+        if (j->lp) json_decref(j->lp[i]);
+    }
+    ix_free(j->text);
+    ix_free(j->text_off);
+    ix_free(j->lp);
+    ix_buf_free(&j->out);
+    ix_buf_free(&j->scratch);
+    pthread_cond_destroy(&j->cv);
+    pthread_mutex_destroy(&j->mu);
+    atomic_fetch_sub(&j->s->n_inflight, 1);
+    ix_free(j);
+}
+
+static uint64_t engine_tokens(ix_engine *e) {
+    ix_engine_stats st;
+    ix_engine_get_stats(e, &st);
+    return st.n_prompt_tokens - st.n_cached_prompt_tokens + st.n_generated_tokens;
+}
+
+/* Takes the queued events (and finish flags) into j->taken; waits up to
+ * IXS_WAIT_MS when there is nothing. Returns whether every sub is done and
+ * everything was taken. */
+static bool job_take(ixs_job *j, bool newly_done[IXS_MAX_PROMPTS]) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_nsec += IXS_WAIT_MS * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&j->mu);
+    if (j->q.n == 0 && j->n_done < j->n_sub) pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+    ixs_queue t = j->taken;
+    j->taken = j->q;
+    j->q = t;
+    j->q.n = 0;
+    ix_buf_clear(&j->q.text);
+    for (int i = 0; i < j->n_sub; i++) {
+        newly_done[i] = j->done[i] && !j->seen_done[i];
+        j->seen_done[i] |= j->done[i];
+    }
+    bool all = j->n_done == j->n_sub;
+    pthread_mutex_unlock(&j->mu);
+    return all;
+}
+
+/* Checks the client and the server's shutdown between waits. */
+static void job_watch(ixs_job *j) {
+    if (j->cancelled) return;
+    if (ix__srv_peer_closed(j->conn)) {
+        j->disconnected = true;
+        cancel_all(j, false);
+    } else if (atomic_load(&j->s->aborting)) {
+        cancel_all(j, true);
+    }
+}
+
+/* Usage, cost and metrics once every sub has finished. Cost: the machine's
+ * price for the job's lifetime times the job's share of the tokens the engine
+ * computed meanwhile (docs/server.md). */
+static void job_finalize(ixs_job *j) {
+    if (j->finalized) return;
+    j->finalized = true;
+    uint64_t own = 0;
+    for (int i = 0; i < j->n_sub; i++) {
+        const ix_usage *u = &j->fin[i].usage;
+        j->usage.prompt_tokens += u->prompt_tokens;
+        j->usage.cached_prompt_tokens += u->cached_prompt_tokens;
+        j->usage.completion_tokens += u->completion_tokens;
+        own += (uint64_t)(u->prompt_tokens - u->cached_prompt_tokens + u->completion_tokens);
+    }
+    if (j->s->p.cost_per_hour_usd > 0) {
+        uint64_t delta = engine_tokens(j->s->engine) - j->tokens_before;
+        double share = delta > 0 ? (double)own / (double)delta : 1.0;
+        if (share > 1) share = 1;
+        double seconds = (double)(ix_time_ns() - j->t0_ns) / 1e9;
+        j->cost_usd = j->s->p.cost_per_hour_usd / 3600.0 * seconds * share;
+    }
+    for (int i = 0; i < j->n_sub; i++) ix__metrics_finish(&j->s->metrics, &j->fin[i], i == 0 ? j->cost_usd : 0);
+}
+
+/* ---- JSON pieces ---------------------------------------------------------- */
+
+static json_t *token_json(ixs_job *j, ix_token id, bool with_bytes) {
+    ix_buf *b = &j->scratch;
+    ix_buf_clear(b);
+    ix_tokenizer_token_bytes(j->s->tok, id, 0, false, b);
+    if (!with_bytes) return ix__json_text(b->data, b->len);
+    json_t *bytes = json_array();
+    for (size_t i = 0; bytes && i < b->len; i++) json_array_append_new(bytes, json_integer((unsigned char)b->data[i]));
+    return bytes;
+}
+
+static json_t *lp_value(float lp) { return json_real(isfinite(lp) ? lp : -9999.0); }
+
+/* Chat: {token, logprob, bytes, top_logprobs:[{token, logprob, bytes}]}. */
+static json_t *lp_chat_entry(ixs_job *j, const ix_sample_result *r) {
+    json_t *top = json_array();
+    for (int k = 0; top && k < r->n_top && k < j->n_logprobs; k++)
+        json_array_append_new(top, json_pack("{s:o, s:o, s:o}", "token", token_json(j, r->top_ids[k], false),
+                                             "logprob", lp_value(r->top_logprobs[k]), "bytes",
+                                             token_json(j, r->top_ids[k], true)));
+    return json_pack("{s:o, s:o, s:o, s:o}", "token", token_json(j, r->id, false), "logprob", lp_value(r->logprob),
+                     "bytes", token_json(j, r->id, true), "top_logprobs", top ? top : json_array());
+}
+
+/* Completions: appends to {tokens, token_logprobs, top_logprobs, text_offset}. */
+static void lp_cmpl_append(ixs_job *j, json_t *obj, const ix_sample_result *r, size_t offset) {
+    json_array_append_new(json_object_get(obj, "tokens"), token_json(j, r->id, false));
+    json_array_append_new(json_object_get(obj, "token_logprobs"), lp_value(r->logprob));
+    json_t *top = json_object();
+    for (int k = 0; top && k < r->n_top && k < j->n_logprobs; k++) {
+        json_t *t = token_json(j, r->top_ids[k], false);
+        if (t) json_object_set_new(top, json_string_value(t), lp_value(r->top_logprobs[k]));
+        json_decref(t);
+    }
+    json_array_append_new(json_object_get(obj, "top_logprobs"), top ? top : json_null());
+    json_array_append_new(json_object_get(obj, "text_offset"), json_integer((json_int_t)offset));
+}
+
+static json_t *lp_new(bool chat) {
+    if (chat) return json_pack("{s:[]}", "content");
+    return json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs", "top_logprobs", "text_offset");
+}
+
+static json_t *usage_json(ixs_job *j) {
+    json_t *u = json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", j->usage.prompt_tokens, "completion_tokens",
+                          j->usage.completion_tokens, "total_tokens",
+                          j->usage.prompt_tokens + j->usage.completion_tokens, "prompt_tokens_details",
+                          "cached_tokens", j->usage.cached_prompt_tokens);
+    if (u && j->s->p.cost_per_hour_usd > 0) json_object_set_new(u, "cost_usd", json_real(j->cost_usd));
+    return u;
+}
+
+static json_t *envelope(ixs_job *j, bool chunk) {
+    const char *object = j->chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+    return json_pack("{s:s, s:s, s:I, s:s, s:[]}", "id", j->id, "object", object, "created",
+                     (json_int_t)j->created, "model", j->s->model_name, "choices");
+}
+
+static const char *reason_name(ix_finish_reason r) { return ix_finish_reason_name(r); }
+
+/* ---- non-streaming ------------------------------------------------------- */
+
+static void absorb(ixs_job *j) {
+    ixs_queue *t = &j->taken;
+    for (size_t i = 0; i < t->n; i++) {
+        const ixs_event *e = &t->ev[i];
+        if (e->choice < 0 || e->choice >= j->n) continue;
+        int gi = e->sub * j->n + e->choice;
+        if (e->has_sample) {
+            if (j->chat)
+                json_array_append_new(json_object_get(j->lp[gi], "content"), lp_chat_entry(j, &e->sample));
+            else
+                lp_cmpl_append(j, j->lp[gi], &e->sample, j->text_off[gi]);
+        }
+        if (e->len && ix_buf_append(&j->text[gi], t->text.data + e->off, e->len) != IX_OK) j->oom = true;
+        j->text_off[gi] += e->len;
+    }
+    t->n = 0;
+    ix_buf_clear(&t->text);
+}
+
+static enum MHD_Result answer_whole(ixs_job *j, struct MHD_Connection *c, const char *ep) {
+    ix_server *s = j->s;
+    bool newly[IXS_MAX_PROMPTS];
+    for (;;) {
+        bool all = job_take(j, newly);
+        absorb(j);
+        if (all) break;
+        job_watch(j);
+    }
+    job_finalize(j);
+    if (j->disconnected) {
+        ix__metrics_http(&s->metrics, ep, 499); /* nginx's "client closed request" */
+        return MHD_NO;
+    }
+    ixs_err e;
+    for (int i = 0; i < j->n_sub; i++) {
+        if (j->fin[i].reason == IX_FINISH_ERROR) {
+            ix__srv_errf(&e, 500, "server_error", NULL, "generation failed: %s", j->fin[i].message);
+            return ix__srv_reply_err(c, s, ep, &e);
+        }
+        if (j->fin[i].reason == IX_FINISH_DEADLINE) {
+            ix__srv_errf(&e, 503, "server_error", "deadline_ms",
+                         "the request was shed: it could not finish within its deadline_ms");
+            e.code = "deadline_exceeded";
+            return ix__srv_reply_err(c, s, ep, &e);
+        }
+    }
+    if (j->oom) return ix__srv_reply_json(c, s, ep, 500, NULL);
+    json_t *root = envelope(j, false);
+    json_t *choices = json_object_get(root, "choices");
+    for (int gi = 0; root && gi < j->n_choices; gi++) {
+        const ix_finish_info *fi = &j->fin[gi / j->n];
+        int c_in = gi % j->n;
+        ix_finish_reason r = c_in < fi->n_choices ? fi->reasons[c_in] : fi->reason;
+        json_t *text = ix__json_text(j->text[gi].data, j->text[gi].len);
+        json_t *lp = j->want_logprobs ? json_incref(j->lp[gi]) : json_null();
+        json_t *ch = j->chat ? json_pack("{s:i, s:{s:s, s:o}, s:o, s:s}", "index", gi, "message", "role", "assistant",
+                                         "content", text, "logprobs", lp, "finish_reason", reason_name(r))
+                             : json_pack("{s:i, s:o, s:o, s:s}", "index", gi, "text", text, "logprobs", lp,
+                                         "finish_reason", reason_name(r));
+        json_array_append_new(choices, ch);
+    }
+    if (root) json_object_set_new(root, "usage", usage_json(j));
+    return ix__srv_reply_json(c, s, ep, 200, root);
+}
+
+/* ---- streaming ----------------------------------------------------------- */
+
+static void sse(ixs_job *j, json_t *chunk) {
+    char *text = chunk ? json_dumps(chunk, JSON_COMPACT) : NULL;
+    json_decref(chunk);
+    if (!text) {
+        j->oom = true;
+        return;
+    }
+    if (ix_buf_printf(&j->out, "data: %s\n\n", text) != IX_OK) j->oom = true;
+    free(text);
+}
+
+static json_t *chunk_choice(ixs_job *j, json_t **choice_out, int gi) {
+    json_t *root = envelope(j, true);
+    json_t *ch = j->chat ? json_pack("{s:i, s:{}, s:n, s:n}", "index", gi, "delta", "logprobs", "finish_reason")
+                         : json_pack("{s:i, s:s, s:n, s:n}", "index", gi, "text", "", "logprobs", "finish_reason");
+    if (root && ch) json_array_append(json_object_get(root, "choices"), ch);
+    json_decref(ch);
+    *choice_out = ch;
+    return root;
+}
+
+static void stream_events(ixs_job *j, const bool newly[IXS_MAX_PROMPTS]) {
+    ixs_queue *t = &j->taken;
+    for (size_t i = 0; i < t->n; i++) {
+        const ixs_event *e = &t->ev[i];
+        if (e->choice < 0 || e->choice >= j->n || (!e->len && !e->has_sample)) continue;
+        int gi = e->sub * j->n + e->choice;
+        json_t *ch, *root = chunk_choice(j, &ch, gi);
+        if (!root) {
+            j->oom = true;
+            continue;
+        }
+        json_t *text = ix__json_text(t->text.data + e->off, e->len);
+        if (j->chat)
+            json_object_set_new(json_object_get(ch, "delta"), "content", text);
+        else
+            json_object_set_new(ch, "text", text);
+        if (e->has_sample) {
+            json_t *lp = lp_new(j->chat);
+            if (j->chat)
+                json_array_append_new(json_object_get(lp, "content"), lp_chat_entry(j, &e->sample));
+            else
+                lp_cmpl_append(j, lp, &e->sample, j->text_off[gi]);
+            json_object_set_new(ch, "logprobs", lp);
+        }
+        j->text_off[gi] += e->len;
+        sse(j, root);
+    }
+    t->n = 0;
+    ix_buf_clear(&t->text);
+    for (int s = 0; s < j->n_sub; s++) {
+        if (!newly[s]) continue;
+        const ix_finish_info *fi = &j->fin[s];
+        for (int c = 0; c < j->n; c++) {
+            ix_finish_reason r = c < fi->n_choices ? fi->reasons[c] : fi->reason;
+            json_t *ch, *root = chunk_choice(j, &ch, s * j->n + c);
+            if (root) json_object_set_new(ch, "finish_reason", json_string(reason_name(r)));
+            if (root && r == IX_FINISH_ERROR) json_object_set_new(root, "error", json_pack("{s:s, s:s}", "message", fi->message, "type", "server_error"));
+            sse(j, root);
+        }
+    }
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    ixs_job *j = cls;
+    for (;;) {
+        if (j->out_off < j->out.len) {
+            size_t n = j->out.len - j->out_off;
+            if (n > max) n = max;
+            memcpy(buf, j->out.data + j->out_off, n);
+            j->out_off += n;
+            if (j->out_off == j->out.len) {
+                ix_buf_clear(&j->out);
+                j->out_off = 0;
+            }
+            return (ssize_t)n;
+        }
+        if (j->phase == 2) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (j->disconnected) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (j->phase == 0) {
+            j->phase = 1;
+            if (j->chat)
+                for (int gi = 0; gi < j->n_choices; gi++) {
+                    json_t *ch, *root = chunk_choice(j, &ch, gi);
+                    if (root) json_object_set_new(json_object_get(ch, "delta"), "role", json_string("assistant"));
+                    if (root) json_object_set_new(json_object_get(ch, "delta"), "content", json_string(""));
+                    sse(j, root);
+                }
+            continue;
+        }
+        bool newly[IXS_MAX_PROMPTS];
+        bool all = job_take(j, newly);
+        stream_events(j, newly);
+        if (all) {
+            job_finalize(j);
+            if (j->include_usage) {
+                json_t *root = envelope(j, true);
+                if (root) json_object_set_new(root, "usage", usage_json(j));
+                sse(j, root);
+            }
+            if (ix_buf_append(&j->out, "data: [DONE]\n\n", 14) != IX_OK) return MHD_CONTENT_READER_END_WITH_ERROR;
+            j->phase = 2;
+            continue;
+        }
+        if (j->out.len == 0) job_watch(j);
+    }
+}
+
+static void stream_free(void *cls) { job_free(cls); }
+
+/* ---- request parsing ------------------------------------------------------ */
+
+/* Each returns 1 when the field is present (and valid), 0 when absent or
+ * null, -1 with e filled when it is invalid. */
+static int get_num(json_t *req, const char *key, double lo, double hi, double *out, ixs_err *e) {
+    json_t *v = json_object_get(req, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_number(v)) return IXS_BAD(e, key, "'%s' must be a number", key);
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi)) return IXS_BAD(e, key, "'%s' is %g; it must be in [%g, %g]", key, x, lo, hi);
+    *out = x;
+    return 1;
+}
+
+static int get_int(json_t *req, const char *key, int64_t lo, int64_t hi, int64_t *out, ixs_err *e) {
+    json_t *v = json_object_get(req, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_integer(v)) return IXS_BAD(e, key, "'%s' must be an integer", key);
+    int64_t x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return IXS_BAD(e, key, "'%s' is %lld; it must be in [%lld, %lld]", key, (long long)x, (long long)lo,
+                       (long long)hi);
+    *out = x;
+    return 1;
+}
+
+static int get_bool(json_t *req, const char *key, bool *out, ixs_err *e) {
+    json_t *v = json_object_get(req, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_boolean(v)) return IXS_BAD(e, key, "'%s' must be a boolean", key);
+    *out = json_is_true(v);
+    return 1;
+}
+
+typedef struct parsed {
+    ix_request_params r;
+    ix_token_vec prompts[IXS_MAX_PROMPTS];
+    int32_t n_prompts;
+    const char *stop[IXS_MAX_STOP];
+    ix_logit_bias *bias;
+    ix_token *stop_ids;
+    bool max_tokens_given;
+} parsed;
+
+static void parsed_free(parsed *p) {
+    for (int i = 0; i < IXS_MAX_PROMPTS; i++) ix_token_vec_free(&p->prompts[i]);
+    ix_free(p->bias);
+    ix_free(p->stop_ids);
+}
+
+static int parse_token_array(ix_server *s, json_t *arr, const char *param, ix_token_vec *out, ixs_err *e) {
+    size_t i;
+    json_t *v;
+    json_array_foreach(arr, i, v) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= s->n_vocab)
+            return IXS_BAD(e, param, "'%s' token %zu is not an id in [0, %d)", param, i, (int)s->n_vocab);
+        if (ix_token_vec_push(out, (ix_token)json_integer_value(v)) != IX_OK)
+            return ix__srv_errf(e, 500, "server_error", NULL, "out of memory");
+    }
+    return 0;
+}
+
+static int parse_prompt(ix_server *s, json_t *req, parsed *p, ixs_err *e) {
+    json_t *pr = json_object_get(req, "prompt");
+    ix_errbuf err = {{0}};
+    if (json_is_string(pr)) {
+        p->n_prompts = 1;
+        if (ix_tokenizer_encode(s->tok, json_string_value(pr), json_string_length(pr), IX_TOK_ADD_SPECIAL,
+                                &p->prompts[0], &err) != IX_OK)
+            return IXS_BAD(e, "prompt", "prompt: %s", err.msg);
+        return 0;
+    }
+    if (!json_is_array(pr) || json_array_size(pr) == 0)
+        return IXS_BAD(e, "prompt", "'prompt' must be a string, an array of strings, or token ids");
+    json_t *first = json_array_get(pr, 0);
+    if (json_is_integer(first)) {
+        p->n_prompts = 1;
+        return parse_token_array(s, pr, "prompt", &p->prompts[0], e);
+    }
+    if (json_array_size(pr) > IXS_MAX_PROMPTS)
+        return IXS_BAD(e, "prompt", "at most %d prompts per request", IXS_MAX_PROMPTS);
+    size_t i;
+    json_t *v;
+    json_array_foreach(pr, i, v) {
+        if (json_is_string(v)) {
+            if (ix_tokenizer_encode(s->tok, json_string_value(v), json_string_length(v), IX_TOK_ADD_SPECIAL,
+                                    &p->prompts[i], &err) != IX_OK)
+                return IXS_BAD(e, "prompt", "prompt[%zu]: %s", i, err.msg);
+        } else if (json_is_array(v)) {
+            if (parse_token_array(s, v, "prompt", &p->prompts[i], e)) return -1;
+        } else {
+            return IXS_BAD(e, "prompt", "'prompt' must be a string, an array of strings, or token ids");
+        }
+    }
+    p->n_prompts = (int32_t)json_array_size(pr);
+    return 0;
+}
+
+static uint64_t fnv1a64(const char *s, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
+    return h ? h : 1;
+}
+
+static int parse_request(ix_server *s, json_t *req, bool chat, parsed *p, ixs_job *j, ixs_err *e) {
+    ix_request_params *r = &p->r;
+    ix_sample_params *sp = &r->sample;
+    double d;
+    int64_t i64;
+    bool b = false;
+    int got;
+    /* prompt */
+    if (chat) {
+        json_t *msgs = json_object_get(req, "messages");
+        if (ix__chat_validate(msgs, e)) return -1;
+        ix_errbuf err = {{0}};
+        ix_status st = ix__chat_render(s->chat_format, s->tok, msgs, &p->prompts[0], &err);
+        if (st != IX_OK) return IXS_BAD(e, "messages", "messages: %s", err.msg);
+        p->n_prompts = 1;
+    } else if (parse_prompt(s, req, p, e)) {
+        return -1;
+    }
+    /* sampling */
+    if ((got = get_num(req, "temperature", 0, 2, &d, e)) < 0) return -1;
+    sp->temperature = got ? (float)d : 1.0f;
+    if ((got = get_num(req, "top_p", 0, 1, &d, e)) < 0) return -1;
+    if (got && d <= 0) return IXS_BAD(e, "top_p", "'top_p' must be in (0, 1]");
+    if (got) sp->top_p = (float)d;
+    if ((got = get_int(req, "top_k", -1, INT32_MAX, &i64, e)) < 0) return -1;
+    if (got) sp->top_k = (int32_t)(i64 < 0 ? 0 : i64);
+    if ((got = get_num(req, "min_p", 0, 1, &d, e)) < 0) return -1;
+    if (got) sp->min_p = (float)d;
+    if ((got = get_num(req, "repetition_penalty", 0, 100, &d, e)) < 0) return -1;
+    if (got && d <= 0) return IXS_BAD(e, "repetition_penalty", "'repetition_penalty' must be > 0");
+    if (got) sp->repetition_penalty = (float)d;
+    if ((got = get_num(req, "presence_penalty", -2, 2, &d, e)) < 0) return -1;
+    if (got) sp->presence_penalty = (float)d;
+    if ((got = get_num(req, "frequency_penalty", -2, 2, &d, e)) < 0) return -1;
+    if (got) sp->frequency_penalty = (float)d;
+    if ((got = get_int(req, "seed", INT64_MIN, INT64_MAX, &i64, e)) < 0) return -1;
+    if (got) {
+        sp->seed = (uint64_t)i64;
+    } else {
+        char id[40];
+        ix__srv_new_id(s, "", id, sizeof id);
+        sp->seed = strtoull(id + 8, NULL, 16);
+    }
+    json_t *lb = json_object_get(req, "logit_bias");
+    if (lb && !json_is_null(lb)) {
+        if (!json_is_object(lb)) return IXS_BAD(e, "logit_bias", "'logit_bias' must be an object of token id -> bias");
+        size_t n = json_object_size(lb), k = 0;
+        p->bias = ix_calloc(n ? n : 1, sizeof *p->bias);
+        if (!p->bias) return ix__srv_errf(e, 500, "server_error", NULL, "out of memory");
+        const char *key;
+        json_t *v;
+        json_object_foreach(lb, key, v) {
+            char *end;
+            long id = strtol(key, &end, 10);
+            if (!*key || *end || id < 0 || id >= s->n_vocab)
+                return IXS_BAD(e, "logit_bias", "logit_bias key '%.32s' is not a token id in [0, %d)", key,
+                               (int)s->n_vocab);
+            if (!json_is_number(v) || json_number_value(v) < -100 || json_number_value(v) > 100)
+                return IXS_BAD(e, "logit_bias", "logit_bias['%.32s'] must be a number in [-100, 100]", key);
+            p->bias[k++] = (ix_logit_bias){(ix_token)id, (float)json_number_value(v)};
+        }
+        sp->logit_bias = p->bias;
+        sp->n_logit_bias = k;
+    }
+    /* logprobs */
+    if (chat) {
+        bool lp = false;
+        if (get_bool(req, "logprobs", &lp, e) < 0) return -1;
+        if ((got = get_int(req, "top_logprobs", 0, IX_SAMPLE_MAX_LOGPROBS, &i64, e)) < 0) return -1;
+        j->want_logprobs = lp;
+        j->n_logprobs = lp && got ? (int32_t)i64 : 0;
+    } else {
+        if ((got = get_int(req, "logprobs", 0, IX_SAMPLE_MAX_LOGPROBS, &i64, e)) < 0) return -1;
+        j->want_logprobs = got;
+        j->n_logprobs = got ? (int32_t)i64 : 0;
+    }
+    sp->n_logprobs = j->n_logprobs;
+    /* lengths */
+    int64_t max_tokens = 0;
+    if ((got = get_int(req, chat ? "max_completion_tokens" : "max_tokens", 1, INT32_MAX, &max_tokens, e)) < 0)
+        return -1;
+    if (!got && chat && (got = get_int(req, "max_tokens", 1, INT32_MAX, &max_tokens, e)) < 0) return -1;
+    p->max_tokens_given = got;
+    r->max_tokens = got ? (int32_t)max_tokens : (chat ? 0 : 16);
+    if ((got = get_int(req, "n", 1, IX_SCHED_MAX_SEQS, &i64, e)) < 0) return -1;
+    r->n = got ? (int32_t)i64 : 1;
+    /* stops */
+    json_t *stop = json_object_get(req, "stop");
+    if (json_is_string(stop)) {
+        p->stop[0] = json_string_value(stop);
+        r->n_stop = 1;
+    } else if (json_is_array(stop)) {
+        if (json_array_size(stop) > IXS_MAX_STOP) return IXS_BAD(e, "stop", "at most %d stop strings", IXS_MAX_STOP);
+        size_t k;
+        json_t *v;
+        json_array_foreach(stop, k, v) {
+            if (!json_is_string(v)) return IXS_BAD(e, "stop", "'stop' must be a string or an array of strings");
+            p->stop[k] = json_string_value(v);
+        }
+        r->n_stop = json_array_size(stop);
+    } else if (stop && !json_is_null(stop)) {
+        return IXS_BAD(e, "stop", "'stop' must be a string or an array of strings");
+    }
+    r->stop = p->stop;
+    json_t *sti = json_object_get(req, "stop_token_ids");
+    if (sti && !json_is_null(sti)) {
+        if (!json_is_array(sti)) return IXS_BAD(e, "stop_token_ids", "'stop_token_ids' must be an array of token ids");
+        ix_token_vec v = {0};
+        if (parse_token_array(s, sti, "stop_token_ids", &v, e)) {
+            ix_token_vec_free(&v);
+            return -1;
+        }
+        p->stop_ids = v.ids; /* owned by parsed now */
+        r->stop_token_ids = v.ids;
+        r->n_stop_token_ids = v.n;
+    }
+    if (get_bool(req, "ignore_eos", &b, e) < 0) return -1;
+    r->ignore_eos = b;
+    if ((got = get_int(req, "priority", INT32_MIN, INT32_MAX, &i64, e)) < 0) return -1;
+    if (got) r->priority = (int32_t)i64;
+    if ((got = get_int(req, "deadline_ms", 0, INT64_MAX / 1000000, &i64, e)) < 0) return -1;
+    if (got) r->deadline_ms = i64;
+    json_t *salt = json_object_get(req, "cache_salt");
+    if (salt && !json_is_null(salt)) {
+        if (!json_is_string(salt)) return IXS_BAD(e, "cache_salt", "'cache_salt' must be a string");
+        r->cache_ns = fnv1a64(json_string_value(salt), json_string_length(salt));
+    }
+    json_t *user = json_object_get(req, "user");
+    if (user && !json_is_null(user) && !json_is_string(user)) return IXS_BAD(e, "user", "'user' must be a string");
+    /* streaming */
+    j->stream = false;
+    if (get_bool(req, "stream", &j->stream, e) < 0) return -1;
+    json_t *so = json_object_get(req, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so)) return IXS_BAD(e, "stream_options", "'stream_options' must be an object");
+        bool inc = false;
+        if (get_bool(so, "include_usage", &inc, e) < 0) {
+            snprintf(e->param, sizeof e->param, "stream_options.include_usage");
+            return -1;
+        }
+        j->include_usage = inc;
+    }
+    /* context */
+    for (int i = 0; i < p->n_prompts; i++) {
+        size_t np = p->prompts[i].n;
+        const char *what = chat ? "messages" : "prompt";
+        if (np >= (size_t)s->n_ctx) {
+            ix__srv_errf(e, 400, "invalid_request_error", what,
+                         "This model's maximum context length is %d tokens. However, your %s is %zu tokens "
+                         "(plus at least 1 for the completion). Please reduce the length of the %s.",
+                         (int)s->n_ctx, what, np, what);
+            e->code = "context_length_exceeded";
+            return -1;
+        }
+        if (p->max_tokens_given && np + (size_t)r->max_tokens > (size_t)s->n_ctx) {
+            ix__srv_errf(e, 400, "invalid_request_error", chat ? "max_completion_tokens" : "max_tokens",
+                         "This model's maximum context length is %d tokens. However, you requested %zu tokens "
+                         "(%zu in the %s, %d for the completion). Please reduce the length of the %s or completion.",
+                         (int)s->n_ctx, np + (size_t)r->max_tokens, np, what, (int)r->max_tokens, what);
+            e->code = "context_length_exceeded";
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- the endpoint --------------------------------------------------------- */
+
+enum MHD_Result ix__srv_generate(ix_server *s, struct MHD_Connection *c, const char *ep, bool chat, json_t *req) {
+    ixs_err e;
+    ixs_job *j = job_new(s);
+    if (!j) return ix__srv_reply_json(c, s, ep, 500, NULL);
+    j->chat = chat;
+    j->conn = c;
+    j->created = (int64_t)time(NULL);
+    ix__srv_new_id(s, chat ? "chatcmpl-" : "cmpl-", j->id, sizeof j->id);
+    parsed p;
+    memset(&p, 0, sizeof p);
+    p.r = ix_request_default_params();
+    enum MHD_Result ret;
+    if (parse_request(s, req, chat, &p, j, &e)) goto fail;
+    if (s->p.max_waiting > 0) {
+        ix_engine_stats st;
+        ix_engine_get_stats(s->engine, &st);
+        if (st.n_waiting >= s->p.max_waiting) {
+            ix__srv_errf(&e, 503, "server_error", NULL, "the server is overloaded (%d requests waiting); retry later",
+                         (int)st.n_waiting);
+            e.code = "overloaded";
+            goto fail;
+        }
+    }
+    j->n = p.r.n;
+    j->n_sub = p.n_prompts;
+    j->n_choices = j->n * j->n_sub;
+    j->text = ix_calloc((size_t)j->n_choices, sizeof *j->text);
+    j->text_off = ix_calloc((size_t)j->n_choices, sizeof *j->text_off);
+    j->lp = ix_calloc((size_t)j->n_choices, sizeof *j->lp);
+    if (!j->text || !j->text_off || !j->lp) {
+        ix__srv_errf(&e, 500, "server_error", NULL, "out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < j->n_choices && j->want_logprobs && !j->stream; i++)
+        if (!(j->lp[i] = lp_new(chat))) {
+            ix__srv_errf(&e, 500, "server_error", NULL, "out of memory");
+            goto fail;
+        }
+    j->t0_ns = ix_time_ns();
+    j->tokens_before = engine_tokens(s->engine);
+    for (int i = 0; i < j->n_sub; i++) {
+        ix_request_params r = p.r;
+        r.prompt = p.prompts[i].ids;
+        r.n_prompt = p.prompts[i].n;
+        r.cb = (ix_request_callbacks){on_token, on_finish, &j->subs[i]};
+        ix_errbuf err = {{0}};
+        ix_status st = ix_engine_submit(s->engine, &r, &j->ids[i], &err);
+        if (st != IX_OK) {
+            if (st == IX_ERR_NOMEM || st == IX_ERR_INTERNAL || st == IX_ERR_STATE)
+                ix__srv_errf(&e, 500, "server_error", NULL, "%s", err.msg);
+            else
+                ix__srv_errf(&e, 400, "invalid_request_error", NULL, "%s", err.msg);
+            if (st == IX_ERR_TOO_LONG) e.code = "context_length_exceeded";
+            goto fail;
+        }
+        j->submitted[i] = true;
+    }
+    parsed_free(&p);
+    if (!j->stream) {
+        ret = answer_whole(j, c, ep);
+        job_free(j);
+        return ret;
+    }
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, j, stream_free);
+    if (!resp) {
+        job_free(j);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    ret = MHD_queue_response(c, 200, resp);
+    MHD_destroy_response(resp); /* the stream frees the job when MHD is done with it */
+    ix__metrics_http(&s->metrics, ep, 200);
+    return ret;
+fail:
+    parsed_free(&p);
+    job_free(j);
+    return ix__srv_reply_err(c, s, ep, &e);
+}

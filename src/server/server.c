@@ -1,0 +1,515 @@
+/* inferx server: the libmicrohttpd daemon, routing, request bodies, bearer
+ * authentication, OpenAI-shaped errors, the small endpoints (/health, /ready,
+ * /metrics, /v1/models, /tokenize, /detokenize) and graceful shutdown.
+ *
+ * libmicrohttpd runs one thread per connection: a handler may block while it
+ * waits for the engine (generate.c waits on a condition variable and polls
+ * the socket for a hang-up every 50 ms), which keeps streaming simple and
+ * bounds threads by the connection limit. Bodies are read whole (up to
+ * max_body_bytes; a larger one is read and discarded so that the client can
+ * still read the 413) before anything is dispatched. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "server/server_int.h"
+
+ix_server_params ix_server_default_params(void) {
+    ix_server_params p;
+    memset(&p, 0, sizeof p);
+    p.host = "127.0.0.1";
+    p.port = 8000;
+    p.model_name = "inferx";
+    p.max_body_bytes = 8u << 20;
+    p.max_waiting = 256;
+    p.max_connections = 256;
+    p.conn_timeout_s = 120;
+    return p;
+}
+
+int ix__srv_errf(ixs_err *e, int http, const char *type, const char *param, const char *fmt, ...) {
+    e->http = http;
+    e->type = type;
+    e->code = NULL;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+json_t *ix__json_text(const char *s, size_t len) {
+    size_t bad;
+    if (!s) return json_string("");
+    if (ix_utf8_valid(s, len, &bad)) return json_stringn(s, len);
+    ix_buf b = {0};
+    size_t off = 0;
+    while (off < len) {
+        if (ix_utf8_valid(s + off, len - off, &bad)) bad = len - off;
+        if (ix_buf_append(&b, s + off, bad) != IX_OK) goto oom;
+        off += bad;
+        if (off < len) {
+            if (ix_buf_append(&b, "\xEF\xBF\xBD", 3) != IX_OK) goto oom;
+            off++;
+        }
+    }
+    json_t *j = json_stringn(b.data ? b.data : "", b.len);
+    ix_buf_free(&b);
+    return j;
+oom:
+    ix_buf_free(&b);
+    return NULL;
+}
+
+bool ix__srv_peer_closed(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return false;
+    char byte;
+    ssize_t r = recv(ci->connect_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (r == 0) return true;
+    return r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+}
+
+void ix__srv_new_id(ix_server *s, const char *prefix, char *buf, size_t size) {
+    /* splitmix64 over a per-server counter seeded from the clock: unique
+     * within the process, unpredictable enough for an id. */
+    uint64_t x = atomic_fetch_add(&s->next_id, 0x9E3779B97F4A7C15ull);
+    uint64_t h[2];
+    for (int i = 0; i < 2; i++) {
+        uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        h[i] = z ^ (z >> 31);
+    }
+    snprintf(buf, size, "%s%016llx%08llx", prefix, (unsigned long long)h[0],
+             (unsigned long long)(h[1] >> 32));
+}
+
+/* ---- replies --------------------------------------------------------------- */
+
+static enum MHD_Result reply_raw(struct MHD_Connection *c, ix_server *s, const char *endpoint, int status,
+                                 const char *ctype, const char *data, size_t len) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_MUST_COPY);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", ctype);
+    if (atomic_load(&s->draining)) MHD_add_response_header(r, "Connection", "close");
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    ix__metrics_http(&s->metrics, endpoint, status);
+    return ret;
+}
+
+enum MHD_Result ix__srv_reply_json(struct MHD_Connection *c, ix_server *s, const char *endpoint, int status,
+                                   json_t *body) {
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!text) {
+        static const char k_oom[] =
+            "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
+        return reply_raw(c, s, endpoint, 500, "application/json", k_oom, sizeof k_oom - 1);
+    }
+    enum MHD_Result r = reply_raw(c, s, endpoint, status, "application/json", text, strlen(text));
+    free(text);
+    return r;
+}
+
+enum MHD_Result ix__srv_reply_err(struct MHD_Connection *c, ix_server *s, const char *endpoint,
+                                  const ixs_err *e) {
+    json_t *err = json_object();
+    json_t *root = json_object();
+    if (!err || !root) {
+        json_decref(err);
+        json_decref(root);
+        return ix__srv_reply_json(c, s, endpoint, 500, NULL);
+    }
+    json_object_set_new(err, "message", ix__json_text(e->msg, strlen(e->msg)));
+    json_object_set_new(err, "type", json_string(e->type ? e->type : "server_error"));
+    json_object_set_new(err, "param", e->param[0] ? json_string(e->param) : json_null());
+    json_object_set_new(err, "code", e->code ? json_string(e->code) : json_null());
+    json_object_set_new(root, "error", err);
+    return ix__srv_reply_json(c, s, endpoint, e->http, root);
+}
+
+static enum MHD_Result reply_errf(struct MHD_Connection *c, ix_server *s, const char *endpoint, int http,
+                                  const char *type, const char *code, const char *param, const char *msg) {
+    ixs_err e;
+    ix__srv_errf(&e, http, type, param, "%s", msg);
+    e.code = code;
+    return ix__srv_reply_err(c, s, endpoint, &e);
+}
+
+/* ---- small endpoints -------------------------------------------------------- */
+
+static enum MHD_Result do_models(ix_server *s, struct MHD_Connection *c, const char *ep) {
+    json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:i}", "id", s->model_name, "object", "model", "created",
+                          (json_int_t)s->created, "owned_by", "inferx", "max_model_len", (int)s->n_ctx);
+    json_t *root = m ? json_pack("{s:s, s:[o]}", "object", "list", "data", m) : NULL;
+    return ix__srv_reply_json(c, s, ep, 200, root);
+}
+
+/* The "model" field: absent, or the served name (404 otherwise). */
+static int check_model(ix_server *s, json_t *req, ixs_err *e) {
+    json_t *m = json_object_get(req, "model");
+    if (!m || json_is_null(m)) return 0;
+    if (!json_is_string(m)) return IXS_BAD(e, "model", "'model' must be a string");
+    if (strcmp(json_string_value(m), s->model_name)) {
+        ix__srv_errf(e, 404, "invalid_request_error", "model", "The model `%s` does not exist.",
+                     json_string_value(m));
+        e->code = "model_not_found";
+        return -1;
+    }
+    return 0;
+}
+
+static enum MHD_Result do_tokenize(ix_server *s, struct MHD_Connection *c, const char *ep, json_t *req) {
+    ixs_err e;
+    ix_token_vec ids = {0};
+    ix_errbuf err = {{0}};
+    json_t *prompt = json_object_get(req, "prompt"), *msgs = json_object_get(req, "messages");
+    json_t *add = json_object_get(req, "add_special_tokens");
+    if (add && !json_is_boolean(add)) {
+        IXS_BAD(&e, "add_special_tokens", "'add_special_tokens' must be a boolean");
+        return ix__srv_reply_err(c, s, ep, &e);
+    }
+    if (prompt && json_is_string(prompt)) {
+        unsigned flags = (!add || json_is_true(add)) ? IX_TOK_ADD_SPECIAL : 0;
+        if (ix_tokenizer_encode(s->tok, json_string_value(prompt), json_string_length(prompt), flags, &ids,
+                                &err) != IX_OK) {
+            ix_token_vec_free(&ids);
+            return reply_errf(c, s, ep, 400, "invalid_request_error", NULL, "prompt", err.msg);
+        }
+    } else if (!prompt && msgs) {
+        if (ix__chat_validate(msgs, &e)) return ix__srv_reply_err(c, s, ep, &e);
+        if (ix__chat_render(s->chat_format, s->tok, msgs, &ids, &err) != IX_OK) {
+            ix_token_vec_free(&ids);
+            return reply_errf(c, s, ep, 400, "invalid_request_error", NULL, "messages", err.msg);
+        }
+    } else {
+        return reply_errf(c, s, ep, 400, "invalid_request_error", NULL, "prompt",
+                          "expected a string 'prompt' or a 'messages' array");
+    }
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && i < ids.n; i++) json_array_append_new(arr, json_integer(ids.ids[i]));
+    json_t *root = arr ? json_pack("{s:i, s:i, s:o}", "count", (int)ids.n, "max_model_len", (int)s->n_ctx,
+                                   "tokens", arr)
+                       : NULL;
+    ix_token_vec_free(&ids);
+    return ix__srv_reply_json(c, s, ep, 200, root);
+}
+
+static enum MHD_Result do_detokenize(ix_server *s, struct MHD_Connection *c, const char *ep, json_t *req) {
+    json_t *toks = json_object_get(req, "tokens");
+    if (!json_is_array(toks))
+        return reply_errf(c, s, ep, 400, "invalid_request_error", NULL, "tokens",
+                          "'tokens' must be an array of token ids");
+    size_t n = json_array_size(toks);
+    ix_token *ids = ix_malloc((n ? n : 1) * sizeof *ids);
+    if (!ids) return ix__srv_reply_json(c, s, ep, 500, NULL);
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(toks, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= s->n_vocab) {
+            ix_free(ids);
+            char msg[128];
+            snprintf(msg, sizeof msg, "token %zu is not an id in [0, %d)", i, (int)s->n_vocab);
+            return reply_errf(c, s, ep, 400, "invalid_request_error", NULL, "tokens", msg);
+        }
+        ids[i] = (ix_token)json_integer_value(v);
+    }
+    ix_buf text = {0};
+    ix_errbuf err = {{0}};
+    ix_status st = ix_tokenizer_decode(s->tok, ids, n, 0, &text, &err);
+    ix_free(ids);
+    if (st != IX_OK) {
+        ix_buf_free(&text);
+        return reply_errf(c, s, ep, 400, "invalid_request_error", NULL, "tokens", err.msg);
+    }
+    json_t *root = json_object();
+    if (root) json_object_set_new(root, "prompt", ix__json_text(text.data, text.len));
+    ix_buf_free(&text);
+    return ix__srv_reply_json(c, s, ep, 200, root);
+}
+
+static enum MHD_Result do_metrics(ix_server *s, struct MHD_Connection *c, const char *ep) {
+    ix_buf b = {0};
+    if (ix__metrics_render(s, &b) != IX_OK) {
+        ix_buf_free(&b);
+        return ix__srv_reply_json(c, s, ep, 500, NULL);
+    }
+    enum MHD_Result r =
+        reply_raw(c, s, ep, 200, "text/plain; version=0.0.4; charset=utf-8", b.data ? b.data : "", b.len);
+    ix_buf_free(&b);
+    return r;
+}
+
+/* ---- routing ---------------------------------------------------------------- */
+
+typedef enum route_id {
+    R_HEALTH, R_READY, R_METRICS, R_MODELS, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT,
+} route_id;
+
+static const struct route {
+    const char *path;
+    const char *method;
+    route_id id;
+    bool auth; /* needs the API key when one is set */
+    bool json; /* takes a JSON body */
+} k_routes[] = {
+    {"/health", "GET", R_HEALTH, false, false},
+    {"/ready", "GET", R_READY, false, false},
+    {"/metrics", "GET", R_METRICS, false, false},
+    {"/v1/models", "GET", R_MODELS, true, false},
+    {"/tokenize", "POST", R_TOKENIZE, true, true},
+    {"/detokenize", "POST", R_DETOKENIZE, true, true},
+    {"/v1/completions", "POST", R_COMPLETIONS, true, true},
+    {"/v1/chat/completions", "POST", R_CHAT, true, true},
+};
+
+static bool auth_ok(ix_server *s, struct MHD_Connection *c) {
+    if (!s->api_key) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7)) return false;
+    h += 7;
+    while (*h == ' ') h++;
+    size_t n = strlen(h), k = strlen(s->api_key);
+    /* Constant time in the key's length. */
+    unsigned diff = (unsigned)(n != k);
+    for (size_t i = 0; i < k; i++) diff |= (unsigned char)s->api_key[i] ^ (unsigned char)(i < n ? h[i] : 0);
+    return diff == 0;
+}
+
+static enum MHD_Result dispatch(ix_server *s, struct MHD_Connection *c, const char *url, const char *method,
+                                ixs_conn *cc) {
+    const struct route *rt = NULL;
+    bool path_known = false;
+    for (size_t i = 0; i < IX_ARRAY_LEN(k_routes); i++) {
+        if (strcmp(url, k_routes[i].path)) continue;
+        path_known = true;
+        if (!strcmp(method, k_routes[i].method) ||
+            (!strcmp(k_routes[i].method, "GET") && !strcmp(method, "HEAD"))) {
+            rt = &k_routes[i];
+            break;
+        }
+    }
+    if (!rt) {
+        if (path_known) {
+            char msg[128];
+            const char *allowed = "", *path = "other"; /* metrics keep the pointer: static strings only */
+            for (size_t i = 0; i < IX_ARRAY_LEN(k_routes); i++)
+                if (!strcmp(url, k_routes[i].path)) allowed = k_routes[i].method, path = k_routes[i].path;
+            snprintf(msg, sizeof msg, "method %.16s is not allowed on %.64s (use %s)", method, url, allowed);
+            return reply_errf(c, s, path, 405, "invalid_request_error", "method_not_allowed", NULL, msg);
+        }
+        char msg[160];
+        snprintf(msg, sizeof msg, "no route %.16s %.100s", method, url);
+        return reply_errf(c, s, "other", 404, "invalid_request_error", "not_found", NULL, msg);
+    }
+    const char *ep = rt->path;
+    if (rt->auth && !auth_ok(s, c))
+        return reply_errf(c, s, ep, 401, "invalid_request_error", "invalid_api_key", NULL,
+                          "Incorrect or missing API key: send 'Authorization: Bearer <key>'.");
+    if (cc->too_big) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "the request body exceeds the limit of %zu bytes", s->p.max_body_bytes);
+        return reply_errf(c, s, ep, 413, "invalid_request_error", "request_too_large", NULL, msg);
+    }
+    switch (rt->id) {
+    case R_HEALTH:
+        return ix__srv_reply_json(c, s, ep, 200, json_pack("{s:s}", "status", "ok"));
+    case R_READY:
+        if (atomic_load(&s->draining))
+            return reply_errf(c, s, ep, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+        return ix__srv_reply_json(c, s, ep, 200, json_pack("{s:s, s:s}", "status", "ready", "model", s->model_name));
+    case R_METRICS:
+        return do_metrics(s, c, ep);
+    case R_MODELS:
+        return do_models(s, c, ep);
+    default:
+        break;
+    }
+    if (atomic_load(&s->draining))
+        return reply_errf(c, s, ep, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+    json_error_t jerr;
+    json_t *req = json_loadb(cc->body.data ? cc->body.data : "", cc->body.len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!req) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "%s at line %d, column %d: %s",
+                 json_error_code(&jerr) == json_error_invalid_utf8 ? "invalid UTF-8 in the JSON body"
+                                                                   : "malformed JSON",
+                 jerr.line, jerr.column, jerr.text);
+        return reply_errf(c, s, ep, 400, "invalid_request_error", "invalid_json", NULL, msg);
+    }
+    if (!json_is_object(req)) {
+        json_decref(req);
+        return reply_errf(c, s, ep, 400, "invalid_request_error", "invalid_json", NULL,
+                          "the request body must be a JSON object");
+    }
+    ixs_err e;
+    enum MHD_Result r;
+    if (check_model(s, req, &e))
+        r = ix__srv_reply_err(c, s, ep, &e);
+    else if (rt->id == R_TOKENIZE)
+        r = do_tokenize(s, c, ep, req);
+    else if (rt->id == R_DETOKENIZE)
+        r = do_detokenize(s, c, ep, req);
+    else
+        r = ix__srv_generate(s, c, ep, rt->id == R_CHAT, req);
+    json_decref(req);
+    return r;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls) {
+    (void)version;
+    ix_server *s = cls;
+    ixs_conn *cc = *con_cls;
+    if (!cc) {
+        cc = ix_calloc(1, sizeof *cc);
+        if (!cc) return MHD_NO;
+        *con_cls = cc;
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (!cc->too_big && cc->body.len + n > s->p.max_body_bytes) {
+            cc->too_big = true;
+            ix_buf_free(&cc->body);
+        }
+        if (!cc->too_big && ix_buf_append(&cc->body, upload_data, n) != IX_OK) return MHD_NO;
+        return MHD_YES;
+    }
+    if (cc->started) return MHD_YES; /* a response is queued already */
+    cc->started = true;
+    return dispatch(s, c, url, method, cc);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode tc) {
+    (void)cls;
+    (void)c;
+    (void)tc;
+    ixs_conn *cc = *con_cls;
+    if (!cc) return;
+    ix_buf_free(&cc->body);
+    ix_free(cc);
+    *con_cls = NULL;
+}
+
+/* ---- life cycle ------------------------------------------------------------- */
+
+ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params *p, ix_errbuf *err) {
+    *out = NULL;
+    ix_server_params dp = ix_server_default_params();
+    if (!p) p = &dp;
+    ix_server *s = ix_calloc(1, sizeof *s);
+    if (!s) return ix_errf(err, IX_ERR_NOMEM, "out of memory");
+    s->engine = e;
+    s->model = ix_engine_model(e);
+    s->tok = ix_model_tokenizer(s->model);
+    s->p = *p;
+    if (!s->p.host || !*s->p.host) s->p.host = "127.0.0.1";
+    if (!s->p.max_body_bytes) s->p.max_body_bytes = dp.max_body_bytes;
+    if (s->p.max_connections <= 0) s->p.max_connections = dp.max_connections;
+    if (s->p.conn_timeout_s <= 0) s->p.conn_timeout_s = dp.conn_timeout_s;
+    s->model_name = ix_strdup(p->model_name && *p->model_name ? p->model_name : "inferx");
+    s->api_key = p->api_key && *p->api_key ? ix_strdup(p->api_key) : NULL;
+    s->p.host = NULL;
+    s->p.api_key = NULL;
+    s->p.model_name = NULL;
+    const ix_model_hparams *hp = ix_model_get_hparams(s->model);
+    s->n_ctx = p->n_ctx > 0 && p->n_ctx < hp->n_ctx_train ? p->n_ctx : hp->n_ctx_train;
+    s->n_vocab = hp->n_vocab;
+    s->created = time(NULL);
+    atomic_init(&s->next_id, (uint64_t)ix_time_ns() ^ ((uint64_t)s->created << 32));
+    atomic_init(&s->n_inflight, 0);
+    atomic_init(&s->draining, false);
+    atomic_init(&s->aborting, false);
+    s->listen_fd = MHD_INVALID_SOCKET;
+    ix__metrics_init(&s->metrics);
+    if (!s->model_name || (p->api_key && *p->api_key && !s->api_key)) {
+        ix_server_destroy(s);
+        return ix_errf(err, IX_ERR_NOMEM, "out of memory");
+    }
+    ix_str tmpl;
+    s->chat_format = IXS_CHAT_PLAIN;
+    if (ix_gguf_get_str(ix_model_gguf(s->model), "tokenizer.chat_template", &tmpl, NULL) == IX_OK)
+        s->chat_format = ix__chat_detect(tmpl.ptr, tmpl.len);
+
+    const char *host = p->host && *p->host ? p->host : "127.0.0.1";
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC;
+    struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, host, &a4->sin_addr) == 1) {
+        a4->sin_family = AF_INET;
+        a4->sin_port = htons(p->port);
+    } else if (inet_pton(AF_INET6, host, &a6->sin6_addr) == 1) {
+        a6->sin6_family = AF_INET6;
+        a6->sin6_port = htons(p->port);
+        flags |= MHD_USE_IPv6;
+    } else {
+        ix_server_destroy(s);
+        return ix_errf(err, IX_ERR_INVALID, "--host '%s' is not a numeric IPv4 or IPv6 address", host);
+    }
+    s->daemon = MHD_start_daemon(flags, p->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &ss,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->p.max_connections,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->p.conn_timeout_s,
+                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
+    if (!s->daemon) {
+        ix_server_destroy(s);
+        return ix_errf(err, IX_ERR_IO, "cannot listen on %s:%u (address in use or not local?)", host,
+                       (unsigned)p->port);
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : p->port;
+    *out = s;
+    return IX_OK;
+}
+
+uint16_t ix_server_port(const ix_server *s) { return s->port; }
+
+static void sleep_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+void ix_server_shutdown(ix_server *s, int64_t drain_ms) {
+    if (!s || s->shut_down) return;
+    s->shut_down = true;
+    atomic_store(&s->draining, true);
+    if (!s->daemon) return;
+    s->listen_fd = MHD_quiesce_daemon(s->daemon);
+    uint64_t end = ix_time_ns() + (uint64_t)(drain_ms > 0 ? drain_ms : 0) * 1000000ull;
+    while (atomic_load(&s->n_inflight) > 0 && ix_time_ns() < end) sleep_ms(10);
+    if (atomic_load(&s->n_inflight) > 0) {
+        IX_LOGI("server: cancelling %d request(s) still in flight", atomic_load(&s->n_inflight));
+        atomic_store(&s->aborting, true);
+        /* Cancelled requests finish within a step; their handlers then write
+         * the last bytes. Bounded in case a client stops reading. */
+        end = ix_time_ns() + 10ull * 1000000000ull;
+        while (atomic_load(&s->n_inflight) > 0 && ix_time_ns() < end) sleep_ms(10);
+    }
+    MHD_stop_daemon(s->daemon);
+    s->daemon = NULL;
+    if (s->listen_fd != MHD_INVALID_SOCKET) close(s->listen_fd);
+    s->listen_fd = MHD_INVALID_SOCKET;
+}
+
+void ix_server_destroy(ix_server *s) {
+    if (!s) return;
+    ix_server_shutdown(s, 0);
+    ix__metrics_free(&s->metrics);
+    ix_free(s->api_key);
+    ix_free(s->model_name);
+    ix_free(s);
+}

@@ -1,0 +1,134 @@
+/* inferx server internals shared by the files of src/server:
+ *   server.c   daemon, routing, bodies, auth, errors, small endpoints, shutdown
+ *   generate.c /v1/completions and /v1/chat/completions (parse, submit, wait,
+ *              answer or stream)
+ *   chat.c     chat template recognition and rendering
+ *   metrics.c  counters, histograms, Prometheus text, cost accounting */
+#ifndef IX_SERVER_INT_H
+#define IX_SERVER_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include <jansson.h>
+#include <microhttpd.h>
+
+#include "inferx/server.h"
+#include "inferx/tokenizer.h"
+
+/* ---- errors ----------------------------------------------------------- */
+typedef struct ixs_err {
+    int http;           /* status code */
+    const char *type;   /* "invalid_request_error", ... */
+    const char *code;   /* NULL or a short code */
+    char param[64];     /* "" when none */
+    char msg[512];
+} ixs_err;
+
+int ix__srv_errf(ixs_err *e, int http, const char *type, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* 400 invalid_request_error naming param. Returns -1. */
+#define IXS_BAD(e, param, ...) ix__srv_errf((e), 400, "invalid_request_error", (param), __VA_ARGS__)
+
+/* ---- metrics ---------------------------------------------------------- */
+#define IXS_HIST_BUCKETS 16
+typedef struct ixs_hist {
+    const double *bounds; /* (n) upper bounds in seconds */
+    int n;
+    uint64_t counts[IXS_HIST_BUCKETS + 1]; /* the last: +Inf */
+    double sum;
+    uint64_t count;
+} ixs_hist;
+
+#define IXS_MAX_STATUS_ROWS 64
+typedef struct ixs_metrics {
+    pthread_mutex_t mu;
+    struct {
+        const char *endpoint; /* a static string */
+        int status;
+        uint64_t count;
+    } rows[IXS_MAX_STATUS_ROWS];
+    int n_rows;
+    ixs_hist ttft, itl, e2e, queue;
+    uint64_t finished[6]; /* by ix_finish_reason */
+    uint64_t cancelled_disconnect;
+    uint64_t cancelled_shutdown;
+    double cost_usd;
+} ixs_metrics;
+
+void ix__metrics_init(ixs_metrics *m);
+void ix__metrics_free(ixs_metrics *m);
+void ix__metrics_http(ixs_metrics *m, const char *endpoint, int status);
+void ix__metrics_itl(ixs_metrics *m, double seconds);
+void ix__metrics_finish(ixs_metrics *m, const ix_finish_info *fi, double cost_usd);
+/* Prometheus text of the server's and the engine's numbers. */
+ix_status ix__metrics_render(ix_server *s, ix_buf *out);
+
+/* ---- chat templates --------------------------------------------------- */
+typedef enum ixs_chat_format {
+    IXS_CHAT_PLAIN = 0, /* "System: ...\nUser: ...\nAssistant:" (no template / unknown) */
+    IXS_CHAT_CHATML,
+    IXS_CHAT_LLAMA3,
+    IXS_CHAT_LLAMA2,
+    IXS_CHAT_PHI3,
+    IXS_CHAT_ZEPHYR,
+} ixs_chat_format;
+
+ixs_chat_format ix__chat_detect(const char *tmpl, size_t len);
+const char *ix__chat_format_name(ixs_chat_format f);
+/* Renders a validated messages array (objects with string "role" and string
+ * "content") into tokens: template text with special tokens parsed, message
+ * content never. */
+ix_status ix__chat_render(ixs_chat_format f, const ix_tokenizer *t, json_t *messages,
+                          ix_token_vec *out, ix_errbuf *err);
+/* Checks the shape of messages and flattens array-of-parts content into
+ * strings (in place). 0, or -1 with e filled. */
+int ix__chat_validate(json_t *messages, ixs_err *e);
+
+/* ---- the server ------------------------------------------------------- */
+struct ix_server {
+    ix_engine *engine;
+    const ix_model *model;
+    const ix_tokenizer *tok;
+    ix_server_params p;
+    char *api_key, *model_name;
+    int32_t n_ctx, n_vocab;
+    ixs_chat_format chat_format;
+    struct MHD_Daemon *daemon;
+    MHD_socket listen_fd;
+    uint16_t port;
+    time_t created;
+    atomic_uint_fast64_t next_id;
+    atomic_int n_inflight;   /* generation jobs alive */
+    atomic_bool draining;    /* refuse new requests */
+    atomic_bool aborting;    /* cancel requests in flight */
+    bool shut_down;
+    ixs_metrics metrics;
+};
+
+/* Per-connection state (MHD's con_cls). */
+typedef struct ixs_conn {
+    ix_buf body;
+    bool too_big;
+    bool started;
+} ixs_conn;
+
+/* A reply: status + JSON body or text. */
+enum MHD_Result ix__srv_reply_json(struct MHD_Connection *c, ix_server *s, const char *endpoint, int status,
+                                   json_t *body /* stolen */);
+enum MHD_Result ix__srv_reply_err(struct MHD_Connection *c, ix_server *s, const char *endpoint,
+                                  const ixs_err *e);
+
+/* Generation endpoints. */
+enum MHD_Result ix__srv_generate(ix_server *s, struct MHD_Connection *c, const char *endpoint, bool chat,
+                                 json_t *req);
+
+/* JSON helpers: a valid UTF-8 string node from arbitrary bytes (invalid
+ * sequences become U+FFFD). Never NULL unless out of memory. */
+json_t *ix__json_text(const char *s, size_t len);
+/* Whether the peer of c has closed its side (non-blocking peek). */
+bool ix__srv_peer_closed(struct MHD_Connection *c);
+/* A fresh "<prefix><24 hex>" id into buf. */
+void ix__srv_new_id(ix_server *s, const char *prefix, char *buf, size_t size);
+
+#endif

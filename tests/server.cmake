@@ -1,0 +1,12 @@
+# OpenAI-compatible server: in-process HTTP tests on the bundled model, and an
+# end-to-end test with the official OpenAI Node SDK (skips without node or
+# without tests/js/node_modules; `npm ci --prefix tests/js` installs it).
+if(TARGET ix_server)
+  pkg_check_modules(JANSSON_T REQUIRED IMPORTED_TARGET jansson)
+  ix_add_test(test_server SOURCES test_server.c LIBS ix_server PkgConfig::JANSSON_T TIMEOUT 120)
+  if(TARGET inferx)
+    add_test(NAME server_openai_sdk
+      COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/js/run_sdk_test.sh $<TARGET_FILE:inferx> ${CMAKE_CURRENT_LIST_DIR}/js)
+    set_tests_properties(server_openai_sdk PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
+  endif()
+endif()
