@@ -7,6 +7,8 @@
  *   - errors: malformed JSON, wrong types, invalid UTF-8, oversized body,
  *     too-long prompt, unknown model / route, wrong method, bad API key
  *   - a client that hangs up mid-stream frees its KV blocks
+ *   - 64 concurrent streams on one client thread: every one completes, and
+ *     the process's thread count does not grow (a fixed HTTP thread pool)
  *   - graceful shutdown with a request in flight (drained, and aborted) */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,7 +17,10 @@
 #include <cmocka.h>
 #include <arpa/inet.h>
 #include <jansson.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -681,8 +686,9 @@ static void test_disconnect_cancels(void **state) {
     resp r;
     assert_int_equal(http(g_port, "GET", "/metrics", NULL, NULL, &r), 0);
     double v;
-    assert_true(metric_value(r.body, "inferx_requests_cancelled_total{cause=\"disconnect\"}", &v));
-    assert_true(v >= 1);
+    double cancelled;
+    assert_true(metric_value(r.body, "inferx_requests_cancelled_total{cause=\"disconnect\"}", &cancelled));
+    assert_true(cancelled >= 1);
     assert_true(metric_value(r.body, "inferx_requests_finished_total{reason=\"abort\"}", &v));
     assert_true(v >= 1);
     assert_true(metric_value(r.body, "inferx_kv_cache_blocks_used", &v));
@@ -697,6 +703,100 @@ static void test_disconnect_cancels(void **state) {
         usleep(2000);
     }
     close(fd);
+    wait_idle();
+    /* ... by the watcher, since its connection is suspended meanwhile. */
+    assert_int_equal(http(g_port, "GET", "/metrics", NULL, NULL, &r), 0);
+    double v2;
+    assert_true(metric_value(r.body, "inferx_requests_cancelled_total{cause=\"disconnect\"}", &v2));
+    assert_true(v2 >= cancelled + 1);
+    resp_free(&r);
+}
+
+static int thread_count(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    int n = -1;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "Threads:", 8)) n = atoi(line + 8);
+    fclose(f);
+    return n;
+}
+
+#define N_STREAMS 64
+
+static void test_many_streams_fixed_threads(void **state) {
+    (void)state;
+    wait_idle();
+    char *ref = generate_ref("Emma Woodhouse, handsome, clever, and rich", 8);
+    int before = thread_count();
+    assert_true(before > 0);
+    const char *body = "{\"prompt\":\"Emma Woodhouse, handsome, clever, and rich\",\"max_tokens\":8,"
+                       "\"temperature\":0,\"ignore_eos\":true,\"stream\":true}";
+    int fds[N_STREAMS];
+    char *bufs[N_STREAMS];
+    size_t lens[N_STREAMS], cap = 1 << 16;
+    bool open_[N_STREAMS];
+    /* Connect and send every request first, so that all streams are open at once. */
+    for (int i = 0; i < N_STREAMS; i++) {
+        fds[i] = send_request(g_port, "POST", "/v1/completions", NULL, body, strlen(body));
+        assert_true(fds[i] >= 0);
+        fcntl(fds[i], F_SETFL, fcntl(fds[i], F_GETFL) | O_NONBLOCK);
+        bufs[i] = malloc(cap);
+        lens[i] = 0;
+        open_[i] = true;
+    }
+    int max_threads = thread_count(), n_open = N_STREAMS;
+    uint64_t end = ix_time_ns() + 40ull * 1000000000ull;
+    while (n_open > 0 && ix_time_ns() < end) {
+        struct pollfd pf[N_STREAMS];
+        int idx[N_STREAMS], n = 0;
+        for (int i = 0; i < N_STREAMS; i++)
+            if (open_[i]) pf[n] = (struct pollfd){fds[i], POLLIN, 0}, idx[n++] = i;
+        if (poll(pf, (nfds_t)n, 100) < 0) break;
+        for (int k = 0; k < n; k++) {
+            if (!pf[k].revents) continue;
+            int i = idx[k];
+            ssize_t r = recv(fds[i], bufs[i] + lens[i], cap - 1 - lens[i], 0);
+            if (r > 0) {
+                lens[i] += (size_t)r;
+                assert_true(lens[i] < cap - 1);
+            } else if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+                open_[i] = false;
+                n_open--;
+                close(fds[i]);
+            }
+        }
+        int t = thread_count();
+        if (t > max_threads) max_threads = t;
+    }
+    assert_int_equal(n_open, 0);
+    if (max_threads != before) fail_msg("threads grew from %d to %d with %d streams", before, max_threads, N_STREAMS);
+    for (int i = 0; i < N_STREAMS; i++) {
+        bufs[i][lens[i]] = '\0';
+        resp r;
+        memset(&r, 0, sizeof r);
+        char *sep = strstr(bufs[i], "\r\n\r\n");
+        assert_non_null(sep);
+        assert_int_equal(sscanf(bufs[i], "HTTP/1.%*d %d", &r.status), 1);
+        assert_int_equal(r.status, 200);
+        dechunk(&r, sep + 4, lens[i] - (size_t)(sep + 4 - bufs[i]));
+        bool done_last;
+        json_t *chunks = parse_sse(r.body, &done_last);
+        assert_true(done_last);
+        char text[1024] = "";
+        size_t c;
+        json_t *ch;
+        json_array_foreach(chunks, c, ch) {
+            const char *t = json_string_value(json_object_get(json_array_get(json_object_get(ch, "choices"), 0), "text"));
+            if (t) strncat(text, t, sizeof text - strlen(text) - 1);
+        }
+        assert_string_equal(text, ref);
+        json_decref(chunks);
+        free(r.body);
+        free(bufs[i]);
+    }
+    free(ref);
     wait_idle();
 }
 
@@ -781,6 +881,7 @@ int main(void) {
         cmocka_unit_test(test_tokenize_detokenize),
         cmocka_unit_test(test_metrics),
         cmocka_unit_test(test_disconnect_cancels),
+        cmocka_unit_test(test_many_streams_fixed_threads),
         cmocka_unit_test(test_shutdown_drains),
         cmocka_unit_test(test_shutdown_aborts),
     };

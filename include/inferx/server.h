@@ -6,11 +6,13 @@
  *   GET /v1/models, POST /tokenize, POST /detokenize, GET /health, GET /ready,
  *   GET /metrics (Prometheus text).
  *
- * Threads: libmicrohttpd runs one thread per connection (bounded by
- * max_connections). Those threads parse JSON, tokenize, submit to the engine
- * and wait on a per-request queue (mutex + condition variable) that the
- * engine's callbacks fill; they never touch the model's compute. The engine
- * thread only appends to those queues and signals.
+ * Threads: a fixed pool of n_http_threads libmicrohttpd threads (epoll), however
+ * many connections are open, plus one watcher thread. HTTP threads parse
+ * JSON, tokenize and submit to the engine, then suspend the connection
+ * until there is something to send; they never block and never touch the
+ * model's compute. The engine thread's callbacks only append to a
+ * per-request queue (under its mutex) and resume the connection. The watcher
+ * notices clients that hang up while their connection is suspended.
  *
  * Ownership: the server borrows the engine (and through it the model); both
  * must outlive the server. Functions here are called from one controlling
@@ -35,6 +37,7 @@ typedef struct ix_server_params {
     int32_t max_waiting;       /* 503 when this many requests wait already; <= 0 off; default 256 */
     int32_t max_connections;   /* concurrent connections; default 256 */
     int32_t conn_timeout_s;    /* idle connection timeout; default 120 */
+    int32_t n_http_threads;    /* HTTP worker threads (a fixed pool); default 4 */
     int32_t n_ctx;             /* the engine's context length; <= 0: the model's */
     double cost_per_hour_usd;  /* > 0: report each request's cost (usage.cost_usd) */
 } ix_server_params;

@@ -34,7 +34,9 @@ static void usage(FILE *f) {
             "  --cost-per-hour USD          price of this machine: report usage.cost_usd per request\n"
             "  --max-waiting N              answer 503 when N requests wait already (default 256, 0 = off)\n"
             "  --max-body-bytes N           larger request bodies get 413 (default 8388608)\n"
-            "  --max-connections N          concurrent HTTP connections (default 256)\n"
+            "  --max-connections N          concurrent HTTP connections (default 256; split\n"
+            "                               evenly over the HTTP threads)\n"
+            "  --http-threads N             HTTP worker threads, a fixed epoll pool (default 4)\n"
             "  --shutdown-timeout S         seconds to let requests finish at SIGINT/SIGTERM (default 30)\n"
             "  -c, --ctx N                  context length (default: the model's)\n"
             "  -t, --threads N              kernel threads (default: all cores)\n"
@@ -139,6 +141,9 @@ int ix_cli_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--max-connections")) {
             ok = ix_cli_parse_u64(a, v, &u) && u >= 1 && u <= 65536;
             sp.max_connections = (int32_t)u;
+        } else if (!strcmp(a, "--http-threads")) {
+            ok = ix_cli_parse_u64(a, v, &u) && u >= 1 && u <= 1024;
+            sp.n_http_threads = (int32_t)u;
         } else if (!strcmp(a, "--shutdown-timeout")) {
             ok = ix_cli_parse_u64(a, v, &shutdown_s) && shutdown_s <= 86400;
         } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {

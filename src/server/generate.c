@@ -3,13 +3,27 @@
  * One HTTP request is a job of one or more engine requests ("subs": one per
  * prompt of a completions prompt array), each with n choices; choice indices
  * run across them (sub * n + choice). The engine thread's callbacks only
- * append token events to the job's queue and signal its condition variable;
- * the connection's thread swaps the queue out under the mutex and turns the
- * events into JSON: a whole response (non-streaming, built when every sub has
- * finished) or SSE chunks written by a libmicrohttpd content-reader callback.
- * Every wait is a 50 ms timed wait, after which the thread checks whether the
- * client hung up (then it cancels the job's engine requests) and whether the
- * server is aborting requests at shutdown. */
+ * append token events to the job's queue under its mutex and, when the
+ * connection is suspended waiting for them, resume it (MHD_resume_connection
+ * may be called from any thread). The HTTP threads (a fixed pool) never
+ * block: a non-streaming handler suspends its connection until every sub has
+ * finished and then answers with one buffer; a stream's content reader hands
+ * out the SSE bytes it has and otherwise suspends the connection and returns
+ * 0 until the engine resumes it.
+ *
+ * Lifetime: a job is shared by the MHD side (the handler's connection state,
+ * or the stream's response) and the engine (one reference per submitted
+ * sub, dropped after that sub's on_finish); the last reference frees it.
+ * The engine touches the connection only to resume it, and only when it took
+ * the `suspended` flag under the mutex: MHD never closes a suspended
+ * connection, so the pointer is valid until that resume.
+ *
+ * A suspended connection is not polled by MHD, so a client that hangs up
+ * would go unnoticed; the server's watcher thread (ix__srv_watch) peeks at the
+ * sockets of suspended jobs every IXS_WATCH_MS and cancels the engine
+ * requests of those whose peer has closed, and cancels every job when the
+ * server aborts requests at shutdown. Cancelled requests finish within a
+ * step; their on_finish resumes the connection, which then ends. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +34,7 @@
 
 #define IXS_MAX_PROMPTS 16
 #define IXS_MAX_STOP 16
-#define IXS_WAIT_MS 50
+#define IXS_WATCH_MS 50
 
 typedef struct ixs_event {
     int32_t sub, choice;
@@ -36,7 +50,6 @@ typedef struct ixs_queue {
     ix_buf text;
 } ixs_queue;
 
-typedef struct ixs_job ixs_job;
 typedef struct ixs_sub {
     ixs_job *job;
     int32_t index;
@@ -45,8 +58,12 @@ typedef struct ixs_sub {
 struct ixs_job {
     ix_server *s;
     struct MHD_Connection *conn;
+    MHD_socket fd;           /* conn's socket, peeked only while suspended */
+    const char *ep;          /* the endpoint (a static string) */
+    atomic_int refs;         /* the MHD side + one per submitted sub not yet finished */
+    ixs_job *prev, *next;    /* s->jobs, under s->jobs_mu */
+    bool listed;
     pthread_mutex_t mu;
-    pthread_cond_t cv;
     /* What was asked. */
     bool chat, stream, include_usage, want_logprobs;
     int32_t n, n_sub, n_logprobs;
@@ -62,10 +79,12 @@ struct ixs_job {
     int32_t n_done;
     bool oom;
     uint64_t last_token_ns[IXS_MAX_PROMPTS][IX_SCHED_MAX_SEQS];
-    /* The connection thread's side. */
+    bool suspended;          /* under mu: MHD suspended conn and nobody has resumed it yet */
+    atomic_bool cancelled, disconnected;
+    /* The MHD side (one HTTP thread at a time). */
     ixs_queue taken;
     bool seen_done[IXS_MAX_PROMPTS]; /* finish already turned into output */
-    bool cancelled, disconnected, finalized;
+    bool finalized;
     uint64_t t0_ns, tokens_before;
     ix_usage usage;
     double cost_usd;
@@ -79,13 +98,24 @@ struct ixs_job {
     ix_buf scratch;
 };
 
-/* ---- engine callbacks (engine thread: append and signal, nothing else) ---- */
+static void job_unref(ixs_job *j);
+
+/* Under j->mu: takes the suspension, if any; the caller then resumes conn
+ * (outside the mutex) and is the only one to do so. */
+static bool take_suspension(ixs_job *j) {
+    bool was = j->suspended;
+    j->suspended = false;
+    return was;
+}
+
+/* ---- engine callbacks (engine thread: append and wake, nothing else) ----- */
 
 static void on_token(void *user, const ix_token_event *ev) {
     ixs_sub *sub = user;
     ixs_job *j = sub->job;
     uint64_t now = ix_time_ns();
     double itl = -1;
+    bool wake = false;
     pthread_mutex_lock(&j->mu);
     ixs_queue *q = &j->q;
     if (q->n == q->cap) {
@@ -117,8 +147,9 @@ static void on_token(void *user, const ix_token_event *ev) {
         if (*last) itl = (double)(now - *last) / 1e9;
         *last = now;
     }
-    pthread_cond_signal(&j->cv);
+    if (j->stream) wake = take_suspension(j); /* a whole answer waits for the finish */
     pthread_mutex_unlock(&j->mu);
+    if (wake) MHD_resume_connection(j->conn);
     if (itl >= 0) ix__metrics_itl(&j->s->metrics, itl);
 }
 
@@ -129,64 +160,71 @@ static void on_finish(void *user, const ix_finish_info *info) {
     j->fin[sub->index] = *info;
     j->done[sub->index] = true;
     j->n_done++;
-    pthread_cond_signal(&j->cv);
+    bool wake = take_suspension(j);
     pthread_mutex_unlock(&j->mu);
+    if (wake) MHD_resume_connection(j->conn);
+    job_unref(j); /* this sub's reference: nothing from the engine touches j after this */
 }
 
 /* ---- job life cycle ------------------------------------------------------- */
 
-static ixs_job *job_new(ix_server *s) {
+static ixs_job *job_new(ix_server *s, struct MHD_Connection *c) {
     ixs_job *j = ix_calloc(1, sizeof *j);
     if (!j) return NULL;
     j->s = s;
+    j->conn = c;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    j->fd = ci ? ci->connect_fd : MHD_INVALID_SOCKET;
     pthread_mutex_init(&j->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&j->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    atomic_init(&j->refs, 1); /* the MHD side */
+    atomic_init(&j->cancelled, false);
+    atomic_init(&j->disconnected, false);
     for (int i = 0; i < IXS_MAX_PROMPTS; i++) j->subs[i] = (ixs_sub){j, i};
     atomic_fetch_add(&s->n_inflight, 1);
     return j;
 }
 
-/* Cancels the job's unfinished engine requests and counts why. */
-static void cancel_all(ixs_job *j, bool shutdown) {
-    if (j->cancelled) return;
-    j->cancelled = true;
+/* Claims the job's cancellation (once) and counts why; fills ids with the
+ * engine requests to cancel and returns how many. Any thread; the caller
+ * calls ix_engine_cancel outside its locks (ids of finished requests are
+ * ignored by the engine). */
+static int claim_cancel(ixs_job *j, bool shutdown, uint64_t ids[IXS_MAX_PROMPTS]) {
+    if (atomic_exchange(&j->cancelled, true)) return 0;
+    int n = 0;
     pthread_mutex_lock(&j->mu);
-    int live = 0;
-    for (int i = 0; i < j->n_sub; i++) live += j->submitted[i] && !j->done[i];
-    pthread_mutex_unlock(&j->mu);
-    if (!live) return;
     for (int i = 0; i < j->n_sub; i++)
-        if (j->submitted[i]) ix_engine_cancel(j->s->engine, j->ids[i]);
+        if (j->submitted[i] && !j->done[i]) ids[n++] = j->ids[i];
+    pthread_mutex_unlock(&j->mu);
+    if (!n) return 0;
     pthread_mutex_lock(&j->s->metrics.mu);
     if (shutdown)
         j->s->metrics.cancelled_shutdown++;
     else
         j->s->metrics.cancelled_disconnect++;
     pthread_mutex_unlock(&j->s->metrics.mu);
+    return n;
 }
 
-/* Waits until every submitted sub has finished (the engine calls on_finish
- * exactly once per accepted request, so nothing touches j afterwards). */
-static void wait_all_done(ixs_job *j) {
-    int n_sub = 0;
-    for (int i = 0; i < j->n_sub; i++) n_sub += j->submitted[i];
-    pthread_mutex_lock(&j->mu);
-    while (j->n_done < n_sub) pthread_cond_wait(&j->cv, &j->mu);
-    pthread_mutex_unlock(&j->mu);
+static void cancel_all(ixs_job *j, bool shutdown) {
+    uint64_t ids[IXS_MAX_PROMPTS];
+    int n = claim_cancel(j, shutdown, ids);
+    for (int i = 0; i < n; i++) ix_engine_cancel(j->s->engine, ids[i]);
 }
 
-static void job_finalize(ixs_job *j);
+static void job_finalize(ixs_job *j, bool with_cost);
 
 static void job_free(ixs_job *j) {
-    if (!j) return;
-    /* Unfinished here: the client went away (MHD dropped the stream). */
-    cancel_all(j, atomic_load(&j->s->aborting));
-    wait_all_done(j);
-    if (j->n_sub > 0 && j->submitted[j->n_sub - 1]) job_finalize(j);
+    ix_server *s = j->s;
+    if (j->listed) {
+        pthread_mutex_lock(&s->jobs_mu);
+        if (j->prev) j->prev->next = j->next;
+        else s->jobs = j->next;
+        if (j->next) j->next->prev = j->prev;
+        pthread_mutex_unlock(&s->jobs_mu);
+    }
+    /* Not finalized here: the client went away before the end (the engine
+     * may hold the last reference, so no cost, which asks the engine). */
+    if (j->n_sub > 0 && j->submitted[j->n_sub - 1]) job_finalize(j, false);
     ix_free(j->q.ev);
     ix_buf_free(&j->q.text);
     ix_free(j->taken.ev);
@@ -200,10 +238,28 @@ static void job_free(ixs_job *j) {
     ix_free(j->lp);
     ix_buf_free(&j->out);
     ix_buf_free(&j->scratch);
-    pthread_cond_destroy(&j->cv);
     pthread_mutex_destroy(&j->mu);
-    atomic_fetch_sub(&j->s->n_inflight, 1);
     ix_free(j);
+    atomic_fetch_sub(&s->n_inflight, 1); /* last: shutdown may free s once this reaches 0 */
+}
+
+static void job_unref(ixs_job *j) {
+    if (atomic_fetch_sub_explicit(&j->refs, 1, memory_order_acq_rel) == 1) job_free(j);
+}
+
+/* The MHD side is done with the job (answered, or the connection closed):
+ * cancels what still runs (the client went away, or the server is aborting)
+ * and drops the MHD reference. */
+void ix__srv_job_release(ixs_job *j) {
+    if (!j) return;
+    pthread_mutex_lock(&j->mu);
+    bool live = j->n_done < j->n_sub;
+    pthread_mutex_unlock(&j->mu);
+    if (live) {
+        atomic_store(&j->disconnected, true);
+        cancel_all(j, atomic_load(&j->s->aborting));
+    }
+    job_unref(j);
 }
 
 static uint64_t engine_tokens(ix_engine *e) {
@@ -212,19 +268,10 @@ static uint64_t engine_tokens(ix_engine *e) {
     return st.n_prompt_tokens - st.n_cached_prompt_tokens + st.n_generated_tokens;
 }
 
-/* Takes the queued events (and finish flags) into j->taken; waits up to
- * IXS_WAIT_MS when there is nothing. Returns whether every sub is done and
- * everything was taken. */
+/* Takes the queued events (and finish flags) into j->taken. Returns whether
+ * every sub is done and everything was taken. */
 static bool job_take(ixs_job *j, bool newly_done[IXS_MAX_PROMPTS]) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_nsec += IXS_WAIT_MS * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
     pthread_mutex_lock(&j->mu);
-    if (j->q.n == 0 && j->n_done < j->n_sub) pthread_cond_timedwait(&j->cv, &j->mu, &ts);
     ixs_queue t = j->taken;
     j->taken = j->q;
     j->q = t;
@@ -239,21 +286,23 @@ static bool job_take(ixs_job *j, bool newly_done[IXS_MAX_PROMPTS]) {
     return all;
 }
 
-/* Checks the client and the server's shutdown between waits. */
-static void job_watch(ixs_job *j) {
-    if (j->cancelled) return;
-    if (ix__srv_peer_closed(j->conn)) {
-        j->disconnected = true;
-        cancel_all(j, false);
-    } else if (atomic_load(&j->s->aborting)) {
-        cancel_all(j, true);
+/* Suspends the connection unless there is something to do: every sub
+ * finished, or (streaming) events are queued. Returns whether it did. */
+static bool job_suspend(ixs_job *j) {
+    pthread_mutex_lock(&j->mu);
+    bool wait = j->n_done < j->n_sub && (!j->stream || j->q.n == 0);
+    if (wait) {
+        j->suspended = true;
+        MHD_suspend_connection(j->conn); /* under mu: no resume can come before it */
     }
+    pthread_mutex_unlock(&j->mu);
+    return wait;
 }
 
 /* Usage, cost and metrics once every sub has finished. Cost: the machine's
  * price for the job's lifetime times the job's share of the tokens the engine
  * computed meanwhile (docs/server.md). */
-static void job_finalize(ixs_job *j) {
+static void job_finalize(ixs_job *j, bool with_cost) {
     if (j->finalized) return;
     j->finalized = true;
     uint64_t own = 0;
@@ -264,7 +313,7 @@ static void job_finalize(ixs_job *j) {
         j->usage.completion_tokens += u->completion_tokens;
         own += (uint64_t)(u->prompt_tokens - u->cached_prompt_tokens + u->completion_tokens);
     }
-    if (j->s->p.cost_per_hour_usd > 0) {
+    if (with_cost && j->s->p.cost_per_hour_usd > 0) {
         uint64_t delta = engine_tokens(j->s->engine) - j->tokens_before;
         double share = delta > 0 ? (double)own / (double)delta : 1.0;
         if (share > 1) share = 1;
@@ -272,6 +321,67 @@ static void job_finalize(ixs_job *j) {
         j->cost_usd = j->s->p.cost_per_hour_usd / 3600.0 * seconds * share;
     }
     for (int i = 0; i < j->n_sub; i++) ix__metrics_finish(&j->s->metrics, &j->fin[i], i == 0 ? j->cost_usd : 0);
+}
+
+/* ---- the watcher ----------------------------------------------------------- */
+
+/* Hang-ups of suspended connections, and aborting at shutdown. */
+void *ix__srv_watch(void *arg) {
+    ix_server *s = arg;
+    uint64_t *ids = NULL;
+    size_t cap = 0;
+    while (!atomic_load(&s->watch_stop)) {
+        struct timespec ts = {0, IXS_WATCH_MS * 1000000L};
+        nanosleep(&ts, NULL);
+        bool aborting = atomic_load(&s->aborting);
+        size_t n = 0;
+        pthread_mutex_lock(&s->jobs_mu);
+        for (ixs_job *j = s->jobs; j; j = j->next) {
+            if (atomic_load(&j->cancelled)) continue;
+            bool gone = false;
+            if (!aborting) {
+                /* Only while suspended is the socket certainly open: MHD
+                 * closes a connection only after it has been resumed. */
+                pthread_mutex_lock(&j->mu);
+                gone = j->suspended && ix__srv_fd_closed(j->fd);
+                pthread_mutex_unlock(&j->mu);
+                if (!gone) continue;
+                atomic_store(&j->disconnected, true);
+            }
+            if (cap - n < IXS_MAX_PROMPTS) {
+                size_t nc = cap ? cap * 2 : 64;
+                uint64_t *p = ix_realloc(ids, nc * sizeof *p);
+                if (!p) break; /* next round */
+                ids = p;
+                cap = nc;
+            }
+            n += (size_t)claim_cancel(j, aborting, ids + n);
+        }
+        pthread_mutex_unlock(&s->jobs_mu);
+        for (size_t i = 0; i < n; i++) ix_engine_cancel(s->engine, ids[i]);
+    }
+    ix_free(ids);
+    return NULL;
+}
+
+/* Resumes every suspended connection (their jobs then end with an error) so
+ * that MHD_stop_daemon finds none. Only when jobs outlived the shutdown's
+ * bounded waits. Returns how many. */
+int ix__srv_resume_all(ix_server *s) {
+    int n = 0;
+    pthread_mutex_lock(&s->jobs_mu);
+    for (ixs_job *j = s->jobs; j; j = j->next) {
+        atomic_store(&j->disconnected, true);
+        pthread_mutex_lock(&j->mu);
+        bool wake = take_suspension(j);
+        pthread_mutex_unlock(&j->mu);
+        if (wake) {
+            MHD_resume_connection(j->conn);
+            n++;
+        }
+    }
+    pthread_mutex_unlock(&s->jobs_mu);
+    return n;
 }
 
 /* ---- JSON pieces ---------------------------------------------------------- */
@@ -356,17 +466,14 @@ static void absorb(ixs_job *j) {
     ix_buf_clear(&t->text);
 }
 
+/* Every sub has finished: the whole response. */
 static enum MHD_Result answer_whole(ixs_job *j, struct MHD_Connection *c, const char *ep) {
     ix_server *s = j->s;
     bool newly[IXS_MAX_PROMPTS];
-    for (;;) {
-        bool all = job_take(j, newly);
-        absorb(j);
-        if (all) break;
-        job_watch(j);
-    }
-    job_finalize(j);
-    if (j->disconnected) {
+    job_take(j, newly); /* every sub has finished */
+    absorb(j);
+    job_finalize(j, true);
+    if (atomic_load(&j->disconnected)) {
         ix__metrics_http(&s->metrics, ep, 499); /* nginx's "client closed request" */
         return MHD_NO;
     }
@@ -467,6 +574,8 @@ static void stream_events(ixs_job *j, const bool newly[IXS_MAX_PROMPTS]) {
     }
 }
 
+/* MHD's content reader: the SSE bytes there are, or (nothing yet) suspend
+ * and return 0; the engine's next event resumes the connection. */
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     ixs_job *j = cls;
@@ -483,7 +592,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             return (ssize_t)n;
         }
         if (j->phase == 2) return MHD_CONTENT_READER_END_OF_STREAM;
-        if (j->disconnected) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (atomic_load(&j->disconnected)) return MHD_CONTENT_READER_END_WITH_ERROR;
         if (j->phase == 0) {
             j->phase = 1;
             if (j->chat)
@@ -499,7 +608,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         bool all = job_take(j, newly);
         stream_events(j, newly);
         if (all) {
-            job_finalize(j);
+            job_finalize(j, true);
             if (j->include_usage) {
                 json_t *root = envelope(j, true);
                 if (root) json_object_set_new(root, "usage", usage_json(j));
@@ -509,11 +618,11 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             j->phase = 2;
             continue;
         }
-        if (j->out.len == 0) job_watch(j);
+        if (j->out.len == 0 && job_suspend(j)) return 0;
     }
 }
 
-static void stream_free(void *cls) { job_free(cls); }
+static void stream_free(void *cls) { ix__srv_job_release(cls); }
 
 /* ---- request parsing ------------------------------------------------------ */
 
@@ -787,18 +896,30 @@ static int parse_request(ix_server *s, json_t *req, bool chat, parsed *p, ixs_jo
 
 /* ---- the endpoint --------------------------------------------------------- */
 
-enum MHD_Result ix__srv_generate(ix_server *s, struct MHD_Connection *c, const char *ep, bool chat, json_t *req) {
+/* Answers a non-streaming job once every sub has finished, else suspends
+ * the connection (MHD calls the handler again when on_finish resumes it).
+ * *hold is the connection state's reference, dropped once answered. */
+enum MHD_Result ix__srv_generate_again(ixs_job **hold, struct MHD_Connection *c) {
+    ixs_job *j = *hold;
+    if (job_suspend(j)) return MHD_YES;
+    enum MHD_Result ret = answer_whole(j, c, j->ep);
+    *hold = NULL;
+    ix__srv_job_release(j);
+    return ret;
+}
+
+enum MHD_Result ix__srv_generate(ix_server *s, struct MHD_Connection *c, const char *ep, bool chat, json_t *req,
+                                 ixs_job **hold) {
     ixs_err e;
-    ixs_job *j = job_new(s);
+    ixs_job *j = job_new(s, c);
     if (!j) return ix__srv_reply_json(c, s, ep, 500, NULL);
     j->chat = chat;
-    j->conn = c;
+    j->ep = ep;
     j->created = (int64_t)time(NULL);
     ix__srv_new_id(s, chat ? "chatcmpl-" : "cmpl-", j->id, sizeof j->id);
     parsed p;
     memset(&p, 0, sizeof p);
     p.r = ix_request_default_params();
-    enum MHD_Result ret;
     if (parse_request(s, req, chat, &p, j, &e)) goto fail;
     if (s->p.max_waiting > 0) {
         ix_engine_stats st;
@@ -833,8 +954,13 @@ enum MHD_Result ix__srv_generate(ix_server *s, struct MHD_Connection *c, const c
         r.n_prompt = p.prompts[i].n;
         r.cb = (ix_request_callbacks){on_token, on_finish, &j->subs[i]};
         ix_errbuf err = {{0}};
+        /* The engine's reference, dropped by this sub's on_finish. The
+         * watcher reads ids[] and submitted[] only once j is listed. */
+        atomic_fetch_add(&j->refs, 1);
         ix_status st = ix_engine_submit(s->engine, &r, &j->ids[i], &err);
+        j->submitted[i] = st == IX_OK;
         if (st != IX_OK) {
+            atomic_fetch_sub(&j->refs, 1); /* no callback comes for a refused request */
             if (st == IX_ERR_NOMEM || st == IX_ERR_INTERNAL || st == IX_ERR_STATE)
                 ix__srv_errf(&e, 500, "server_error", NULL, "%s", err.msg);
             else
@@ -842,27 +968,33 @@ enum MHD_Result ix__srv_generate(ix_server *s, struct MHD_Connection *c, const c
             if (st == IX_ERR_TOO_LONG) e.code = "context_length_exceeded";
             goto fail;
         }
-        j->submitted[i] = true;
     }
     parsed_free(&p);
+    /* Visible to the watcher from now on. */
+    pthread_mutex_lock(&s->jobs_mu);
+    j->next = s->jobs;
+    if (s->jobs) s->jobs->prev = j;
+    s->jobs = j;
+    j->listed = true;
+    pthread_mutex_unlock(&s->jobs_mu);
     if (!j->stream) {
-        ret = answer_whole(j, c, ep);
-        job_free(j);
-        return ret;
+        *hold = j;
+        return ix__srv_generate_again(hold, c);
     }
+    /* The response owns the MHD reference from here; stream_free drops it. */
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, j, stream_free);
     if (!resp) {
-        job_free(j);
+        ix__srv_job_release(j);
         return MHD_NO;
     }
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
-    ret = MHD_queue_response(c, 200, resp);
-    MHD_destroy_response(resp); /* the stream frees the job when MHD is done with it */
+    enum MHD_Result ret = MHD_queue_response(c, 200, resp);
+    MHD_destroy_response(resp);
     ix__metrics_http(&s->metrics, ep, 200);
     return ret;
 fail:
     parsed_free(&p);
-    job_free(j);
+    ix__srv_job_release(j); /* cancels what was submitted */
     return ix__srv_reply_err(c, s, ep, &e);
 }

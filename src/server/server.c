@@ -2,10 +2,11 @@
  * authentication, OpenAI-shaped errors, the small endpoints (/health, /ready,
  * /metrics, /v1/models, /tokenize, /detokenize) and graceful shutdown.
  *
- * libmicrohttpd runs one thread per connection: a handler may block while it
- * waits for the engine (generate.c waits on a condition variable and polls
- * the socket for a hang-up every 50 ms), which keeps streaming simple and
- * bounds threads by the connection limit. Bodies are read whole (up to
+ * libmicrohttpd runs a fixed pool of n_http_threads threads, each with its own
+ * epoll loop; no handler ever blocks: generation requests suspend their
+ * connection while they wait for the engine, whose callbacks resume it
+ * (generate.c, which also owns the watcher thread that notices clients that
+ * hang up while suspended). Bodies are read whole (up to
  * max_body_bytes; a larger one is read and discarded so that the client can
  * still read the 413) before anything is dispatched. */
 #include <arpa/inet.h>
@@ -32,6 +33,7 @@ ix_server_params ix_server_default_params(void) {
     p.max_waiting = 256;
     p.max_connections = 256;
     p.conn_timeout_s = 120;
+    p.n_http_threads = 4;
     return p;
 }
 
@@ -70,11 +72,10 @@ oom:
     return NULL;
 }
 
-bool ix__srv_peer_closed(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci) return false;
+bool ix__srv_fd_closed(MHD_socket fd) {
+    if (fd == MHD_INVALID_SOCKET) return false;
     char byte;
-    ssize_t r = recv(ci->connect_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    ssize_t r = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
     if (r == 0) return true;
     return r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
 }
@@ -361,7 +362,7 @@ static enum MHD_Result dispatch(ix_server *s, struct MHD_Connection *c, const ch
     else if (rt->id == R_DETOKENIZE)
         r = do_detokenize(s, c, ep, req);
     else
-        r = ix__srv_generate(s, c, ep, rt->id == R_CHAT, req);
+        r = ix__srv_generate(s, c, ep, rt->id == R_CHAT, req, &cc->job);
     json_decref(req);
     return r;
 }
@@ -388,6 +389,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!cc->too_big && ix_buf_append(&cc->body, upload_data, n) != IX_OK) return MHD_NO;
         return MHD_YES;
     }
+    if (cc->job) return ix__srv_generate_again(&cc->job, c); /* resumed */
     if (cc->started) return MHD_YES; /* a response is queued already */
     cc->started = true;
     return dispatch(s, c, url, method, cc);
@@ -399,6 +401,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     (void)tc;
     ixs_conn *cc = *con_cls;
     if (!cc) return;
+    ix__srv_job_release(cc->job); /* closed before the answer: cancels the job */
     ix_buf_free(&cc->body);
     ix_free(cc);
     *con_cls = NULL;
@@ -420,6 +423,8 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
     if (!s->p.max_body_bytes) s->p.max_body_bytes = dp.max_body_bytes;
     if (s->p.max_connections <= 0) s->p.max_connections = dp.max_connections;
     if (s->p.conn_timeout_s <= 0) s->p.conn_timeout_s = dp.conn_timeout_s;
+    if (s->p.n_http_threads <= 0) s->p.n_http_threads = dp.n_http_threads;
+    if (s->p.n_http_threads > s->p.max_connections) s->p.n_http_threads = s->p.max_connections;
     s->model_name = ix_strdup(p->model_name && *p->model_name ? p->model_name : "inferx");
     s->api_key = p->api_key && *p->api_key ? ix_strdup(p->api_key) : NULL;
     s->p.host = NULL;
@@ -433,6 +438,8 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
     atomic_init(&s->n_inflight, 0);
     atomic_init(&s->draining, false);
     atomic_init(&s->aborting, false);
+    atomic_init(&s->watch_stop, false);
+    pthread_mutex_init(&s->jobs_mu, NULL);
     s->listen_fd = MHD_INVALID_SOCKET;
     ix__metrics_init(&s->metrics);
     if (!s->model_name || (p->api_key && *p->api_key && !s->api_key)) {
@@ -447,7 +454,7 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
     const char *host = p->host && *p->host ? p->host : "127.0.0.1";
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC;
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME;
     struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
     struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
     if (inet_pton(AF_INET, host, &a4->sin_addr) == 1) {
@@ -464,12 +471,18 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
     s->daemon = MHD_start_daemon(flags, p->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &ss,
                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->p.max_connections,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->p.conn_timeout_s,
-                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
+                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_THREAD_POOL_SIZE,
+                                 (unsigned)(s->p.n_http_threads > 1 ? s->p.n_http_threads : 0), MHD_OPTION_END);
     if (!s->daemon) {
         ix_server_destroy(s);
         return ix_errf(err, IX_ERR_IO, "cannot listen on %s:%u (address in use or not local?)", host,
                        (unsigned)p->port);
     }
+    if (pthread_create(&s->watcher, NULL, ix__srv_watch, s)) {
+        ix_server_destroy(s);
+        return ix_errf(err, IX_ERR_NOMEM, "cannot start the watcher thread");
+    }
+    s->watcher_started = true;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : p->port;
     *out = s;
@@ -499,6 +512,15 @@ void ix_server_shutdown(ix_server *s, int64_t drain_ms) {
         end = ix_time_ns() + 10ull * 1000000000ull;
         while (atomic_load(&s->n_inflight) > 0 && ix_time_ns() < end) sleep_ms(10);
     }
+    if (s->watcher_started) {
+        atomic_store(&s->watch_stop, true);
+        pthread_join(s->watcher, NULL);
+        s->watcher_started = false;
+    }
+    /* MHD must not be stopped with suspended connections. Only jobs that
+     * outlived the bounded waits above can still be suspended. */
+    int n = ix__srv_resume_all(s);
+    if (n) IX_LOGW("server: %d request(s) did not finish; closing their connections", n);
     MHD_stop_daemon(s->daemon);
     s->daemon = NULL;
     if (s->listen_fd != MHD_INVALID_SOCKET) close(s->listen_fd);
@@ -508,6 +530,9 @@ void ix_server_shutdown(ix_server *s, int64_t drain_ms) {
 void ix_server_destroy(ix_server *s) {
     if (!s) return;
     ix_server_shutdown(s, 0);
+    /* A job the engine still holds would touch s: bounded wait. */
+    for (int i = 0; i < 1000 && atomic_load(&s->n_inflight) > 0; i++) sleep_ms(10);
+    pthread_mutex_destroy(&s->jobs_mu);
     ix__metrics_free(&s->metrics);
     ix_free(s->api_key);
     ix_free(s->model_name);

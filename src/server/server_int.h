@@ -1,7 +1,8 @@
 /* inferx server internals shared by the files of src/server:
  *   server.c   daemon, routing, bodies, auth, errors, small endpoints, shutdown
- *   generate.c /v1/completions and /v1/chat/completions (parse, submit, wait,
- *              answer or stream)
+ *   generate.c /v1/completions and /v1/chat/completions (parse, submit,
+ *              suspend until the engine resumes, answer or stream; the
+ *              watcher thread)
  *   chat.c     chat template recognition and rendering
  *   metrics.c  counters, histograms, Prometheus text, cost accounting */
 #ifndef IX_SERVER_INT_H
@@ -86,6 +87,8 @@ ix_status ix__chat_render(ixs_chat_format f, const ix_tokenizer *t, json_t *mess
 int ix__chat_validate(json_t *messages, ixs_err *e);
 
 /* ---- the server ------------------------------------------------------- */
+typedef struct ixs_job ixs_job; /* one generation request (generate.c) */
+
 struct ix_server {
     ix_engine *engine;
     const ix_model *model;
@@ -99,7 +102,12 @@ struct ix_server {
     uint16_t port;
     time_t created;
     atomic_uint_fast64_t next_id;
-    atomic_int n_inflight;   /* generation jobs alive */
+    atomic_int n_inflight;   /* generation jobs alive (not yet freed) */
+    pthread_mutex_t jobs_mu; /* guards jobs */
+    ixs_job *jobs;           /* submitted jobs, for the watcher */
+    pthread_t watcher;
+    bool watcher_started;
+    atomic_bool watch_stop;
     atomic_bool draining;    /* refuse new requests */
     atomic_bool aborting;    /* cancel requests in flight */
     bool shut_down;
@@ -111,6 +119,7 @@ typedef struct ixs_conn {
     ix_buf body;
     bool too_big;
     bool started;
+    ixs_job *job; /* a non-streaming generation waiting for its finish (a reference) */
 } ixs_conn;
 
 /* A reply: status + JSON body or text. */
@@ -119,15 +128,26 @@ enum MHD_Result ix__srv_reply_json(struct MHD_Connection *c, ix_server *s, const
 enum MHD_Result ix__srv_reply_err(struct MHD_Connection *c, ix_server *s, const char *endpoint,
                                   const ixs_err *e);
 
-/* Generation endpoints. */
+/* Generation endpoints. A non-streaming request suspends the connection
+ * and leaves its job in *hold; when MHD calls the handler again (resumed),
+ * ix__srv_generate_again answers or suspends again. ix__srv_job_release
+ * drops the MHD side's reference (cancelling what still runs). */
 enum MHD_Result ix__srv_generate(ix_server *s, struct MHD_Connection *c, const char *endpoint, bool chat,
-                                 json_t *req);
+                                 json_t *req, ixs_job **hold);
+enum MHD_Result ix__srv_generate_again(ixs_job **hold, struct MHD_Connection *c);
+void ix__srv_job_release(ixs_job *j);
+/* The watcher thread's body (arg: the server): cancels the jobs of suspended
+ * connections whose peer closed, and every job while s->aborting. */
+void *ix__srv_watch(void *arg);
+/* Resumes every suspended connection (shutdown, before MHD_stop_daemon). */
+int ix__srv_resume_all(ix_server *s);
 
 /* JSON helpers: a valid UTF-8 string node from arbitrary bytes (invalid
  * sequences become U+FFFD). Never NULL unless out of memory. */
 json_t *ix__json_text(const char *s, size_t len);
-/* Whether the peer of c has closed its side (non-blocking peek). */
-bool ix__srv_peer_closed(struct MHD_Connection *c);
+/* Whether the peer of a connected socket has closed its side (non-blocking
+ * peek). */
+bool ix__srv_fd_closed(MHD_socket fd);
 /* A fresh "<prefix><24 hex>" id into buf. */
 void ix__srv_new_id(ix_server *s, const char *prefix, char *buf, size_t size);
 
