@@ -278,7 +278,10 @@ static bool forward_chunk(bench *b, int32_t seq, const ix_token *tokens, int32_t
 /* Seconds to prefill n_prompt tokens in chunks of max_batch; < 0 on error. */
 static double run_prefill(bench *b, int32_t n_prompt) {
     int32_t seq;
-    if (ix_kv_seq_create(b->kv, 0, &seq) != IX_OK) return -1;
+    if (ix_kv_seq_create(b->kv, 0, &seq) != IX_OK) {
+        fprintf(stderr, "inferx bench: KV cache: %s\n", ix_kv_errmsg(b->kv));
+        return -1;
+    }
     uint64_t t0 = ix_time_ns();
     bool ok = true;
     for (int32_t done = 0; ok && done < n_prompt; done += b->max_batch) {
@@ -293,7 +296,10 @@ static double run_prefill(bench *b, int32_t n_prompt) {
 /* Seconds to decode n_gen tokens one by one from an empty sequence, greedy. */
 static double run_decode(bench *b, int32_t n_gen) {
     int32_t seq;
-    if (ix_kv_seq_create(b->kv, 0, &seq) != IX_OK) return -1;
+    if (ix_kv_seq_create(b->kv, 0, &seq) != IX_OK) {
+        fprintf(stderr, "inferx bench: KV cache: %s\n", ix_kv_errmsg(b->kv));
+        return -1;
+    }
     ix_token next = b->toks[0];
     uint64_t t0 = ix_time_ns();
     bool ok = true;
@@ -316,7 +322,10 @@ static bool measure(bench *b, bw_meter *bm, bool decode, int32_t n, uint64_t rep
     /* The warm-up faults the weights in and sizes nothing: it need not be long. */
     if (fn(b, decode ? (n < 8 ? n : 8) : n) < 0) return false;
     double *v = malloc((size_t)reps * sizeof *v);
-    if (!v) return false;
+    if (!v) {
+        fprintf(stderr, "inferx bench: out of memory\n");
+        return false;
+    }
     for (uint64_t r = 0; r < reps; r++) {
         bw_sample(bm, 2);
         double s = fn(b, n);

@@ -193,7 +193,8 @@ static inline __m256i load2x16(const uint8_t *p0, const uint8_t *p1) {
                                    _mm_loadu_si128((const __m128i *)p1), 1);
 }
 
-static inline __attribute__((always_inline)) void qtile_run(const ix__tile *a, ix_dtype t, int rx) {
+static inline __attribute__((always_inline)) void qtile_run(const ix__tile *a, ix_dtype t, int rx,
+                                                            bool pf) {
     const bool q8 = t == IX_DTYPE_Q8_0;
     const size_t bs = q8 ? IX__Q8_0_BYTES : IX__Q4_0_BYTES, nb = a->k / IX__QK, xs = a->xs;
     const __m256i nib = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
@@ -201,7 +202,7 @@ static inline __attribute__((always_inline)) void qtile_run(const ix__tile *a, i
     __m256 acc[Q_RX];
     for (int i = 0; i < rx; i++) acc[i] = _mm256_setzero_ps();
     for (size_t b = 0; b < nb; b++) {
-        ix__prefetch_ahead(a, Q_RW, b, nb);
+        if (pf) ix__prefetch_ahead(a, Q_RW, b, nb);
         const uint8_t *p0 = a->w + b * bs, *p1 = p0 + a->ws;
         __m256i wl, wh, sl = _mm256_setzero_si256(), sh = sl; /* sl/sh: Q8_0 signs */
         if (q8) {
@@ -247,7 +248,10 @@ static inline __attribute__((always_inline)) void qtile_run(const ix__tile *a, i
 }
 
 #define QTILE_INST(T, R)                                                                       \
-    static void qtile_##T##_##R(const ix__tile *a) { qtile_run(a, IX_DTYPE_##T, R); }
+    static void qtile_##T##_##R(const ix__tile *a) {                                            \
+        if (a->prefetch) qtile_run(a, IX_DTYPE_##T, R, true);                                    \
+        else qtile_run(a, IX_DTYPE_##T, R, false);                                               \
+    }
 #define QTILE_ALL(T) QTILE_INST(T, 1) QTILE_INST(T, 2) QTILE_INST(T, 3) QTILE_INST(T, 4)
 QTILE_ALL(Q8_0)
 QTILE_ALL(Q4_0)
@@ -274,14 +278,15 @@ static inline __attribute__((always_inline)) __m256 ldw_n(ix_dtype t, const uint
     return t == IX_DTYPE_F16 ? _mm256_cvtph_ps(h) : bf16x8(h);
 }
 
-static inline __attribute__((always_inline)) void ftile_run(const ix__tile *a, ix_dtype t, int rx) {
+static inline __attribute__((always_inline)) void ftile_run(const ix__tile *a, ix_dtype t, int rx,
+                                                            bool pf) {
     __m256 acc[F_RX][F_RW];
     for (int i = 0; i < rx; i++)
         for (int j = 0; j < F_RW; j++) acc[i][j] = _mm256_setzero_ps();
     const size_t ws = a->ws, xs = a->xs, K = a->k;
     size_t k = 0;
     for (; k + 8 <= K; k += 8) {
-        ix__prefetch_ahead(a, F_RW, k / 8, K / 8);
+        if (pf) ix__prefetch_ahead(a, F_RW, k / 8, K / 8);
         __m256 w[F_RW];
         for (int j = 0; j < F_RW; j++) w[j] = ldw(t, a->w + (size_t)j * ws, k);
         for (int i = 0; i < rx; i++) {
@@ -303,7 +308,10 @@ static inline __attribute__((always_inline)) void ftile_run(const ix__tile *a, i
 }
 
 #define FTILE_INST(T, R)                                                                       \
-    static void ftile_##T##_##R(const ix__tile *a) { ftile_run(a, IX_DTYPE_##T, R); }
+    static void ftile_##T##_##R(const ix__tile *a) {                                            \
+        if (a->prefetch) ftile_run(a, IX_DTYPE_##T, R, true);                                    \
+        else ftile_run(a, IX_DTYPE_##T, R, false);                                               \
+    }
 FTILE_INST(F32, 1)
 FTILE_INST(F32, 2)
 FTILE_INST(F16, 1)

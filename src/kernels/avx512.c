@@ -178,7 +178,8 @@ static inline __m512 scales8(const uint8_t *p, size_t ws) {
  * rows: acc = fma((float)dot, d_w * d_x, acc), the canonical quantized dot
  * every path computes (see kernels_int.h). */
 static inline __attribute__((always_inline)) void qtile_run(const ix__tile *a, ix_dtype t,
-                                                            bool vnni, int rx) {
+                                                            bool vnni, int rx,
+                                                            bool pf) {
     const bool q8 = t == IX_DTYPE_Q8_0;
     const size_t nb = a->k / IX__QK;
     const size_t bs = q8 ? IX__Q8_0_BYTES : IX__Q4_0_BYTES, ws = a->ws, xs = a->xs;
@@ -191,7 +192,7 @@ static inline __attribute__((always_inline)) void qtile_run(const ix__tile *a, i
     for (int i = 0; i < rx; i++) acc[i] = _mm512_setzero_ps();
 
     for (size_t b = 0; b < nb; b++) {
-        ix__prefetch_ahead(a, Q_RW, b, nb);
+        if (pf) ix__prefetch_ahead(a, Q_RW, b, nb);
         const uint8_t *wb = a->w + b * bs;
         __m512i wl[Q_RG], wh[Q_RG];
         __mmask64 nl[Q_RG], nh[Q_RG]; /* BW Q8_0: where w < 0 */
@@ -443,7 +444,10 @@ static void wide_band_q4(const ix__tile *a) { wide_band(a, false); }
 static const ix__tile_fn k_wide_band[2][1] = {{wide_band_q8}, {wide_band_q4}};
 
 #define QTILE_INST(T, TAG, V, R)                                                               \
-    static void qtile_##T##_##TAG##_##R(const ix__tile *a) { qtile_run(a, IX_DTYPE_##T, V, R); }
+    static void qtile_##T##_##TAG##_##R(const ix__tile *a) {                                      \
+        if (a->prefetch) qtile_run(a, IX_DTYPE_##T, V, R, true);                                 \
+        else qtile_run(a, IX_DTYPE_##T, V, R, false);                                            \
+    }
 #define QTILE_ALL(T, TAG, V)                                                                   \
     QTILE_INST(T, TAG, V, 1)                                                                   \
     QTILE_INST(T, TAG, V, 2)                                                                   \
@@ -482,14 +486,15 @@ static inline __attribute__((always_inline)) __m512 ldw_n(ix_dtype t, const uint
     return t == IX_DTYPE_F16 ? _mm512_cvtph_ps(h) : bf16x16(h);
 }
 
-static inline __attribute__((always_inline)) void ftile_run(const ix__tile *a, ix_dtype t, int rx) {
+static inline __attribute__((always_inline)) void ftile_run(const ix__tile *a, ix_dtype t, int rx,
+                                                            bool pf) {
     __m512 acc[F_RX][F_RW];
     for (int i = 0; i < rx; i++)
         for (int j = 0; j < F_RW; j++) acc[i][j] = _mm512_setzero_ps();
     const size_t ws = a->ws, xs = a->xs, K = a->k;
     size_t k = 0;
     for (; k + 16 <= K; k += 16) {
-        ix__prefetch_ahead(a, F_RW, k / 16, K / 16);
+        if (pf) ix__prefetch_ahead(a, F_RW, k / 16, K / 16);
         __m512 w[F_RW];
         for (int j = 0; j < F_RW; j++) w[j] = ldw(t, a->w + (size_t)j * ws, k);
         for (int i = 0; i < rx; i++) {
@@ -511,7 +516,10 @@ static inline __attribute__((always_inline)) void ftile_run(const ix__tile *a, i
 }
 
 #define FTILE_INST(T, R)                                                                       \
-    static void ftile_##T##_##R(const ix__tile *a) { ftile_run(a, IX_DTYPE_##T, R); }
+    static void ftile_##T##_##R(const ix__tile *a) {                                            \
+        if (a->prefetch) ftile_run(a, IX_DTYPE_##T, R, true);                                    \
+        else ftile_run(a, IX_DTYPE_##T, R, false);                                               \
+    }
 #define FTILE_ALL(T) FTILE_INST(T, 1) FTILE_INST(T, 2) FTILE_INST(T, 3) FTILE_INST(T, 4)
 FTILE_ALL(F32)
 FTILE_ALL(F16)

@@ -181,6 +181,7 @@ static void tile_rows(const ix__tile_fn *fns, int rx_max, ix__tile t, const uint
         t.x = x0 + m0 * t.xs;
         t.y = y0 + m0 * t.ldy;
         t.rows = m1 - m0;
+        t.prefetch = true; /* a band touches each W block once */
         fns[0](&t);
         return;
     }
@@ -193,6 +194,7 @@ static void tile_rows(const ix__tile_fn *fns, int rx_max, ix__tile t, const uint
         }
         t.x = x0 + at * t.xs;
         t.y = y0 + at * t.ldy;
+        t.prefetch = m == m0;
         fns[rx - 1](&t);
     }
 }
@@ -209,8 +211,16 @@ void ix__matmul_tiles(const ix_matmul *mm, size_t n0, size_t n1, const ix__tile_
      * first tiles are requested here, or every grab would start cold */
     size_t head = (size_t)IX__PF_TILES * urw < n1 - n0 ? (size_t)IX__PF_TILES * urw : n1 - n0;
     for (size_t o = 0; o < head * t.ws; o += 64) __builtin_prefetch(ix__mm_wrow(mm, n0) + o, 0, 2);
-    for (size_t mc = 0; mc < mm->M; mc += IX__MM_MCHUNK) {
-        size_t mend = mm->M - mc < IX__MM_MCHUNK ? mm->M : mc + IX__MM_MCHUNK;
+    /* X rows per chunk: about IX__MM_XCHUNK_BYTES of X (f32 rows are 4x the
+     * bytes of q8a rows), whole tiles; band mode keeps IX__MM_MCHUNK rows,
+     * which its transpose is amortized over */
+    size_t mchunk = IX__MM_MCHUNK;
+    if (rx_max > 0) {
+        size_t fit = IX__MM_XCHUNK_BYTES / t.xs / (size_t)rx_max * (size_t)rx_max;
+        mchunk = fit < (size_t)rx_max ? (size_t)rx_max : fit < mchunk ? fit : mchunk;
+    }
+    for (size_t mc = 0; mc < mm->M; mc += mchunk) {
+        size_t mend = mm->M - mc < mchunk ? mm->M : mc + mchunk;
         if (n1 - n0 < urw) {
             /* fewer than rw columns in all: one at a time, as a tile whose W
              * rows all alias it */

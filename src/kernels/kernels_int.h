@@ -231,6 +231,10 @@ typedef struct ix__tile {
     size_t blk_off;   /* q8a: offset of blk[] in a row */
     int ncols;        /* rw, or 1 in the narrow path */
     size_t rows;      /* band mode: X rows to do (the whole X chunk) */
+    /* First X tile over these W rows: it streams them in and prefetches the
+     * next ones. Later tiles find the rows in cache; prefetching there too
+     * measured ~30% slower prefill, so tiles compile both loop versions. */
+    bool prefetch;
 } ix__tile;
 
 typedef void (*ix__tile_fn)(const ix__tile *t);
@@ -252,12 +256,13 @@ static inline void ix__prefetch_ahead(const ix__tile *t, int rw, size_t i, size_
 }
 
 /* Y[:, n0:n1) with fns[rx - 1] computing rx (1..rx_max) X rows by rw W rows.
- * X rows go in chunks of IX__MM_MCHUNK so a chunk's X stays in L2 while the W
- * rows of a tile stay in L1. rx_max == 0 is band mode: fns[0] gets a whole
+ * X rows go in chunks (about IX__MM_XCHUNK_BYTES, at most IX__MM_MCHUNK rows)
+ * so a chunk's X stays in L2 while the W rows of a tile stay in L1. rx_max == 0 is band mode: fns[0] gets a whole
  * chunk (t->rows X rows) for its rw W rows and tiles it itself. */
 void ix__matmul_tiles(const ix_matmul *mm, size_t n0, size_t n1, const ix__tile_fn *fns,
                       int rx_max, int rw);
-#define IX__MM_MCHUNK 128
+#define IX__MM_MCHUNK 128             /* at most; and the band tile's buffer rows */
+#define IX__MM_XCHUNK_BYTES (256 << 10) /* X per chunk for the other tiles */
 
 /* Attention: scores are scored in chunks of this many tokens (a stack array). */
 #define IX__ATTN_CHUNK 64
