@@ -181,6 +181,7 @@ static void test_logprobs(void **state) {
     float l[5] = {1.0f, 3.0f, 2.0f, -5.0f, 0.5f};
     ix_sample_params p = ix_sample_default_params();
     p.temperature = 0;
+    p.logprobs = true;
     p.n_logprobs = 3;
     ix_sampler *s = mk(p, 5);
     ix_sample_result r;

@@ -48,7 +48,11 @@ typedef struct ix_sample_params {
     uint64_t seed;
     const ix_logit_bias *logit_bias; /* copied by ix_sampler_create */
     size_t n_logit_bias;
-    int32_t n_logprobs; /* alternatives to report, 0..IX_SAMPLE_MAX_LOGPROBS */
+    /* Compute log-probabilities (a pass over the vocabulary per token, so off
+     * by default): of the chosen token, plus n_logprobs alternatives
+     * (0..IX_SAMPLE_MAX_LOGPROBS; n_logprobs > 0 implies logprobs). */
+    bool logprobs;
+    int32_t n_logprobs;
 } ix_sample_params;
 
 ix_sample_params ix_sample_default_params(void);
@@ -58,7 +62,7 @@ ix_status ix_sample_params_check(const ix_sample_params *p, int32_t n_vocab, ix_
 
 typedef struct ix_sample_result {
     ix_token id;
-    float logprob; /* of id */
+    float logprob; /* of id; 0 unless logprobs were asked for */
     int32_t n_top;
     ix_token top_ids[IX_SAMPLE_MAX_LOGPROBS];    /* best first */
     float top_logprobs[IX_SAMPLE_MAX_LOGPROBS];

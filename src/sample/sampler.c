@@ -317,6 +317,8 @@ static ix_token draw(ix_sampler *s) {
 ix_status ix_sampler_sample(ix_sampler *s, const float *logits, ix_sample_result *out) {
     apply_bias_and_penalties(s, logits);
     out->id = s->p.temperature == 0.0f ? argmax(s->work, s->n_vocab) : draw(s);
-    fill_logprobs(s, out);
+    out->logprob = 0.0f;
+    out->n_top = 0;
+    if (s->p.logprobs || s->p.n_logprobs > 0) fill_logprobs(s, out);
     return IX_OK;
 }

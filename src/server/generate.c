@@ -805,6 +805,7 @@ static int parse_request(ix_server *s, json_t *req, bool chat, parsed *p, ixs_jo
         j->n_logprobs = got ? (int32_t)i64 : 0;
     }
     sp->n_logprobs = j->n_logprobs;
+    sp->logprobs = j->want_logprobs;
     /* lengths */
     int64_t max_tokens = 0;
     if ((got = get_int(req, chat ? "max_completion_tokens" : "max_tokens", 1, INT32_MAX, &max_tokens, e)) < 0)
