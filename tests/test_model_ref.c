@@ -9,8 +9,8 @@
  * are compared by normalized error, on every ISA path this CPU runs.
  *
  * The reference reads the weights as inferx does (dequantized with
- * ix_kernels_dequant_row), so for quantized weights the only difference left
- * is inferx's 8-bit quantization of activations. Each variant also checks that
+ * ix_kernels_dequant_row), so for quantized weights the only differences left
+ * are inferx's 8-bit quantization of matmul inputs (and f16 K/V where used). Each variant also checks that
  * it can fail: the reference without the variant's feature (no window, no
  * frequency factors, the other RoPE layout, ...) must be far from inferx.
  *
@@ -174,6 +174,7 @@ typedef struct rmodel {
 
 static void rmodel_make(rmodel *m, const cfg *c, int V, uint64_t seed) {
     memset(m, 0, sizeof *m);
+    assert_true(c->L <= MAX_LAYER);
     g_rng = seed * 0x9e3779b97f4a7c15ull | 1;
     m->c = c;
     m->hd = c->E / c->H;

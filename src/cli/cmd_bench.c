@@ -193,10 +193,12 @@ static double stdev(const double *v, size_t n) {
     return sqrt(ss / (double)(n - 1));
 }
 
-/* Streaming reads of one buffer on the benchmark's threads. Samples are
- * taken between the repetitions of the model tests too, so that the bound
- * and the throughput it is compared with see the same machine even while
- * other work on it comes and goes; the figure is the median of all. */
+/* Streaming reads of one buffer on the benchmark's threads. The bandwidth a
+ * virtual machine gets changes from one minute to the next (neighbours on
+ * the host share the memory controllers, unseen in this guest's load), so
+ * samples are taken while the test they bound runs: before each repetition
+ * and every DECODE_BW_EVERY decode steps (outside the timed part); the bound
+ * uses the median of the samples taken during the decode test. */
 typedef struct bw_meter {
     ix_pool *pool;
     bw_job *job;
@@ -233,8 +235,10 @@ static void bw_sample(bw_meter *bm, int passes) {
     }
 }
 
-/* Median bytes per second, 0 without samples. */
-static double bw_median(bw_meter *bm) { return bm->n ? median(bm->bps, bm->n) : 0; }
+/* Median bytes per second of the samples from index `first` on; 0 if none. */
+static double bw_median(bw_meter *bm, size_t first) {
+    return bm->n > first ? median(bm->bps + first, bm->n - first) : 0;
+}
 
 static void bw_close(bw_meter *bm) {
     if (bm->job) free((void *)(uintptr_t)bm->job->buf);
@@ -293,34 +297,41 @@ static double run_prefill(bench *b, int32_t n_prompt) {
     return ok ? s : -1;
 }
 
-/* Seconds to decode n_gen tokens one by one from an empty sequence, greedy. */
-static double run_decode(bench *b, int32_t n_gen) {
+#define DECODE_BW_EVERY 16
+
+/* Seconds to decode n_gen tokens one by one from an empty sequence, greedy;
+ * a bandwidth pass (untimed) every DECODE_BW_EVERY steps. */
+static double run_decode(bench *b, bw_meter *bm, int32_t n_gen) {
     int32_t seq;
     if (ix_kv_seq_create(b->kv, 0, &seq) != IX_OK) {
         fprintf(stderr, "inferx bench: KV cache: %s\n", ix_kv_errmsg(b->kv));
         return -1;
     }
     ix_token next = b->toks[0];
-    uint64_t t0 = ix_time_ns();
+    uint64_t ns = 0, t0 = ix_time_ns();
     bool ok = true;
     for (int32_t i = 0; ok && i < n_gen; i++) {
+        if (i > 0 && i % DECODE_BW_EVERY == 0 && bm) {
+            ns += ix_time_ns() - t0;
+            bw_sample(bm, 1);
+            t0 = ix_time_ns();
+        }
         ok = forward_chunk(b, seq, &next, 1, i);
         ix_token best = 0;
         for (int32_t v = 1; v < b->n_vocab; v++)
             if (b->logits[v] > b->logits[best]) best = v;
         next = best;
     }
-    double s = (double)(ix_time_ns() - t0) * 1e-9;
+    ns += ix_time_ns() - t0;
     ix_kv_seq_free(b->kv, seq);
-    return ok ? s : -1;
+    return ok ? (double)ns * 1e-9 : -1;
 }
 
 /* Runs one test reps times after a warm-up, each repetition preceded by two
  * bandwidth passes; tokens/s median and stdev. */
 static bool measure(bench *b, bw_meter *bm, bool decode, int32_t n, uint64_t reps, double *tps, double *sd) {
-    double (*fn)(bench *, int32_t) = decode ? run_decode : run_prefill;
     /* The warm-up faults the weights in and sizes nothing: it need not be long. */
-    if (fn(b, decode ? (n < 8 ? n : 8) : n) < 0) return false;
+    if ((decode ? run_decode(b, NULL, n < 8 ? n : 8) : run_prefill(b, n)) < 0) return false;
     double *v = malloc((size_t)reps * sizeof *v);
     if (!v) {
         fprintf(stderr, "inferx bench: out of memory\n");
@@ -328,7 +339,7 @@ static bool measure(bench *b, bw_meter *bm, bool decode, int32_t n, uint64_t rep
     }
     for (uint64_t r = 0; r < reps; r++) {
         bw_sample(bm, 2);
-        double s = fn(b, n);
+        double s = decode ? run_decode(b, bm, n) : run_prefill(b, n);
         if (s < 0) {
             free(v);
             return false;
@@ -431,13 +442,16 @@ int ix_cli_bench(int argc, char **argv) {
 
     ix_pool *pool = ix_model_ctx_pool(b.ctx);
     int threads = ix_pool_n_threads(pool);
-    if (!bw_open(&bm, pool, o.bw_mib, 4 + 4 * (size_t)o.reps))
+    size_t max_samples = 4 + (size_t)o.reps * (4 + (size_t)n_gen / DECODE_BW_EVERY);
+    if (!bw_open(&bm, pool, o.bw_mib, max_samples))
         fprintf(stderr, "inferx bench: no memory for the bandwidth test; bound not reported\n");
     bw_sample(&bm, 4);
     double pp = 0, pp_sd = 0, tg = 0, tg_sd = 0;
     if (n_prompt > 0 && !measure(&b, &bm, false, n_prompt, o.reps, &pp, &pp_sd)) goto done;
+    size_t decode_from = n_gen > 0 ? bm.n : 0; /* the bound uses the decode test's samples */
     if (n_gen > 0 && !measure(&b, &bm, true, n_gen, o.reps, &tg, &tg_sd)) goto done;
-    double bw = bw_median(&bm);
+    double bw = bw_median(&bm, decode_from);
+    size_t bw_passes = bm.n - decode_from;
 
     uint64_t decode_bytes = ix_model_decode_bytes(m), size_bytes = 0;
     const ix_gguf *g = ix_model_gguf(m);
@@ -462,6 +476,7 @@ int ix_cli_bench(int argc, char **argv) {
         json_num("decode_tokens_per_s", n_gen > 0, tg, false);
         json_num("decode_stdev", n_gen > 0, tg_sd, false);
         json_num("mem_bandwidth_gbs", bw > 0, bw * 1e-9, false);
+        printf("  \"mem_bandwidth_passes\": %zu,\n", bw_passes);
         json_num("decode_bound_tokens_per_s", bound > 0, bound, false);
         json_num("decode_fraction_of_bound", bound > 0 && n_gen > 0, tg / bound, true);
         printf("}\n");
@@ -487,9 +502,9 @@ int ix_cli_bench(int argc, char **argv) {
         printf("\nkernels %s, median of %llu reps after a warm-up\n", ix_kernels()->name,
                (unsigned long long)o.reps);
         if (bw > 0) {
-            printf("memory read bandwidth: %.1f GB/s (%d threads, %llu MiB buffer, median of %zu passes "
-                   "between the tests)\n",
-                   bw * 1e-9, threads, (unsigned long long)o.bw_mib, bm.n);
+            printf("memory read bandwidth: %.1f GB/s (%d threads, %llu MiB buffer, median of %zu passes %s)\n",
+                   bw * 1e-9, threads, (unsigned long long)o.bw_mib, bw_passes,
+                   n_gen > 0 ? "interleaved with the decode test" : "between the repetitions");
             printf("decode bound: %.1f GB/s / %.3f GB of weights per token = %.1f tokens/s", bw * 1e-9,
                    (double)decode_bytes * 1e-9, bound);
             if (n_gen > 0) printf("; tg%d reached %.1f%% of it", n_gen, 100.0 * tg / bound);
