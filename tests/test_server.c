@@ -850,6 +850,51 @@ static void shutdown_with_inflight(int64_t drain_ms, const char *want_reason) {
     wait_idle();
 }
 
+/* A full waiting queue answers 503 with Retry-After, and nothing is lost:
+ * the queued requests still complete (here: aborted by the shutdown). */
+static void test_overload_retry_after(void **state) {
+    (void)state;
+    ix_engine_params ep = ix_engine_default_params();
+    ep.sched.max_num_seqs = 1;
+    ep.n_threads = 2;
+    ix_engine *e;
+    assert_int_equal(ix_engine_create(&e, g_model, &ep, NULL), IX_OK);
+    ix_server *s;
+    ix_server_params sp = ix_server_default_params();
+    sp.port = 0;
+    sp.max_waiting = 1;
+    assert_int_equal(ix_server_create(&s, e, &sp, NULL), IX_OK);
+    enum { N = 3 };
+    client_job c[N];
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) {
+        c[i] = (client_job){ix_server_port(s),
+                            "{\"prompt\":\"Emma\",\"max_tokens\":400,\"ignore_eos\":true}", {0}, -1};
+        pthread_create(&th[i], NULL, client_thread, &c[i]);
+    }
+    ix_engine_stats st;
+    for (int i = 0; i < 5000; i++) {
+        ix_engine_get_stats(e, &st);
+        if (st.n_running == 1 && st.n_waiting >= 1) break;
+        usleep(1000);
+    }
+    assert_true(st.n_waiting >= 1);
+    resp r;
+    assert_int_equal(http(ix_server_port(s), "POST", "/v1/completions", NULL,
+                          "{\"prompt\":\"Emma\",\"max_tokens\":2}", &r), 0);
+    assert_int_equal(r.status, 503);
+    assert_non_null(strstr(r.head, "Retry-After: 1"));
+    assert_non_null(strstr(r.body, "overloaded"));
+    resp_free(&r);
+    ix_server_shutdown(s, 0);
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        resp_free(&c[i].r);
+    }
+    ix_server_destroy(s);
+    ix_engine_destroy(e);
+}
+
 static void test_shutdown_drains(void **state) {
     (void)state;
     shutdown_with_inflight(20000, "length");
@@ -882,6 +927,7 @@ int main(void) {
         cmocka_unit_test(test_metrics),
         cmocka_unit_test(test_disconnect_cancels),
         cmocka_unit_test(test_many_streams_fixed_threads),
+        cmocka_unit_test(test_overload_retry_after),
         cmocka_unit_test(test_shutdown_drains),
         cmocka_unit_test(test_shutdown_aborts),
     };

@@ -103,6 +103,8 @@ static enum MHD_Result reply_raw(struct MHD_Connection *c, ix_server *s, const c
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", ctype);
     if (atomic_load(&s->draining)) MHD_add_response_header(r, "Connection", "close");
+    /* Overload answers say when to come back (the queue moves every step). */
+    if (status == 429 || status == 503) MHD_add_response_header(r, "Retry-After", "1");
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     ix__metrics_http(&s->metrics, endpoint, status);
