@@ -237,8 +237,8 @@ static int parse_args(int argc, char **argv, mk_opts *o) {
     if (eps > 0) o->sh.norm_eps = eps;
 
     const shape *s = &o->sh;
-    if (s->n_embd % s->n_head || (s->n_embd / s->n_head) % 2) {
-        fprintf(stderr, "inferx mkmodel: --embd %d must be an even multiple of --heads %d (head dim even)\n",
+    if (s->n_embd % s->n_head || (s->n_embd / s->n_head) % 2 || s->n_embd / s->n_head > 1024) {
+        fprintf(stderr, "inferx mkmodel: --embd %d / --heads %d must be an even head dimension of at most 1024\n",
                 s->n_embd, s->n_head);
         return 2;
     }
