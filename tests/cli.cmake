@@ -8,3 +8,9 @@ if(TARGET inferx)
             ${INFERX_SOURCE_DIR} ${INFERX_SHARED_DIR} ${CMAKE_CURRENT_BINARY_DIR} --vocab)
   set_tests_properties(cli_info cli_info_vocab PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
 endif()
+# inferx bench --serve against a real inferx serve on a loopback port.
+if(TARGET inferx)
+  add_test(NAME cli_bench_serve
+    COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/cli_bench_serve_test.sh $<TARGET_FILE:inferx> ${CMAKE_CURRENT_BINARY_DIR})
+  set_tests_properties(cli_bench_serve PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
+endif()

@@ -7,23 +7,8 @@ bin=$1 check=$2 src=$3 tmp=$4
 model=$src/models/target-f16.gguf
 out=
 
-fail() {
-    echo "FAIL: $*" >&2
-    printf '%s\n' "$out" >&2
-    exit 1
-}
-expect() {
-    printf '%s\n' "$out" | grep -F -q -- "$1" || fail "output lacks '$1'"
-}
-expect_exit() {
-    want=$1
-    shift
-    "$bin" "$@" >/dev/null 2>"$tmp/cli_bench_err"
-    rc=$?
-    out=$(cat "$tmp/cli_bench_err")
-    [ "$rc" -eq "$want" ] || fail "inferx $* exited $rc, want $want"
-    [ -s "$tmp/cli_bench_err" ] || fail "inferx $* printed no error"
-}
+errf="$tmp/cli_bench_err"
+. "$(dirname "$0")/cli_lib.sh"
 
 # A 64 MiB bandwidth buffer keeps the test quick under sanitizers.
 "$bin" bench -m "$model" -p 16 -n 4 -r 1 --json --bw-mib 64 >"$tmp/cli_bench.json" 2>"$tmp/cli_bench_err" ||

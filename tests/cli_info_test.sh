@@ -7,24 +7,8 @@ set -u
 bin=$1 src=$2 shared=$3 tmp=$4 mode=${5:-}
 out=
 
-fail() {
-    echo "FAIL: $*" >&2
-    printf '%s\n' "$out" >&2
-    exit 1
-}
-expect() {
-    printf '%s\n' "$out" | grep -F -q -- "$1" || fail "output lacks '$1'"
-}
-# expect_exit CODE ARGS...: inferx exits with CODE and, for CODE 1, says why.
-expect_exit() {
-    want=$1
-    shift
-    "$bin" "$@" >/dev/null 2>"$tmp/cli_info_err"
-    rc=$?
-    out=$(cat "$tmp/cli_info_err")
-    [ "$rc" -eq "$want" ] || fail "inferx $* exited $rc, want $want"
-    [ -s "$tmp/cli_info_err" ] || fail "inferx $* printed no error"
-}
+errf="$tmp/cli_info_err"
+. "$(dirname "$0")/cli_lib.sh"
 
 if [ "$mode" = "--vocab" ]; then
     if [ ! -d "$shared/vocab" ]; then

@@ -11,24 +11,8 @@ out=
 rm -rf "$tmp"
 mkdir -p "$tmp" || exit 1
 
-fail() {
-    echo "FAIL: $*" >&2
-    printf '%s\n' "$out" >&2
-    exit 1
-}
-expect() {
-    printf '%s\n' "$out" | grep -F -q -- "$1" || fail "output lacks '$1'"
-}
-# expect_exit CODE ARGS...: inferx exits with CODE and prints an error.
-expect_exit() {
-    want=$1
-    shift
-    "$bin" "$@" >/dev/null 2>"$tmp/err"
-    rc=$?
-    out=$(cat "$tmp/err")
-    [ "$rc" -eq "$want" ] || fail "inferx $* exited $rc, want $want"
-    [ -s "$tmp/err" ] || fail "inferx $* printed no error"
-}
+errf="$tmp/err"
+. "$(dirname "$0")/cli_lib.sh"
 # Nothing but the files named here is left in $tmp.
 expect_only() {
     left=$(cd "$tmp" && ls -A | grep -v -x -e err "$@")

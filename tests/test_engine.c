@@ -117,6 +117,8 @@ static void test_reference_and_batch_invariance(void **state) {
         assert_int_equal(g.info.usage.prompt_tokens, (int)g_prompts[i].n);
         assert_int_equal(g.info.usage.completion_tokens, N_NEW);
         assert_true(g.info.timings.first_token_ms > 0);
+        /* alone, it is every step's only request */
+        assert_true(g.info.timings.compute_ms > 0 && g.info.timings.compute_ms <= g.info.timings.total_ms);
         ix_generation_free(&g);
     }
     assert_pool_empty(e);
@@ -126,7 +128,12 @@ static void test_reference_and_batch_invariance(void **state) {
     p.sched.max_num_batched_tokens = 5 + N_REQ;
     e = mk_engine(p);
     ix_generation g[N_REQ];
+    uint64_t t0 = ix_time_ns();
     run_all(e, g);
+    double wall_ms = (double)(ix_time_ns() - t0) / 1e6, shares = 0;
+    for (int i = 0; i < N_REQ; i++) shares += g[i].info.timings.compute_ms;
+    /* the shares of the steps add up to at most the time the batch took */
+    assert_true(shares > 0 && shares <= wall_ms);
     check_same_as_ref(g, "batched, chunked prefill");
     assert_pool_empty(e);
     ix_engine_destroy(e);

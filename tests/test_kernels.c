@@ -497,6 +497,84 @@ static void test_matmul_isa_vs_generic(void **state) {
     }
 }
 
+/* Packed weights: every path, from the packed layout, gives the bits the
+ * generic path gives from the GGUF rows; partial packs compose; the check
+ * rejects what cannot be packed. */
+static void test_matmul_packed(void **state) {
+    (void)state;
+    const ix_kernel_table *t[8];
+    int nt = tables(t);
+    const size_t Ms[] = {1, 2, 5, 8, 9, 17, 150};
+    const size_t Ns[] = {16, 48};
+    const size_t Ks[] = {32, 224, 1024};
+    const ix_dtype qt[] = {IX_DTYPE_Q8_0, IX_DTYPE_Q4_0, IX_DTYPE_F16};
+    for (size_t ti = 0; ti < IX_ARRAY_LEN(qt); ti++)
+        for (size_t a = 0; a < IX_ARRAY_LEN(Ms); a++)
+            for (size_t b = 0; b < IX_ARRAY_LEN(Ns); b++)
+                for (size_t k = 0; k < IX_ARRAY_LEN(Ks); k++) {
+                    bool q = qt[ti] != IX_DTYPE_F16;
+                    /* F16: odd K too (no blocks) */
+                    size_t M = Ms[a], N = Ns[b], K = q ? Ks[k] : Ks[k] + 1, pad = (a + k) % 2 ? 7 : 0;
+                    if (M == 150 && K == 1024 && N > 16) continue; /* keep it cheap */
+                    mm_case c;
+                    mm_setup(&c, qt[ti], M, N, K, pad);
+                    float *ref = malloc(M * N * sizeof *ref), *got = malloc(M * N * sizeof *got);
+                    mm_run_table(t[0], &c, ref);
+                    size_t pb = ix_kernels_packed_bytes(qt[ti], N, K);
+                    assert_true(pb >= N * ix__w_row_bytes(qt[ti], K) && pb % 64 == 0);
+                    uint8_t *pw = ix_aligned_alloc(64, pb);
+                    memset(pw, 0xa5, pb);
+                    /* in two pieces, as threads would */
+                    assert_int_equal(ix_kernels_pack(qt[ti], c.w, c.mm.w_stride_bytes, N, K, 0, 16, pw), IX_OK);
+                    assert_int_equal(ix_kernels_pack(qt[ti], c.w, c.mm.w_stride_bytes, N, K, 16, N, pw), IX_OK);
+                    ix_matmul row = c.mm;
+                    c.mm.w = pw;
+                    c.mm.w_stride_bytes = 0;
+                    c.mm.w_packed = true;
+                    assert_int_equal(ix_kernels_matmul_check(&c.mm), IX_OK);
+                    for (int i = 0; i < nt; i++) {
+                        mm_run_table(t[i], &c, got);
+                        /* quantized: the canonical dot, bit for bit; F16 to rounding */
+                        if (q && memcmp(got, ref, M * N * sizeof *got) != 0)
+                            fail_msg("%s packed %s M=%zu N=%zu K=%zu differs from generic rows", t[i]->name,
+                                     ix_dtype_name(qt[ti]), M, N, K);
+                        CHECK_ERR(mm_err(&c, got, ref), 1e-6, "%s packed %s M=%zu N=%zu K=%zu", t[i]->name,
+                                  ix_dtype_name(qt[ti]), M, N, K);
+                        if (!q) continue;
+                        /* a group range on its own */
+                        if (N > 16) {
+                            for (size_t m = 0; m < M; m++)
+                                for (size_t n = 16; n < 32; n++) c.y[m * c.ldy + n] = 0.0f;
+                            t[i]->matmul_rows(&c.mm, 16, 32);
+                            for (size_t m = 0; m < M; m++)
+                                assert_memory_equal(c.y + m * c.ldy + 16, ref + m * N + 16, 16 * sizeof(float));
+                        }
+                    }
+                    c.mm = row;
+                    ix_aligned_free(pw);
+                    free(ref);
+                    free(got);
+                    mm_free(&c);
+                }
+    /* what cannot be packed */
+    uint8_t buf[64];
+    assert_false(ix_kernels_packable(IX_DTYPE_Q4_0, 17, 64));
+    assert_false(ix_kernels_packable(IX_DTYPE_F32, 16, 64));
+    assert_true(ix_kernels_packable(IX_DTYPE_F16, 16, 33));
+    assert_false(ix_kernels_packable(IX_DTYPE_Q8_0, 16, 48));
+    assert_int_equal(ix_kernels_packed_bytes(IX_DTYPE_F32, 16, 64), 0);
+    assert_int_equal(ix_kernels_pack(IX_DTYPE_Q4_0, buf, 0, 17, 64, 0, 16, buf), IX_ERR_UNSUPPORTED);
+    assert_int_equal(ix_kernels_pack(IX_DTYPE_Q4_0, buf, 0, 32, 64, 0, 8, buf), IX_ERR_INVALID);
+    assert_int_equal(ix_kernels_pack(IX_DTYPE_Q4_0, buf, 0, 32, 64, 16, 48, buf), IX_ERR_INVALID);
+    assert_int_equal(ix_kernels_pack(IX_DTYPE_Q4_0, buf, 10, 32, 64, 0, 16, buf), IX_ERR_INVALID);
+    ix_matmul bad = {.w_type = IX_DTYPE_Q4_0, .w = buf, .M = 1, .N = 8, .K = 64, .x = (float *)buf,
+                     .y = (float *)buf, .scratch = buf, .w_packed = true};
+    if ((uintptr_t)buf % 64 == 0) assert_int_equal(ix_kernels_matmul_check(&bad), IX_ERR_INVALID);
+    bad.N = 16;
+    bad.w_stride_bytes = 36;
+    if ((uintptr_t)buf % 64 == 0) assert_int_equal(ix_kernels_matmul_check(&bad), IX_ERR_INVALID);
+}
+
 typedef struct pool_mm {
     const ix_matmul *mm;
     ix_pool *pool;
@@ -809,7 +887,7 @@ static void test_attention(void **state) {
                     size_t esz = dt ? 2 : 4;
                     for (size_t t0 = 0; t0 < T; t0 += blocks[bi]) {
                         size_t n = T - t0 < blocks[bi] ? T - t0 : blocks[bi];
-                        t[k]->attn_add(&acc, q, (const uint8_t *)K + t0 * stride * esz, stride,
+                        t[k]->attn_add(&acc, q, 1, (const uint8_t *)K + t0 * stride * esz, stride,
                                        (const uint8_t *)V + t0 * stride * esz, stride, n, kvt);
                     }
                     ix_attn_finish(&acc, out);
@@ -833,6 +911,164 @@ static void test_attention(void **state) {
         free(kh);
         free(vh);
         free(o);
+        free(out);
+        free(ref);
+        free(sc);
+    }
+}
+
+/* Grouped queries (GQA): nq query heads over the same K/V rows in one call.
+ * Every path against a double-precision softmax attention, and each query's
+ * accumulator bit-equal to that path adding the query alone (the design
+ * promise: a group only shares loads). Odd head dims (vector tails), the
+ * dims with their own copies (64, 128), dims past the key buffer (300) and
+ * the largest (1024); group sizes on both sides of the 8 that share V loads;
+ * chunk lengths from 1 to past one score chunk; f32 and f16 K/V with strided
+ * rows; and a masked data set in which some rows (and whole chunks) score
+ * -inf for one query, whose accumulator must then skip them. */
+enum { GQ_T = 300, GQ_GAP = 2, GQ_MAXQ = 11 };
+
+/* K/V row t is masked when its element 0 is -1e4 (an f16 too): times the masked query's
+ * q[0] = 1e36 the score overflows to -inf; other rows have element 0 = 0. */
+static bool gq_masked_row(size_t t) { return (t / 37) % 3 == 0 || t % 5 == 0; }
+
+/* Reference output of one query in double, with overflowing scores taken as
+ * -inf (as the float kernels see them). Rows all masked: zeros. */
+static void gq_ref(double *ref, const float *q, size_t hd, const float *K, const float *V,
+                   size_t stride, float scale, double *sc) {
+    double mx = -INFINITY, sum = 0;
+    for (size_t t = 0; t < GQ_T; t++) {
+        double s = 0;
+        for (size_t i = 0; i < hd; i++) s += (double)q[i] * K[t * stride + i];
+        sc[t] = fabs(s) > 1e38 ? (s < 0 ? -INFINITY : INFINITY) : s * scale;
+        mx = fmax(mx, sc[t]);
+    }
+    for (size_t i = 0; i < hd; i++) ref[i] = 0;
+    if (!(mx > -INFINITY)) return;
+    for (size_t t = 0; t < GQ_T; t++) {
+        double pr = exp(sc[t] - mx);
+        sum += pr;
+        for (size_t i = 0; i < hd; i++) ref[i] += pr * V[t * stride + i];
+    }
+    for (size_t i = 0; i < hd; i++) ref[i] /= sum;
+}
+
+/* One data set for test_attention_group: K/V (GQ_T, stride) of kvt, queries
+ * (GQ_MAXQ, hd), their reference outputs (GQ_MAXQ, hd), and scratch. */
+typedef struct gq_case {
+    size_t hd, stride;
+    float scale;
+    ix_dtype kvt;
+    const void *K, *V;
+    const float *q;
+    const double *ref;
+    const char *what; /* "f32", "f16 masked", ... */
+    float *o, *o1, *out; /* (GQ_MAXQ, hd), (hd), (hd) */
+} gq_case;
+
+/* Adds the GQ_T rows in blocks of `block` to nq accumulators over o (nq, hd). */
+static void gq_run(const ix_kernel_table *kt, const gq_case *c, ix_attn_acc *acc, float *o,
+                   const float *q, size_t nq, size_t block) {
+    size_t esz = c->kvt == IX_DTYPE_F16 ? 2 : 4;
+    for (size_t i = 0; i < nq; i++) ix_attn_init(&acc[i], o + i * c->hd, c->hd, c->scale);
+    for (size_t t0 = 0; t0 < GQ_T; t0 += block) {
+        size_t n = GQ_T - t0 < block ? GQ_T - t0 : block;
+        kt->attn_add(acc, q, nq, (const uint8_t *)c->K + t0 * c->stride * esz, c->stride,
+                     (const uint8_t *)c->V + t0 * c->stride * esz, c->stride, n, c->kvt);
+    }
+}
+
+/* The first nq queries as one group: each within tolerance of its reference
+ * and bit-equal to the same path adding it alone. */
+static void gq_check(const ix_kernel_table *kt, const gq_case *c, size_t nq, size_t block) {
+    size_t hd = c->hd;
+    ix_attn_acc acc[GQ_MAXQ], acc1;
+    gq_run(kt, c, acc, c->o, c->q, nq, block);
+    for (size_t i = 0; i < nq; i++) {
+        ix_attn_finish(&acc[i], c->out);
+        CHECK_ERR(nerr(c->out, c->ref + i * hd, hd), hd > 128 ? 1e-5 : 2e-6,
+                  "%s hd=%zu nq=%zu query %zu block=%zu kv=%s", kt->name, hd, nq, i, block,
+                  c->what);
+        gq_run(kt, c, &acc1, c->o1, c->q + i * hd, 1, block);
+        if (memcmp(c->o1, c->o + i * hd, hd * 4) || memcmp(&acc1.max, &acc[i].max, 4) ||
+            memcmp(&acc1.sum, &acc[i].sum, 4))
+            fail_msg("%s hd=%zu nq=%zu query %zu block=%zu kv=%s: grouped differs from alone",
+                     kt->name, hd, nq, i, block, c->what);
+    }
+}
+
+static void test_attention_group(void **state) {
+    (void)state;
+    const ix_kernel_table *t[8];
+    int nt = tables(t);
+    const size_t hds[] = {7, 33, 64, 80, 128, 300, 1024};
+    const size_t groups[] = {1, 2, 3, 4, 5, 8, 11};
+    const size_t blocks[] = {1, 3, 16, 17, 64, 100};
+    for (size_t hi = 0; hi < IX_ARRAY_LEN(hds); hi++) {
+        size_t hd = hds[hi], stride = hd * GQ_GAP, n = GQ_T * stride;
+        float *q = malloc(GQ_MAXQ * hd * 4), *kf = malloc(n * 4), *vf = malloc(n * 4);
+        float *kr = malloc(n * 4), *vr = malloc(n * 4); /* f16-rounded */
+        uint16_t *kh = malloc(n * 2), *vh = malloc(n * 2);
+        float *o = malloc(GQ_MAXQ * hd * 4), *o1 = malloc(hd * 4), *out = malloc(hd * 4);
+        double *ref = malloc(GQ_MAXQ * hd * 8), *sc = malloc(GQ_T * 8);
+        float scale = 3.0f / sqrtf((float)hd);
+        for (int masked = 0; masked < 2; masked++) {
+            fill(q, GQ_MAXQ * hd, 1.0f);
+            fill(kf, n, 1.0f);
+            fill(vf, n, 1.0f);
+            if (masked) { /* query 0 is the masked one; the others ignore element 0 */
+                for (size_t i = 0; i < GQ_MAXQ; i++) q[i * hd] = i ? 0.0f : 1e36f;
+                for (size_t tk = 0; tk < GQ_T; tk++)
+                    kf[tk * stride] = gq_masked_row(tk) ? -1e4f : 0.0f;
+            }
+            for (size_t i = 0; i < n; i++) {
+                kh[i] = ix_fp32_to_fp16(kf[i]);
+                vh[i] = ix_fp32_to_fp16(vf[i]);
+                kr[i] = ix_fp16_to_fp32(kh[i]);
+                vr[i] = ix_fp16_to_fp32(vh[i]);
+            }
+            for (int dt = 0; dt < 2; dt++) {
+                for (size_t i = 0; i < GQ_MAXQ; i++)
+                    gq_ref(ref + i * hd, q + i * hd, hd, dt ? kr : kf, dt ? vr : vf, stride, scale,
+                           sc);
+                char what[32];
+                snprintf(what, sizeof what, "%s%s", dt ? "f16" : "f32", masked ? " masked" : "");
+                gq_case c = {.hd = hd, .stride = stride, .scale = scale,
+                             .kvt = dt ? IX_DTYPE_F16 : IX_DTYPE_F32,
+                             .K = dt ? (const void *)kh : kf, .V = dt ? (const void *)vh : vf,
+                             .q = q, .ref = ref, .what = what, .o = o, .o1 = o1, .out = out};
+                for (int k = 0; k < nt; k++)
+                    for (size_t gi = 0; gi < IX_ARRAY_LEN(groups); gi++)
+                        for (size_t bi = 0; bi < IX_ARRAY_LEN(blocks); bi++) {
+                            /* the large dims at a few sizes only, to keep the test quick */
+                            bool few = groups[gi] == 1 || groups[gi] == 8 || groups[gi] == 11;
+                            if (hd >= 300 && (!few || (blocks[bi] != 16 && blocks[bi] != 100)))
+                                continue;
+                            gq_check(t[k], &c, groups[gi], blocks[bi]);
+                        }
+            }
+        }
+        /* the checked wrapper */
+        ix_attn_acc acc[2];
+        ix_attn_init(&acc[0], o, hd, 1.0f);
+        ix_attn_init(&acc[1], o + hd, hd, 1.0f);
+        ix_dtype f32 = IX_DTYPE_F32;
+        assert_int_equal(ix_kernels_attn_add_group(acc, q, 2, kf, stride, vf, stride, 5, f32),
+                         IX_OK);
+        assert_int_equal(ix_kernels_attn_add_group(acc, q, 0, kf, stride, vf, stride, 5, f32),
+                         IX_ERR_INVALID);
+        acc[1].head_dim = (uint32_t)hd + 1; /* mixed head dims */
+        assert_int_equal(ix_kernels_attn_add_group(acc, q, 2, kf, stride, vf, stride, 5, f32),
+                         IX_ERR_INVALID);
+        free(q);
+        free(kf);
+        free(vf);
+        free(kr);
+        free(vr);
+        free(kh);
+        free(vh);
+        free(o);
+        free(o1);
         free(out);
         free(ref);
         free(sc);
@@ -951,11 +1187,13 @@ int main(void) {
         cmocka_unit_test(test_matmul_generic_vs_double),
         cmocka_unit_test(test_matmul_isa_vs_generic),
         cmocka_unit_test(test_matmul_invariance),
+        cmocka_unit_test(test_matmul_packed),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_softmax),
         cmocka_unit_test(test_silu_add),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_attention_group),
         cmocka_unit_test(test_pool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -11,15 +11,19 @@
 
 #include "inferx/kv.h"
 
+/* f32 parameters of a small shape, for a test to adjust. */
+static ix_kv_params shape(int32_t n_layer, int32_t n_kv_head, int32_t head_dim) {
+    ix_kv_params p = ix_kv_default_params();
+    p.dtype = IX_KV_F32;
+    p.n_layer = n_layer;
+    p.n_kv_head = n_kv_head;
+    p.head_dim = head_dim;
+    return p;
+}
+
 /* Small shape so blocks are easy to count: 2 layers, 2 KV heads, head_dim 4. */
 static ix_kv *make_kv(int32_t n_blocks, int32_t block_size, ix_kv_params *tweak) {
-    ix_kv_params p = tweak ? *tweak : ix_kv_default_params();
-    if (!tweak) {
-        p.dtype = IX_KV_F32;
-        p.n_layer = 2;
-        p.n_kv_head = 2;
-        p.head_dim = 4;
-    }
+    ix_kv_params p = tweak ? *tweak : shape(2, 2, 4);
     p.n_blocks = n_blocks;
     p.block_size = block_size;
     ix_kv *kv = NULL;
@@ -160,11 +164,7 @@ static void test_params(void **state) {
 
 static void test_layout_pointers(void **state) {
     (void)state;
-    ix_kv_params p = ix_kv_default_params();
-    p.dtype = IX_KV_F32;
-    p.n_layer = 3;
-    p.n_kv_head = 2;
-    p.head_dim = 5; /* slice = 2*4*5*4 = 160 B, padded to 192 */
+    ix_kv_params p = shape(3, 2, 5); /* slice = 2*4*5*4 = 160 B, padded to 192 */ /* slice = 2*4*5*4 = 160 B, padded to 192 */
     ix_kv *kv = make_kv(6, 4, &p);
     ix_kv_layout lay;
     ix_kv_get_layout(kv, &lay);
@@ -468,10 +468,7 @@ static void test_prefix_cache(void **state) {
     ix_kv_destroy(kv);
 
     /* Disabled cache: nothing is registered or found. */
-    ix_kv_params p = ix_kv_default_params();
-    p.dtype = IX_KV_F32;
-    p.n_layer = p.n_kv_head = 1;
-    p.head_dim = 4;
+    ix_kv_params p = shape(1, 1, 4);
     p.enable_prefix_cache = false;
     kv = make_kv(8, 4, &p);
     assert_int_equal(ix_kv_seq_create(kv, 0, &a), IX_OK);
@@ -496,11 +493,7 @@ static uint64_t constant_hash(uint64_t parent_key, uint64_t ns, const int32_t *t
  * somebody else's K/V. */
 static void test_hash_collisions(void **state) {
     (void)state;
-    ix_kv_params p = ix_kv_default_params();
-    p.dtype = IX_KV_F32;
-    p.n_layer = 1;
-    p.n_kv_head = 1;
-    p.head_dim = 2;
+    ix_kv_params p = shape(1, 1, 2);
     p.hash_fn = constant_hash;
     ix_kv *kv = make_kv(32, 4, &p);
     int32_t x[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, y[9] = {9, 9, 9, 9, 5, 6, 7, 8, 9};
@@ -599,11 +592,7 @@ static void test_eviction_order(void **state) {
 
 static void test_sliding_window(void **state) {
     (void)state;
-    ix_kv_params p = ix_kv_default_params();
-    p.dtype = IX_KV_F32;
-    p.n_layer = 1;
-    p.n_kv_head = 1;
-    p.head_dim = 2;
+    ix_kv_params p = shape(1, 1, 2);
     p.sliding_window = 6;
     ix_kv *kv = make_kv(8, 4, &p);
     int32_t s, toks[64], nb;
@@ -659,11 +648,7 @@ static void test_sliding_window(void **state) {
 
 static void test_swap(void **state) {
     (void)state;
-    ix_kv_params p = ix_kv_default_params();
-    p.dtype = IX_KV_F32;
-    p.n_layer = 2;
-    p.n_kv_head = 2;
-    p.head_dim = 4;
+    ix_kv_params p = shape(2, 2, 4);
     p.n_swap_blocks = 3;
     ix_kv *kv = make_kv(6, 4, &p);
     int32_t a, b, toks[12];
@@ -823,11 +808,7 @@ static void test_bad_input(void **state) {
 /* One scenario touching every allocating path: handle, sequence table growth,
  * block table growth, fork, adoption, swap. Returns the first failure. */
 static ix_status oom_scenario(size_t *live_during) {
-    ix_kv_params p = ix_kv_default_params();
-    p.dtype = IX_KV_F32;
-    p.n_layer = 2;
-    p.n_kv_head = 1;
-    p.head_dim = 4;
+    ix_kv_params p = shape(2, 1, 4);
     p.n_blocks = 64;
     p.block_size = 2;
     p.n_swap_blocks = 32;

@@ -75,7 +75,8 @@ typedef struct runner {
     int32_t n_vocab;
 } runner;
 
-static void runner_open(runner *r, const char *path, ix_kv_dtype kv_type, int32_t max_batch) {
+static void runner_open(runner *r, const char *path, ix_kv_dtype kv_type, int32_t max_batch,
+                        int n_threads) {
     ix_errbuf err = {{0}};
     if (ix_model_load(&r->m, path, &err) != IX_OK) fail_msg("%s: %s", path, err.msg);
     ix_kv_params kp = ix_kv_default_params();
@@ -86,7 +87,7 @@ static void runner_open(runner *r, const char *path, ix_kv_dtype kv_type, int32_
     if (ix_kv_create(&kp, &r->kv, &err) != IX_OK) fail_msg("kv: %s", err.msg);
     ix_model_ctx_params cp = ix_model_ctx_default_params();
     cp.max_batch_tokens = max_batch;
-    cp.n_threads = 2;
+    cp.n_threads = n_threads;
     if (ix_model_ctx_create(&r->ctx, r->m, r->kv, &cp, &err) != IX_OK) fail_msg("ctx: %s", err.msg);
     r->n_vocab = ix_model_get_hparams(r->m)->n_vocab;
 }
@@ -159,7 +160,7 @@ static void run_greedy(runner *r, const ix_token_vec *prompts, int n, int chunk,
 
 static void check_golden(const char *path, ix_kv_dtype kv_type, bool check_logits) {
     runner r;
-    runner_open(&r, path, kv_type, 256);
+    runner_open(&r, path, kv_type, 256, 2);
     for (size_t i = 0; i < g_gold.n; i++) {
         ix_token got[1][N_GEN];
         float *first = malloc((size_t)r.n_vocab * sizeof(float));
@@ -185,7 +186,7 @@ static void check_golden(const char *path, ix_kv_dtype kv_type, bool check_logit
  * more sequences, chunked prefill mixed with decode: same tokens. */
 static void check_batch_invariance(const char *path) {
     runner r;
-    runner_open(&r, path, IX_KV_F16, 256);
+    runner_open(&r, path, IX_KV_F16, 256, 2);
     int n = (int)g_gold.n;
     ix_token_vec prompts[MAX_SEQ] = {{0}};
     for (int i = 0; i < n && i < MAX_SEQ; i++) prompts[i] = g_gold.prompt[i];
@@ -245,10 +246,67 @@ static void test_batch_invariance(void **state) {
     for_each_isa(invariance_all);
 }
 
+/* Bit-exact invariance of the logits: the first logits of every sequence
+ * (its last prompt position) are the same bits whether it runs alone with
+ * its prompt in one batch on 1 or 3 threads, or chunked 7 tokens at a time
+ * in a ragged batch of 8 sequences on 2 threads. Covers the threaded row ops
+ * (split by token ranges, inline for small batches) and the grouped
+ * attention (dynamic item grabs, query-head slices when items are few). */
+static void check_logit_invariance(const char *path, ix_kv_dtype kv_type) {
+    int n = 0;
+    ix_token_vec prompts[MAX_SEQ] = {{0}};
+    static ix_token extra[MAX_SEQ][160];
+    for (; n < MAX_SEQ; n++) {
+        int len = 1 + 23 * n; /* 1 .. 162 tokens: within, at and across 16-token blocks */
+        if (len > 160) len = 160;
+        for (int k = 0; k < len; k++) extra[n][k] = (ix_token)(1 + (k * 31 + n * 7) % 4000);
+        prompts[n] = (ix_token_vec){extra[n], (size_t)len, (size_t)len};
+    }
+    runner r1, r2, r3;
+    runner_open(&r1, path, kv_type, 256, 1);
+    runner_open(&r2, path, kv_type, 256, 2);
+    runner_open(&r3, path, kv_type, 256, 3);
+    size_t nv = (size_t)r1.n_vocab;
+    float *alone1 = malloc(MAX_SEQ * nv * sizeof(float));
+    float *alone3 = malloc(MAX_SEQ * nv * sizeof(float));
+    float *batched = malloc(MAX_SEQ * nv * sizeof(float));
+    ix_token toks1[MAX_SEQ][N_GEN], toks3[MAX_SEQ][N_GEN], toksb[MAX_SEQ][N_GEN];
+    for (int i = 0; i < n; i++) {
+        run_greedy(&r1, &prompts[i], 1, 512, 0, &toks1[i], alone1 + (size_t)i * nv);
+        run_greedy(&r3, &prompts[i], 1, 512, 0, &toks3[i], alone3 + (size_t)i * nv);
+    }
+    run_greedy(&r2, prompts, n, 7, 2, toksb, batched);
+    for (int i = 0; i < n; i++) {
+        if (memcmp(alone1 + (size_t)i * nv, alone3 + (size_t)i * nv, nv * sizeof(float)))
+            fail_msg("%s sequence %d: logits differ between 1 and 3 threads", path, i);
+        if (memcmp(alone1 + (size_t)i * nv, batched + (size_t)i * nv, nv * sizeof(float)))
+            fail_msg("%s sequence %d: logits differ alone and chunked in a batch", path, i);
+        if (memcmp(toks1[i], toks3[i], sizeof toks1[i]) ||
+            memcmp(toks1[i], toksb[i], sizeof toks1[i]))
+            fail_msg("%s sequence %d: greedy tokens differ", path, i);
+    }
+    free(alone1);
+    free(alone3);
+    free(batched);
+    runner_close(&r1);
+    runner_close(&r2);
+    runner_close(&r3);
+}
+
+static void logit_invariance_all(void) {
+    check_logit_invariance(IX_SOURCE_DIR "/models/target-f16.gguf", IX_KV_F16);
+    check_logit_invariance(IX_SOURCE_DIR "/models/target-f16.gguf", IX_KV_F32);
+}
+
+static void test_logit_invariance(void **state) {
+    (void)state;
+    for_each_isa(logit_invariance_all);
+}
+
 static void test_bad_batches(void **state) {
     (void)state;
     runner r;
-    runner_open(&r, IX_SOURCE_DIR "/models/target-f16.gguf", IX_KV_F16, 4);
+    runner_open(&r, IX_SOURCE_DIR "/models/target-f16.gguf", IX_KV_F16, 4, 2);
     int32_t s;
     assert_int_equal(ix_kv_seq_create(r.kv, 0, &s), IX_OK);
     ix_token t[5] = {1, 2, 3, 4, 5};
@@ -282,6 +340,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden),
         cmocka_unit_test(test_batch_invariance),
+        cmocka_unit_test(test_logit_invariance),
         cmocka_unit_test(test_bad_batches),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

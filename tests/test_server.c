@@ -6,7 +6,15 @@
  *     prompt arrays; stop strings; logprobs shapes; cached_tokens; cost
  *   - errors: malformed JSON, wrong types, invalid UTF-8, oversized body,
  *     too-long prompt, unknown model / route, wrong method, bad API key
- *   - a client that hangs up mid-stream frees its KV blocks
+ *   - a client that hangs up mid-stream frees its KV blocks, and its machine
+ *     time is still charged (cost_usd_total, access log)
+ *   - /metrics is valid Prometheus text (vLLM's names under inferx:, every
+ *     sample labelled model_name, escaped)
+ *   - the JSON access log: one line per request, its fields, never the text
+ *   - API keys as tenants of the prefix cache
+ *   - chat templates: each family's exact text from real template strings;
+ *     markers become control tokens, content never does (phi-3 vocabulary)
+ *   - `inferx serve` itself: a key file with several keys, --access-log
  *   - 64 concurrent streams on one client thread: every one completes, and
  *     the process's thread count does not grow (a fixed HTTP thread pool)
  *   - graceful shutdown with a request in flight (drained, and aborted) */
@@ -18,28 +26,101 @@
 #include <arpa/inet.h>
 #include <jansson.h>
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "inferx/engine.h"
+#include "inferx/gguf.h"
 #include "inferx/server.h"
+#include "server/server_int.h"
 
 #define MODEL IX_SOURCE_DIR "/models/target-f16.gguf"
 #define KEY "sk-test-123"
+#define KEY2 "sk-test-456"
 
 static ix_model *g_model;
 static ix_engine *g_engine;
 static ix_server *g_srv, *g_auth_srv;
 static uint16_t g_port, g_auth_port;
+
+/* ---- the access log, captured -------------------------------------------- */
+
+static pthread_mutex_t g_log_mu = PTHREAD_MUTEX_INITIALIZER;
+static char *g_log;
+static size_t g_log_len;
+
+static void capture_log(void *user, const char *line, size_t len) {
+    (void)user;
+    pthread_mutex_lock(&g_log_mu);
+    g_log = realloc(g_log, g_log_len + len + 1);
+    memcpy(g_log + g_log_len, line, len);
+    g_log_len += len;
+    g_log[g_log_len] = '\0';
+    pthread_mutex_unlock(&g_log_mu);
+}
+
+static size_t log_mark(void) {
+    pthread_mutex_lock(&g_log_mu);
+    size_t n = g_log_len;
+    pthread_mutex_unlock(&g_log_mu);
+    return n;
+}
+
+/* The lines written since mark, each parsed (a line that is not one JSON
+ * object fails the test). */
+static json_t *log_since(size_t mark) {
+    json_t *arr = json_array();
+    pthread_mutex_lock(&g_log_mu);
+    const char *p = g_log ? g_log + mark : "";
+    const char *end = g_log ? g_log + g_log_len : p;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        assert_non_null(nl); /* every line ends in a newline */
+        json_error_t je;
+        json_t *o = json_loadb(p, (size_t)(nl - p), 0, &je);
+        if (!json_is_object(o)) fail_msg("access log line is not a JSON object (%s): %.*s", je.text, (int)(nl - p), p);
+        json_array_append_new(arr, o);
+        p = nl + 1;
+    }
+    pthread_mutex_unlock(&g_log_mu);
+    return arr;
+}
+
+/* The first line since mark whose field equals value (a string, or for
+ * "status" a number), waiting for it up to 5 s (a job whose client left
+ * is logged by the watcher). NULL if none. */
+static json_t *log_find(size_t mark, const char *field, const char *value) {
+    json_t *want = strcmp(field, "status") ? json_string(value) : json_integer(atoi(value));
+    for (int i = 0; i < 500; i++) {
+        json_t *lines = log_since(mark), *o;
+        size_t k;
+        json_array_foreach(lines, k, o) {
+            if (json_equal(json_object_get(o, field), want)) {
+                json_incref(o);
+                json_decref(lines);
+                json_decref(want);
+                return o;
+            }
+        }
+        json_decref(lines);
+        usleep(10000);
+    }
+    json_decref(want);
+    return NULL;
+}
 
 /* ---- a tiny HTTP/1.1 client ---------------------------------------------- */
 
@@ -231,12 +312,16 @@ static int setup(void **state) {
     sp.model_name = "tiny";
     sp.max_body_bytes = 64 * 1024;
     sp.cost_per_hour_usd = 3.6;
+    sp.access_log = capture_log;
     if (ix_server_create(&g_srv, g_engine, &sp, &err) != IX_OK) {
         fprintf(stderr, "%s\n", err.msg);
         return -1;
     }
     g_port = ix_server_port(g_srv);
+    static const char *const more_keys[] = {KEY2};
     sp.api_key = KEY;
+    sp.api_keys = more_keys;
+    sp.n_api_keys = 1;
     if (ix_server_create(&g_auth_srv, g_engine, &sp, &err) != IX_OK) return -1;
     g_auth_port = ix_server_port(g_auth_srv);
     return g_port && g_auth_port && g_port != g_auth_port ? 0 : -1;
@@ -248,6 +333,7 @@ static int teardown(void **state) {
     ix_server_destroy(g_auth_srv);
     ix_engine_destroy(g_engine);
     ix_model_destroy(g_model);
+    free(g_log);
     return 0;
 }
 
@@ -616,10 +702,12 @@ static void test_tokenize_detokenize(void **state) {
     json_decref(post_json("/detokenize", "{\"tokens\":[1,99999999]}", 400));
 }
 
-static bool metric_value(const char *text, const char *name, double *out) {
+/* The value of the sample whose series (name and labels, as printed) is
+ * series. */
+static bool metric_value(const char *text, const char *series, double *out) {
     const char *p = text;
-    size_t n = strlen(name);
-    while ((p = strstr(p, name))) {
+    size_t n = strlen(series);
+    while ((p = strstr(p, series))) {
         if ((p == text || p[-1] == '\n') && p[n] == ' ') {
             *out = strtod(p + n + 1, NULL);
             return true;
@@ -629,38 +717,218 @@ static bool metric_value(const char *text, const char *name, double *out) {
     return false;
 }
 
+/* name{model_name="tiny"[,extra]} */
+static bool metric(const char *text, const char *name, const char *extra, double *out) {
+    char series[256];
+    snprintf(series, sizeof series, "%s{model_name=\"tiny\"%s%s}", name, extra ? "," : "", extra ? extra : "");
+    return metric_value(text, series, out);
+}
+
+/* Reads a Prometheus label value (after the opening quote) into out,
+ * unescaped; returns the byte after the closing quote, or NULL. */
+static const char *label_value(const char *p, char *out, size_t size) {
+    size_t o = 0;
+    while (*p && *p != '"') {
+        char c = *p++;
+        if (c == '\n') return NULL;
+        if (c == '\\') {
+            c = *p++;
+            if (c == 'n')
+                c = '\n';
+            else if (c != '\\' && c != '"')
+                return NULL;
+        }
+        if (o + 1 < size) out[o++] = c;
+    }
+    out[o] = '\0';
+    return *p == '"' ? p + 1 : NULL;
+}
+
+static bool name_char(char c, bool first) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':' || (!first && c >= '0' && c <= '9');
+}
+
+/* Checks text as a Prometheus scraper (format 0.0.4) would, more strictly:
+ * HELP and TYPE once per family and before its samples, every family's
+ * samples together, names and label syntax, escapes, values; every sample
+ * labelled model_name=want_model; counters end in _total; histograms have
+ * increasing le, cumulative buckets ending at +Inf, and _count equal to the
+ * +Inf bucket. Returns the number of families. */
+static int check_exposition(const char *text, const char *want_model) {
+    char family[128] = "", type[128] = "", seen[200][128];
+    int n_seen = 0;
+    double last_le = -1, last_bucket = 0, inf_bucket = -1;
+    const char *p = text;
+    assert_true(*text);
+    while (*p) {
+        const char *eol = strchr(p, '\n');
+        if (!eol) fail_msg("the exposition does not end in a newline");
+        char line[4096];
+        size_t len = (size_t)(eol - p);
+        assert_true(len < sizeof line);
+        memcpy(line, p, len);
+        line[len] = '\0';
+        p = eol + 1;
+        char name[128], word[128];
+        if (!strncmp(line, "# HELP ", 7)) {
+            assert_int_equal(sscanf(line + 7, "%127s", name), 1);
+            for (int i = 0; i < n_seen; i++)
+                if (!strcmp(seen[i], name)) fail_msg("family %s described twice", name);
+            assert_true(n_seen < 200);
+            snprintf(seen[n_seen++], sizeof seen[0], "%s", name);
+            snprintf(family, sizeof family, "%s", name);
+            type[0] = '\0';
+            continue;
+        }
+        if (!strncmp(line, "# TYPE ", 7)) {
+            assert_int_equal(sscanf(line + 7, "%127s %127s", name, word), 2);
+            assert_string_equal(name, family); /* right after its HELP */
+            assert_true(!strcmp(word, "counter") || !strcmp(word, "gauge") || !strcmp(word, "histogram"));
+            snprintf(type, sizeof type, "%s", word);
+            if (!strcmp(type, "counter") && (strlen(name) < 6 || strcmp(name + strlen(name) - 6, "_total")))
+                fail_msg("counter %s does not end in _total", name);
+            assert_true(!strncmp(name, "inferx:", 7));
+            last_le = -1, last_bucket = 0, inf_bucket = -1;
+            continue;
+        }
+        if (line[0] == '#') fail_msg("unexpected comment: %s", line);
+        assert_true(type[0]); /* a sample before its TYPE */
+        const char *q = line;
+        size_t k = 0;
+        while (name_char(*q, k == 0) && k + 1 < sizeof name) name[k++] = *q++;
+        name[k] = '\0';
+        assert_true(k > 0);
+        const char *suffix = name + strlen(family);
+        bool in_family = !strncmp(name, family, strlen(family));
+        if (strcmp(type, "histogram"))
+            in_family &= *suffix == '\0';
+        else
+            in_family &= !strcmp(suffix, "_bucket") || !strcmp(suffix, "_sum") || !strcmp(suffix, "_count");
+        if (!in_family) fail_msg("sample %s outside its family %s", name, family);
+        bool model_ok = false;
+        char le[512] = "";
+        if (*q == '{') {
+            q++;
+            while (*q != '}') {
+                char key[64], val[512];
+                k = 0;
+                while (name_char(*q, k == 0) && k + 1 < sizeof key) key[k++] = *q++;
+                key[k] = '\0';
+                if (!k || q[0] != '=' || q[1] != '"') fail_msg("bad label in: %s", line);
+                q = label_value(q + 2, val, sizeof val);
+                if (!q) fail_msg("bad label value in: %s", line);
+                if (!strcmp(key, "model_name")) model_ok = !strcmp(val, want_model);
+                if (!strcmp(key, "le")) snprintf(le, sizeof le, "%s", val);
+                if (*q == ',') q++;
+                else if (*q != '}') fail_msg("bad label list in: %s", line);
+            }
+            q++;
+        }
+        if (!model_ok) fail_msg("sample without model_name=\"%s\": %s", want_model, line);
+        if (*q++ != ' ') fail_msg("no value in: %s", line);
+        char *end;
+        double v = strtod(q, &end);
+        if (end == q || *end) fail_msg("bad value in: %s", line);
+        if (!strcmp(suffix, "_bucket")) {
+            assert_true(le[0]);
+            double bound = strcmp(le, "+Inf") ? strtod(le, NULL) : INFINITY;
+            assert_true(bound > last_le);
+            assert_true(v >= last_bucket);
+            last_le = bound;
+            last_bucket = v;
+            if (isinf(bound)) inf_bucket = v;
+        } else if (!strcmp(suffix, "_count")) {
+            assert_true(inf_bucket >= 0);
+            assert_true(v == inf_bucket);
+        }
+    }
+    return n_seen;
+}
+
 static void test_metrics(void **state) {
     (void)state;
     resp r;
     assert_int_equal(http(g_port, "GET", "/metrics", NULL, NULL, &r), 0);
     assert_int_equal(r.status, 200);
-    assert_non_null(strcasestr(r.head, "content-type: text/plain"));
-    const char *names[] = {"inferx_prompt_tokens_total", "inferx_generation_tokens_total",
-                           "inferx_prompt_tokens_cached_total", "inferx_num_requests_running",
-                           "inferx_num_requests_waiting", "inferx_num_requests_swapped",
-                           "inferx_kv_cache_blocks_used", "inferx_kv_cache_blocks_total",
-                           "inferx_kv_cache_usage_ratio", "inferx_prefix_cache_queried_tokens_total",
-                           "inferx_prefix_cache_hit_tokens_total", "inferx_deadline_shed_total",
-                           "inferx_deadline_missed_total", "inferx_cost_usd_total",
-                           "inferx_time_to_first_token_seconds_count", "inferx_inter_token_latency_seconds_count",
-                           "inferx_e2e_request_latency_seconds_count"};
+    assert_non_null(strcasestr(r.head, "content-type: text/plain; version=0.0.4"));
+    assert_true(check_exposition(r.body, "tiny") >= 30);
+    /* The names of vLLM's metrics, under inferx:. */
+    const char *names[] = {"inferx:num_requests_running", "inferx:num_requests_waiting",
+                           "inferx:kv_cache_usage_perc", "inferx:prefix_cache_queries_total",
+                           "inferx:prefix_cache_hits_total", "inferx:prompt_tokens_total",
+                           "inferx:generation_tokens_total", "inferx:time_to_first_token_seconds_count",
+                           "inferx:inter_token_latency_seconds_count", "inferx:e2e_request_latency_seconds_count",
+                           "inferx:request_queue_time_seconds_count",
+                           /* and inferx's own */
+                           "inferx:num_requests_swapped", "inferx:prompt_tokens_cached_total",
+                           "inferx:kv_cache_num_blocks", "inferx:kv_cache_blocks_used",
+                           "inferx:kv_cache_blocks_cached", "inferx:kv_cache_blocks_free",
+                           "inferx:kv_swap_num_blocks", "inferx:deadline_shed_total",
+                           "inferx:deadline_missed_total", "inferx:cost_per_hour_usd", "inferx:cost_usd_total",
+                           "inferx:memory_live_bytes", "inferx:engine_steps_total"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        double v;
-        if (!metric_value(r.body, names[i], &v)) fail_msg("metric %s missing", names[i]);
+        double v = 0;
+        if (!metric(r.body, names[i], NULL, &v)) fail_msg("metric %s missing", names[i]);
     }
-    double v;
-    assert_true(metric_value(r.body, "inferx_generation_tokens_total", &v) && v > 0);
-    assert_true(metric_value(r.body, "inferx_cost_usd_total", &v) && v > 0);
-    assert_non_null(strstr(r.body, "inferx_http_requests_total{endpoint=\"/v1/completions\",status=\"200\"}"));
-    assert_non_null(strstr(r.body, "inferx_http_requests_total{endpoint=\"/v1/completions\",status=\"400\"}"));
-    assert_non_null(strstr(r.body, "# TYPE inferx_time_to_first_token_seconds histogram"));
-    assert_non_null(strstr(r.body, "inferx_preemptions_total{mode=\"recompute\"}"));
+    double v = 0, q = 0, h = 0;
+    assert_true(metric(r.body, "inferx:generation_tokens_total", NULL, &v) && v > 0);
+    assert_true(metric(r.body, "inferx:cost_usd_total", NULL, &v) && v > 0);
+    assert_true(metric(r.body, "inferx:cost_per_hour_usd", NULL, &v) && v == 3.6);
+    assert_true(metric(r.body, "inferx:kv_cache_usage_perc", NULL, &v) && v >= 0 && v <= 1);
+    assert_true(metric(r.body, "inferx:prefix_cache_queries_total", NULL, &q) && q > 0);
+    assert_true(metric(r.body, "inferx:prefix_cache_hits_total", NULL, &h) && h > 0 && h <= q); /* test_cached_tokens */
+    assert_true(metric(r.body, "inferx:request_success_total", "finished_reason=\"length\"", &v) && v > 0);
+    assert_true(metric(r.body, "inferx:request_success_total", "finished_reason=\"stop\"", &v));
+    assert_true(metric(r.body, "inferx:num_preemptions_total", "mode=\"recompute\"", &v));
+    assert_true(metric(r.body, "inferx:num_preemptions_total", "mode=\"swap\"", &v));
+    assert_true(metric(r.body, "inferx:http_requests_total", "endpoint=\"/v1/completions\",status=\"200\"", &v));
+    assert_true(metric(r.body, "inferx:http_requests_total", "endpoint=\"/v1/completions\",status=\"400\"", &v));
+    assert_true(metric(r.body, "inferx:time_to_first_token_seconds_bucket", "le=\"+Inf\"", &v) && v > 0);
+    assert_non_null(strstr(r.body, "# TYPE inferx:time_to_first_token_seconds histogram\n"));
+    assert_non_null(strstr(r.body, "# TYPE inferx:num_requests_running gauge\n"));
+    assert_non_null(strstr(r.body, "# TYPE inferx:prompt_tokens_total counter\n"));
+    assert_null(strstr(r.body, "inferx_")); /* the old names are gone */
     resp_free(&r);
+}
+
+/* A model name that needs escaping in a label value stays valid text. */
+static void test_metrics_label_escaping(void **state) {
+    (void)state;
+    ix_server *s;
+    ix_server_params sp = ix_server_default_params();
+    sp.port = 0;
+    sp.model_name = "we\"ird\\name\nv2";
+    assert_int_equal(ix_server_create(&s, g_engine, &sp, NULL), IX_OK);
+    resp r;
+    assert_int_equal(http(ix_server_port(s), "GET", "/metrics", NULL, NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "inferx:num_requests_running{model_name=\"we\\\"ird\\\\name\\nv2\"} "));
+    check_exposition(r.body, sp.model_name);
+    resp_free(&r);
+    ix_server_destroy(s);
+    /* A name that is not UTF-8 is refused. */
+    sp.model_name = "bad\xff";
+    ix_errbuf err = {{0}};
+    assert_int_equal(ix_server_create(&s, g_engine, &sp, &err), IX_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "UTF-8"));
+}
+
+static double metrics_get(uint16_t port, const char *name, const char *extra) {
+    resp r;
+    assert_int_equal(http(port, "GET", "/metrics", NULL, NULL, &r), 0);
+    double v = 0;
+    if (!metric(r.body, name, extra, &v)) fail_msg("metric %s{%s} missing", name, extra ? extra : "");
+    resp_free(&r);
+    return v;
 }
 
 static void test_disconnect_cancels(void **state) {
     (void)state;
     wait_idle();
+    double cancelled0 = metrics_get(g_port, "inferx:requests_cancelled_total", "cause=\"disconnect\"");
+    double aborted0 = metrics_get(g_port, "inferx:request_success_total", "finished_reason=\"abort\"");
+    double cost0 = metrics_get(g_port, "inferx:cost_usd_total", NULL);
+    size_t mark = log_mark();
     const char *body = "{\"prompt\":\"Mr. Darcy\",\"max_tokens\":480,\"temperature\":0,\"ignore_eos\":true,\"stream\":true}";
     int fd = send_request(g_port, "POST", "/v1/completions", NULL, body, strlen(body));
     assert_true(fd >= 0);
@@ -676,6 +944,10 @@ static void test_disconnect_cancels(void **state) {
         chunks = 0;
         for (const char *p = buf; (p = strstr(p, "data: ")); p += 6) chunks++;
     }
+    char id[64] = "";
+    const char *idp = strstr(buf, "\"id\":\"");
+    assert_non_null(idp);
+    sscanf(idp + 6, "%63[^\"]", id);
     ix_engine_stats st;
     ix_engine_get_stats(g_engine, &st);
     uint64_t gen_before = st.n_generated_tokens;
@@ -683,18 +955,27 @@ static void test_disconnect_cancels(void **state) {
     wait_idle(); /* every KV block freed */
     ix_engine_get_stats(g_engine, &st);
     assert_true(st.n_generated_tokens - gen_before < 470); /* it did not run to the end */
-    resp r;
-    assert_int_equal(http(g_port, "GET", "/metrics", NULL, NULL, &r), 0);
-    double v;
-    double cancelled;
-    assert_true(metric_value(r.body, "inferx_requests_cancelled_total{cause=\"disconnect\"}", &cancelled));
-    assert_true(cancelled >= 1);
-    assert_true(metric_value(r.body, "inferx_requests_finished_total{reason=\"abort\"}", &v));
-    assert_true(v >= 1);
-    assert_true(metric_value(r.body, "inferx_kv_cache_blocks_used", &v));
-    assert_true(v == 0);
-    resp_free(&r);
-    /* A non-streaming request whose client hangs up is cancelled too. */
+    assert_true(metrics_get(g_port, "inferx:requests_cancelled_total", "cause=\"disconnect\"") >= cancelled0 + 1);
+    assert_true(metrics_get(g_port, "inferx:request_success_total", "finished_reason=\"abort\"") >= aborted0 + 1);
+    assert_true(metrics_get(g_port, "inferx:kv_cache_blocks_used", NULL) == 0);
+    /* The machine time it took is charged all the same: the watcher closes
+     * the job once the engine has finished it. */
+    json_t *line = log_find(mark, "id", id);
+    if (!line) fail_msg("no access log line for the stream %s", id);
+    assert_int_equal(json_integer_value(json_object_get(line, "status")), 200);
+    assert_true(json_is_true(json_object_get(line, "stream")));
+    assert_true(json_is_true(json_object_get(line, "client_closed")));
+    assert_string_equal(json_string_value(json_object_get(line, "finish_reason")), "abort");
+    assert_true(json_integer_value(json_object_get(line, "completion_tokens")) >= 1);
+    double cost = json_number_value(json_object_get(line, "cost_usd"));
+    assert_true(cost > 0);
+    double cost1 = metrics_get(g_port, "inferx:cost_usd_total", NULL);
+    assert_true(cost1 >= cost0 + cost * 0.999);
+    json_decref(line);
+
+    /* A non-streaming request whose client hangs up is cancelled too ... */
+    mark = log_mark();
+    double cancelled1 = metrics_get(g_port, "inferx:requests_cancelled_total", "cause=\"disconnect\"");
     body = "{\"prompt\":\"Mr. Darcy\",\"max_tokens\":480,\"temperature\":0,\"ignore_eos\":true}";
     fd = send_request(g_port, "POST", "/v1/completions", NULL, body, strlen(body));
     for (int i = 0; i < 500; i++) {
@@ -705,11 +986,510 @@ static void test_disconnect_cancels(void **state) {
     close(fd);
     wait_idle();
     /* ... by the watcher, since its connection is suspended meanwhile. */
-    assert_int_equal(http(g_port, "GET", "/metrics", NULL, NULL, &r), 0);
-    double v2;
-    assert_true(metric_value(r.body, "inferx_requests_cancelled_total{cause=\"disconnect\"}", &v2));
-    assert_true(v2 >= cancelled + 1);
+    assert_true(metrics_get(g_port, "inferx:requests_cancelled_total", "cause=\"disconnect\"") >= cancelled1 + 1);
+    line = log_find(mark, "status", "499");
+    if (!line) fail_msg("no access log line with status 499");
+    assert_true(json_is_false(json_object_get(line, "stream")));
+    assert_true(json_is_true(json_object_get(line, "client_closed")));
+    assert_string_equal(json_string_value(json_object_get(line, "finish_reason")), "abort");
+    assert_true(json_number_value(json_object_get(line, "cost_usd")) > 0);
+    assert_true(metrics_get(g_port, "inferx:cost_usd_total", NULL) > cost1);
+    json_decref(line);
+}
+
+static const char *jstr(json_t *o, const char *key) {
+    const char *v = json_string_value(json_object_get(o, key));
+    if (!v) fail_msg("no string '%s'", key);
+    return v;
+}
+
+static json_int_t jint(json_t *o, const char *key) {
+    json_t *v = json_object_get(o, key);
+    if (!json_is_integer(v)) fail_msg("no integer '%s'", key);
+    return json_integer_value(v);
+}
+
+static void test_access_log(void **state) {
+    (void)state;
+    wait_idle();
+    size_t mark = log_mark();
+    const char *secret = "Zanzibar quokka lemonade";
+    json_t *j = post_json("/v1/completions",
+                          "{\"prompt\":\"Zanzibar quokka lemonade\",\"max_tokens\":5,\"temperature\":0,"
+                          "\"ignore_eos\":true}",
+                          200);
+    char id[64], out_text[256];
+    snprintf(id, sizeof id, "%s", jstr(j, "id"));
+    snprintf(out_text, sizeof out_text, "%s", jstr(json_array_get(json_object_get(j, "choices"), 0), "text"));
+    json_t *u = json_object_get(j, "usage");
+    json_t *line = log_find(mark, "id", id);
+    if (!line) fail_msg("no access log line for %s", id);
+    const char *ts = jstr(line, "ts");
+    assert_int_equal(strlen(ts), 24); /* 2024-05-01T12:34:56.789Z */
+    assert_int_equal(ts[23], 'Z');
+    assert_string_equal(jstr(line, "method"), "POST");
+    assert_string_equal(jstr(line, "path"), "/v1/completions");
+    assert_int_equal(jint(line, "status"), 200);
+    assert_string_equal(jstr(line, "model"), "tiny");
+    assert_string_equal(jstr(line, "remote"), "127.0.0.1");
+    assert_true(json_is_false(json_object_get(line, "stream")));
+    assert_true(json_is_false(json_object_get(line, "client_closed")));
+    assert_int_equal(jint(line, "n"), 1);
+    assert_int_equal(jint(line, "prompt_tokens"), jint(u, "prompt_tokens"));
+    assert_int_equal(jint(line, "cached_tokens"),
+                     jint(json_object_get(u, "prompt_tokens_details"), "cached_tokens"));
+    assert_int_equal(jint(line, "completion_tokens"), 5);
+    assert_string_equal(jstr(line, "finish_reason"), "length");
+    double ttft = json_number_value(json_object_get(line, "ttft_ms"));
+    double dur = json_number_value(json_object_get(line, "duration_ms"));
+    assert_true(json_is_number(json_object_get(line, "ttft_ms")) && ttft > 0);
+    assert_true(json_is_number(json_object_get(line, "queue_ms")));
+    assert_true(dur >= ttft);
+    assert_true(fabs(json_number_value(json_object_get(line, "cost_usd")) -
+                     json_number_value(json_object_get(u, "cost_usd"))) < 1e-12);
+    assert_null(json_object_get(line, "key_id")); /* no keys on this server */
+    json_decref(line);
+    json_decref(j);
+
+    /* A stream, an error, an unknown route, a probe. */
+    resp r;
+    assert_int_equal(http(g_port, "POST", "/v1/chat/completions", NULL,
+                          "{\"messages\":[{\"role\":\"user\",\"content\":\"Zanzibar quokka lemonade\"}],"
+                          "\"max_tokens\":3,\"stream\":true}",
+                          &r),
+                     0);
+    assert_int_equal(r.status, 200);
+    const char *idp = strstr(r.body, "\"id\":\"");
+    assert_non_null(idp);
+    sscanf(idp + 6, "%63[^\"]", id);
     resp_free(&r);
+    line = log_find(mark, "id", id);
+    if (!line) fail_msg("no access log line for the stream %s", id);
+    assert_string_equal(jstr(line, "path"), "/v1/chat/completions");
+    assert_true(json_is_true(json_object_get(line, "stream")));
+    assert_true(json_is_false(json_object_get(line, "client_closed")));
+    assert_int_equal(jint(line, "status"), 200);
+    json_decref(line);
+    ERR("{\"prompt\":\"Zanzibar quokka lemonade\",\"temperature\":7}", 400, "temperature", NULL);
+    expect_error(g_port, "GET", "/v2/zanzibar", NULL, NULL, 0, 404, NULL, NULL);
+    assert_int_equal(http(g_port, "GET", "/health", NULL, NULL, &r), 0);
+    resp_free(&r);
+    /* The auth server: who asked (the key's position, never the key). */
+    const char *body = "{\"prompt\":\"x\",\"max_tokens\":1}";
+    expect_error(g_auth_port, "POST", "/v1/completions", "Authorization: Bearer wrong\r\n", body, strlen(body), 401,
+                 NULL, NULL);
+    assert_int_equal(http(g_auth_port, "POST", "/v1/completions", "Authorization: Bearer " KEY2 "\r\n", body, &r), 0);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+
+    json_t *lines = log_since(mark), *o;
+    size_t i;
+    bool saw_400 = false, saw_404 = false, saw_health = false, saw_401 = false, saw_key2 = false;
+    json_array_foreach(lines, i, o) {
+        assert_true(json_is_string(json_object_get(o, "ts")));
+        assert_true(json_is_string(json_object_get(o, "method")));
+        assert_true(json_is_string(json_object_get(o, "path")));
+        assert_true(json_is_integer(json_object_get(o, "status")));
+        assert_true(json_is_number(json_object_get(o, "duration_ms")));
+        int status = (int)jint(o, "status");
+        const char *path = jstr(o, "path");
+        if (status == 400 && !strcmp(path, "/v1/completions")) {
+            saw_400 = true;
+            assert_string_equal(jstr(o, "error"), "invalid_request_error");
+        }
+        if (status == 404) {
+            saw_404 = !strcmp(path, "/v2/zanzibar") && !strcmp(jstr(o, "error"), "not_found");
+        }
+        saw_health |= status == 200 && !strcmp(path, "/health") && !strcmp(jstr(o, "method"), "GET");
+        if (status == 401) {
+            saw_401 = !strcmp(jstr(o, "error"), "invalid_api_key") && !json_object_get(o, "key_id");
+        }
+        if (json_object_get(o, "key_id")) saw_key2 = jint(o, "key_id") == 2 && status == 200;
+    }
+    assert_true(saw_400 && saw_404 && saw_health && saw_401 && saw_key2);
+    json_decref(lines);
+    /* Never the text. */
+    pthread_mutex_lock(&g_log_mu);
+    assert_null(strstr(g_log + mark, secret));
+    assert_null(strstr(g_log + mark, "Zanzibar"));
+    assert_null(strstr(g_log + mark, "quokka"));
+    if (strlen(out_text) >= 12) assert_null(strstr(g_log + mark, out_text));
+    assert_null(strstr(g_log + mark, KEY2));
+    pthread_mutex_unlock(&g_log_mu);
+}
+
+static json_t *post_key(const char *key, const char *body, int want) {
+    char hdr[128];
+    snprintf(hdr, sizeof hdr, "Authorization: Bearer %s\r\n", key);
+    resp r;
+    assert_int_equal(http(g_auth_port, "POST", "/v1/completions", hdr, body, &r), 0);
+    if (r.status != want) fail_msg("status %d, want %d: %s", r.status, want, r.body);
+    json_t *j = json_loads(r.body, 0, NULL);
+    assert_non_null(j);
+    resp_free(&r);
+    return j;
+}
+
+static int64_t cached_of(json_t *j) {
+    return json_integer_value(
+        json_object_get(json_object_get(json_object_get(j, "usage"), "prompt_tokens_details"), "cached_tokens"));
+}
+
+/* Each API key is a tenant of the prefix cache: the same prompt sent with
+ * another key finds nothing cached, sent again with the same key it does. */
+static void test_api_key_tenants(void **state) {
+    (void)state;
+    const char *body = "{\"prompt\":\"The tenants of Netherfield Park had been there a twelvemonth when the news "
+                       "came that the house was let again, and that the new tenant was a gentleman of large "
+                       "fortune from the north of England\",\"max_tokens\":1,\"temperature\":0}";
+    json_t *a1 = post_key(KEY, body, 200);
+    json_t *b1 = post_key(KEY2, body, 200);
+    json_t *a2 = post_key(KEY, body, 200);
+    json_t *b2 = post_key(KEY2, body, 200);
+    assert_true(json_integer_value(json_object_get(json_object_get(a1, "usage"), "prompt_tokens")) >= 32);
+    assert_int_equal(cached_of(a1), 0);
+    assert_int_equal(cached_of(b1), 0); /* A's blocks are not B's */
+    assert_true(cached_of(a2) >= 16);
+    assert_true(cached_of(b2) >= 16);
+    /* cache_salt splits a key's namespace further. */
+    const char *salted = "{\"prompt\":\"The tenants of Netherfield Park had been there a twelvemonth when the news "
+                         "came that the house was let again, and that the new tenant was a gentleman of large "
+                         "fortune from the north of England\",\"max_tokens\":1,\"temperature\":0,"
+                         "\"cache_salt\":\"s1\"}";
+    json_t *a3 = post_key(KEY, salted, 200);
+    json_t *a4 = post_key(KEY, salted, 200);
+    json_t *b3 = post_key(KEY2, salted, 200);
+    assert_int_equal(cached_of(a3), 0);
+    assert_true(cached_of(a4) >= 16);
+    assert_int_equal(cached_of(b3), 0);
+    json_decref(a1);
+    json_decref(b1);
+    json_decref(a2);
+    json_decref(b2);
+    json_decref(a3);
+    json_decref(a4);
+    json_decref(b3);
+}
+
+/* ---- chat templates ---------------------------------------------------------- */
+
+/* tokenizer.chat_template strings as the model files carry them. */
+static const char k_tmpl_mistral_v1[] = /* Mistral-7B-Instruct-v0.1 / v0.2, Mixtral-8x7B-Instruct */
+    "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}"
+    "{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}";
+static const char k_tmpl_mistral_v3[] = /* Mistral-7B-Instruct-v0.3 */
+    "{%- if messages[0]['role'] == 'system' %}\n    {%- set system_message = messages[0]['content'] %}\n"
+    "    {%- set loop_messages = messages[1:] %}\n{%- else %}\n    {%- set loop_messages = messages %}\n"
+    "{%- endif %}\n\n{{- bos_token }}\n{%- for message in loop_messages %}\n"
+    "    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}\n"
+    "        {{- raise_exception('After the optional system message, conversation roles must alternate "
+    "user/assistant/user/assistant/...') }}\n    {%- endif %}\n    {%- if message['role'] == 'user' %}\n"
+    "        {%- if loop.last and system_message is defined %}\n"
+    "            {{- '[INST] ' + system_message + '\\n\\n' + message['content'] + '[/INST]' }}\n"
+    "        {%- else %}\n            {{- '[INST] ' + message['content'] + '[/INST]' }}\n        {%- endif %}\n"
+    "    {%- elif message['role'] == 'assistant' %}\n        {{- ' ' + message['content'] + eos_token}}\n"
+    "    {%- else %}\n        {{- raise_exception('Only user and assistant roles are supported, with the "
+    "exception of an initial optional system message!') }}\n    {%- endif %}\n{%- endfor %}\n";
+static const char k_tmpl_gemma[] = /* gemma-2b-it, gemma-2-9b-it */
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+    "{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}"
+    "{% endif %}{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}{% endif %}";
+static const char k_tmpl_llama2[] = /* Llama-2-7b-chat */
+    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}"
+    "{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}"
+    "{% set system_message = false %}{% endif %}{% for message in loop_messages %}"
+    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must "
+    "alternate user/assistant/user/assistant/...') }}{% endif %}{% if loop.index0 == 0 and system_message != false %}"
+    "{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}"
+    "{% else %}{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}"
+    "{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}"
+    "{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}";
+static const char k_tmpl_chatml[] =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
+    "'\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+static const char k_tmpl_llama3[] =
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + "
+    "message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}"
+    "{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
+static const char k_tmpl_phi3[] =
+    "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') %}{{'<|user|>' + '\\n' + "
+    "message['content'] + '<|end|>' + '\\n' + '<|assistant|>' + '\\n'}}{% elif (message['role'] == 'assistant') %}"
+    "{{message['content'] + '<|end|>' + '\\n'}}{% endif %}{% endfor %}";
+static const char k_tmpl_zephyr[] =
+    "{% for message in messages %}\\n{% if message['role'] == 'user' %}\\n{{ '<|user|>\\n' + message['content'] + "
+    "eos_token }}\\n{% elif message['role'] == 'system' %}\\n{{ '<|system|>\\n' + message['content'] + eos_token }}"
+    "\\n{% elif message['role'] == 'assistant' %}\\n{{ '<|assistant|>\\n'  + message['content'] + eos_token }}\\n"
+    "{% endif %}\\n{% if loop.last and add_generation_prompt %}\\n{{ '<|assistant|>' }}\\n{% endif %}\\n{% endfor %}";
+
+#define CONVO                                                                                              \
+    "[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\" Hi\\n\"},"     \
+    "{\"role\":\"assistant\",\"content\":\"Hello!\"},{\"role\":\"user\",\"content\":\"How are you?\"}]"
+
+static void check_render(const char *tmpl, ixs_chat_format want_format, const char *messages, const char *want) {
+    ixs_chat_format f = ix__chat_detect(tmpl, strlen(tmpl));
+    if (f != want_format)
+        fail_msg("detected %s, want %s", ix__chat_format_name(f), ix__chat_format_name(want_format));
+    json_t *m = json_loads(messages, 0, NULL);
+    assert_non_null(m);
+    ixs_err e;
+    assert_int_equal(ix__chat_validate(m, &e), 0);
+    ix_buf b = {0};
+    assert_int_equal(ix__chat_render_text(f, m, &b), IX_OK);
+    assert_non_null(b.data);
+    if (strcmp(b.data, want)) fail_msg("%s rendered\n[%s]\nwant\n[%s]", ix__chat_format_name(f), b.data, want);
+    /* Tokens: as the text with special tokens parsed (this content spells
+     * none), which in the bundled vocabulary makes "<s>" and "</s>" control
+     * tokens and the rest text. */
+    ix_token_vec ids = {0}, ref = {0};
+    const ix_tokenizer *t = ix_model_tokenizer(g_model);
+    assert_int_equal(ix__chat_render(f, t, m, &ids, NULL), IX_OK);
+    if (ix_tokenizer_add_bos(t)) ix_token_vec_push(&ref, ix_tokenizer_bos(t));
+    assert_int_equal(ix_tokenizer_encode(t, b.data, b.len, IX_TOK_PARSE_SPECIAL, &ref, NULL), IX_OK);
+    assert_int_equal(ids.n, ref.n);
+    assert_memory_equal(ids.ids, ref.ids, ids.n * sizeof *ids.ids);
+    ix_token_vec_free(&ids);
+    ix_token_vec_free(&ref);
+    ix_buf_free(&b);
+    json_decref(m);
+}
+
+static void test_chat_templates(void **state) {
+    (void)state;
+    /* Mistral: no system turn, the system prompt goes in front of the first
+     * user message; v1 and v3 differ in the spaces around [/INST]. */
+    check_render(k_tmpl_mistral_v1, IXS_CHAT_MISTRAL_V1, CONVO,
+                 "[INST] Be brief.\n\n Hi\n [/INST]Hello!</s>[INST] How are you? [/INST]");
+    check_render(k_tmpl_mistral_v3, IXS_CHAT_MISTRAL_V3, CONVO,
+                 "[INST] Be brief.\n\n Hi\n[/INST] Hello!</s>[INST] How are you?[/INST]");
+    check_render(k_tmpl_mistral_v3, IXS_CHAT_MISTRAL_V3, "[{\"role\":\"user\",\"content\":\"Hi\"}]",
+                 "[INST] Hi[/INST]");
+    /* Gemma: "model" answers, content trimmed, system folded into the user turn. */
+    check_render(k_tmpl_gemma, IXS_CHAT_GEMMA, CONVO,
+                 "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>\n"
+                 "<start_of_turn>user\nHow are you?<end_of_turn>\n<start_of_turn>model\n");
+    check_render(k_tmpl_gemma, IXS_CHAT_GEMMA, "[{\"role\":\"user\",\"content\":\"Hi\"}]",
+                 "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
+    /* A system message with no user message after it is a user turn. */
+    check_render(k_tmpl_gemma, IXS_CHAT_GEMMA,
+                 "[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"developer\",\"content\":\"Rules.\"}]",
+                 "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>user\nRules.<end_of_turn>\n"
+                 "<start_of_turn>model\n");
+    /* Llama-2 has <<SYS>>; the same [INST] markers otherwise. */
+    check_render(k_tmpl_llama2, IXS_CHAT_LLAMA2, CONVO,
+                 "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello! </s><s>[INST] How are you? [/INST]");
+    check_render(k_tmpl_chatml, IXS_CHAT_CHATML, CONVO,
+                 "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n Hi\n<|im_end|>\n"
+                 "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nHow are you?<|im_end|>\n"
+                 "<|im_start|>assistant\n");
+    check_render(k_tmpl_llama3, IXS_CHAT_LLAMA3, CONVO,
+                 "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+                 "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                 "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>"
+                 "<|start_header_id|>user<|end_header_id|>\n\nHow are you?<|eot_id|>"
+                 "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    check_render(k_tmpl_phi3, IXS_CHAT_PHI3, "[{\"role\":\"user\",\"content\":\"Hi\"}]",
+                 "<|user|>\nHi<|end|>\n<|assistant|>\n");
+    check_render(k_tmpl_zephyr, IXS_CHAT_ZEPHYR, "[{\"role\":\"user\",\"content\":\"Hi\"}]",
+                 "<|user|>\nHi</s>\n<|assistant|>\n");
+    check_render("", IXS_CHAT_PLAIN, CONVO,
+                 "System: Be brief.\nUser:  Hi\n\nAssistant: Hello!\nUser: How are you?\nAssistant:");
+    check_render("{{ messages }}", IXS_CHAT_PLAIN, "[{\"role\":\"tool\",\"content\":\"42\"}]", "Tool: 42\nAssistant:");
+}
+
+/* With a vocabulary that has the markers as control tokens (phi-3's), each
+ * marker is that one token and the text between them is encoded as one
+ * piece, as Hugging Face does; message content that spells a marker stays
+ * text. */
+static void test_chat_tokens_phi3(void **state) {
+    (void)state;
+    const char *path = IX_SHARED_DIR "/vocab/ggml-vocab-phi-3.gguf";
+    ix_gguf *g = NULL;
+    if (ix_gguf_open(&g, path, NULL) != IX_OK) {
+        printf("skip: %s not found\n", path);
+        skip();
+    }
+    ix_tokenizer *t = NULL;
+    assert_int_equal(ix_tokenizer_create(&t, g, NULL), IX_OK);
+    ix_str tmpl;
+    assert_int_equal(ix_gguf_get_str(g, "tokenizer.chat_template", &tmpl, NULL), IX_OK);
+    assert_int_equal(ix__chat_detect(tmpl.ptr, tmpl.len), IXS_CHAT_PHI3);
+    ix_token user = ix_tokenizer_find(t, "<|user|>", 8), end = ix_tokenizer_find(t, "<|end|>", 7),
+             asst = ix_tokenizer_find(t, "<|assistant|>", 13);
+    assert_true(user >= 0 && end >= 0 && asst >= 0);
+    json_t *m = json_loads("[{\"role\":\"user\",\"content\":\"Hello there\"}]", 0, NULL);
+    ix_token_vec ids = {0}, ref = {0};
+    assert_int_equal(ix__chat_render(IXS_CHAT_PHI3, t, m, &ids, NULL), IX_OK);
+    /* What the whole rendered text gives with special tokens parsed. */
+    const char *text = "<|user|>\nHello there<|end|>\n<|assistant|>\n";
+    if (ix_tokenizer_add_bos(t)) ix_token_vec_push(&ref, ix_tokenizer_bos(t));
+    assert_int_equal(ix_tokenizer_encode(t, text, strlen(text), IX_TOK_PARSE_SPECIAL, &ref, NULL), IX_OK);
+    assert_int_equal(ids.n, ref.n);
+    assert_memory_equal(ids.ids, ref.ids, ids.n * sizeof *ids.ids);
+    size_t k = ix_tokenizer_add_bos(t) ? 1 : 0;
+    assert_int_equal(ids.ids[k], user);
+    int n_end = 0;
+    for (size_t i = 0; i < ids.n; i++) n_end += ids.ids[i] == end;
+    assert_int_equal(n_end, 1);
+    assert_true(ids.ids[ids.n - 3] == asst || ids.ids[ids.n - 2] == asst); /* then "\n" */
+    json_decref(m);
+    ix_token_vec_free(&ids);
+    /* Content that spells a control marker does not become it. */
+    if (ix_tokenizer_token_type(t, asst) == IX_TOKEN_TYPE_CONTROL) {
+        m = json_loads("[{\"role\":\"user\",\"content\":\"<|assistant|>\"}]", 0, NULL);
+        assert_int_equal(ix__chat_render(IXS_CHAT_PHI3, t, m, &ids, NULL), IX_OK);
+        int n_asst = 0;
+        for (size_t i = 0; i < ids.n; i++) n_asst += ids.ids[i] == asst;
+        assert_int_equal(n_asst, 1); /* the generation prompt's */
+        json_decref(m);
+        ix_token_vec_free(&ids);
+    }
+    ix_token_vec_free(&ref);
+    ix_tokenizer_destroy(t);
+    ix_gguf_close(g);
+}
+
+/* ---- inferx serve ------------------------------------------------------------- */
+
+/* Starts argv (NULL-terminated) with its stderr on a pipe; returns its pid
+ * and the pipe's read end. */
+static pid_t spawn_piped(char *const argv[], int *err_fd) {
+    int pfd[2];
+    assert_int_equal(pipe(pfd), 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, pfd[1], 2);
+    posix_spawn_file_actions_addclose(&fa, pfd[0]);
+    pid_t pid;
+    extern char **environ;
+    assert_int_equal(posix_spawn(&pid, argv[0], &fa, NULL, argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    close(pfd[1]);
+    *err_fd = pfd[0];
+    return pid;
+}
+
+/* Starts `inferx serve` with args (NULL-terminated), stderr to a pipe; returns
+ * its pid and the port it printed, or fails. */
+static pid_t spawn_serve(char *const argv[], int *err_fd, uint16_t *port) {
+    pid_t pid = spawn_piped(argv, err_fd);
+    *port = 0;
+    char buf[8192];
+    size_t len = 0;
+    struct pollfd pf = {*err_fd, POLLIN, 0};
+    while (!*port && len < sizeof buf - 1 && poll(&pf, 1, 30000) > 0) {
+        ssize_t k = read(*err_fd, buf + len, sizeof buf - 1 - len);
+        if (k <= 0) break;
+        len += (size_t)k;
+        buf[len] = '\0';
+        const char *p = strstr(buf, " on http://127.0.0.1:");
+        if (p) *port = (uint16_t)atoi(p + 21);
+    }
+    if (!*port) {
+        buf[len] = '\0';
+        fail_msg("inferx serve did not start: %s", buf);
+    }
+    return pid;
+}
+
+/* Runs `inferx serve` with args to its exit; returns the status, its stderr in out. */
+static int run_serve(char *const argv[], char *out, size_t size) {
+    int fd;
+    pid_t pid = spawn_piped(argv, &fd);
+    size_t len = 0;
+    ssize_t k;
+    while (len < size - 1 && (k = read(fd, out + len, size - 1 - len)) > 0) len += (size_t)k;
+    out[len] = '\0';
+    close(fd);
+    int st;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_cli_key_file_and_access_log(void **state) {
+    (void)state;
+#ifndef IX_INFERX_BIN
+    printf("skip: the inferx binary is not built\n");
+    skip();
+#else
+    if (access(IX_INFERX_BIN, X_OK)) {
+        printf("skip: %s not found\n", IX_INFERX_BIN);
+        skip();
+    }
+    char dir[] = "/tmp/ix_serve_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char keys[64], log_path[64], bad[64];
+    snprintf(keys, sizeof keys, "%s/keys", dir);
+    snprintf(log_path, sizeof log_path, "%s/access.log", dir);
+    snprintf(bad, sizeof bad, "%s/bad", dir);
+    FILE *f = fopen(keys, "w");
+    fputs("# the service's keys\nsk-alpha\n\n  sk-beta  \r\n", f);
+    fclose(f);
+    char *argv[] = {IX_INFERX_BIN, "serve", "-m", MODEL, "--port", "0", "-t", "1", "--served-model-name", "cli",
+                    "--api-key-file", keys, "--access-log", log_path, NULL};
+    int err_fd;
+    uint16_t port;
+    pid_t pid = spawn_serve(argv, &err_fd, &port);
+    const char *body = "{\"prompt\":\"Emma\",\"max_tokens\":2}";
+    const char *hdrs[] = {"Authorization: Bearer sk-alpha\r\n", "Authorization: Bearer sk-beta\r\n",
+                          "Authorization: Bearer sk-gamma\r\n", NULL};
+    const int want[] = {200, 200, 401, 401};
+    for (int i = 0; i < 4; i++) {
+        resp r;
+        assert_int_equal(http(port, "POST", "/v1/completions", hdrs[i], body, &r), 0);
+        if (r.status != want[i]) fail_msg("request %d: status %d, want %d: %s", i, r.status, want[i], r.body);
+        resp_free(&r);
+    }
+    kill(pid, SIGTERM);
+    int st;
+    waitpid(pid, &st, 0);
+    close(err_fd);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    /* One JSON line per request, in order. */
+    f = fopen(log_path, "r");
+    assert_non_null(f);
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        json_t *o = json_loads(line, 0, NULL);
+        if (!o) fail_msg("not JSON: %s", line);
+        assert_true(n < 4);
+        assert_int_equal(json_integer_value(json_object_get(o, "status")), want[n]);
+        if (n < 2) {
+            assert_int_equal(json_integer_value(json_object_get(o, "key_id")), n + 1);
+            assert_string_equal(json_string_value(json_object_get(o, "model")), "cli");
+        }
+        assert_null(strstr(line, "Emma"));
+        assert_null(strstr(line, "sk-"));
+        json_decref(o);
+        n++;
+    }
+    fclose(f);
+    assert_int_equal(n, 4);
+    /* Bad key files are refused with a reason. */
+    char out[4096];
+    char *argv_bad[] = {IX_INFERX_BIN, "serve", "-m", MODEL, "--port", "0", "--api-key-file", bad, NULL};
+    f = fopen(bad, "w");
+    fputs("sk-ok\nsk with space\n", f);
+    fclose(f);
+    assert_int_equal(run_serve(argv_bad, out, sizeof out), 1);
+    assert_non_null(strstr(out, ":2: an API key must be printable ASCII"));
+    f = fopen(bad, "w");
+    fputs("# nothing\n\n", f);
+    fclose(f);
+    assert_int_equal(run_serve(argv_bad, out, sizeof out), 1);
+    assert_non_null(strstr(out, "no API key in"));
+    unlink(keys);
+    unlink(log_path);
+    unlink(bad);
+    rmdir(dir);
+#endif
 }
 
 static int thread_count(void) {
@@ -925,7 +1705,13 @@ int main(void) {
         cmocka_unit_test(test_auth),
         cmocka_unit_test(test_tokenize_detokenize),
         cmocka_unit_test(test_metrics),
+        cmocka_unit_test(test_metrics_label_escaping),
         cmocka_unit_test(test_disconnect_cancels),
+        cmocka_unit_test(test_access_log),
+        cmocka_unit_test(test_api_key_tenants),
+        cmocka_unit_test(test_chat_templates),
+        cmocka_unit_test(test_chat_tokens_phi3),
+        cmocka_unit_test(test_cli_key_file_and_access_log),
         cmocka_unit_test(test_many_streams_fixed_threads),
         cmocka_unit_test(test_overload_retry_after),
         cmocka_unit_test(test_shutdown_drains),

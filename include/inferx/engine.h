@@ -47,6 +47,10 @@ typedef struct ix_timings {
     double prefill_ms;     /* first scheduled -> prompt fully computed */
     double first_token_ms; /* submit -> first token (TTFT) */
     double total_ms;       /* submit -> finish */
+    /* Its share of the machine: for every engine step it took part in, the
+     * step's forward time x its tokens in the step / the step's tokens. The
+     * basis of per-request cost (idle time is nobody's). */
+    double compute_ms;
 } ix_timings;
 
 typedef struct ix_finish_info {

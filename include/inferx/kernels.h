@@ -99,7 +99,35 @@ typedef struct ix_matmul {
      * input); the quantize phase is skipped and x may be NULL. Ignored for
      * float weight types, which read x directly. */
     bool x_ready;
+    /* true: w is in the packed layout of ix_kernels_pack (w_stride_bytes
+     * must be 0); for Q8_0 / Q4_0 the same bits as the GGUF row layout. */
+    bool w_packed;
 } ix_matmul;
+
+/* ---- packed quantized weights --------------------------------------------
+ * Q8_0 / Q4_0 weights with N % 16 == 0 can be repacked once, at load, into a
+ * layout made for the integer dot kernels: per group of 16 rows and per
+ * 32-element block, the 16 rows' code bytes are interleaved four at a time
+ * (dword j of rows 0..15 side by side, one row per 32-bit lane) and the 16
+ * fp16 scales are stored together. One vector load then feeds vpdpbusd for
+ * 16 rows at once, with no transposes at run time and no per-row reductions
+ * (docs/kernels.md). The bytes per group match the GGUF rows (plus padding
+ * to 64 bytes). Every path reads it and gives the same bits as from the row
+ * layout. */
+#define IX_KERNELS_PACK_ROWS 16
+/* F16 weights pack the same way a element at a time: element k of 16 rows
+ * side by side, so one vcvtph2ps gives a vector of 16 rows to FMA with a
+ * broadcast X element (float results agree with the row layout to rounding).
+ * Whether (type, N, K) can be packed: N % 16 == 0 and F16, or Q8_0 / Q4_0
+ * with K % 32 == 0. */
+bool ix_kernels_packable(ix_dtype type, size_t N, size_t K);
+/* Bytes of the packed form (0 when not packable). */
+size_t ix_kernels_packed_bytes(ix_dtype type, size_t N, size_t K);
+/* Packs W (N rows of K elements, w_stride_bytes apart; 0 = packed rows) into
+ * dst (ix_kernels_packed_bytes, 64-byte aligned). Rows [n0, n1) only, n0 and
+ * n1 multiples of 16, so callers can split the work over threads. */
+ix_status ix_kernels_pack(ix_dtype type, const void *w, size_t w_stride_bytes, size_t N, size_t K,
+                          size_t n0, size_t n1, void *dst);
 
 /* Scratch needed for the quantized activations: 0 for float weight types. */
 size_t ix_kernels_matmul_scratch_bytes(ix_dtype w_type, size_t M, size_t K);
@@ -171,7 +199,11 @@ ix_status ix_kernels_rope(float *x, size_t row_stride, const int32_t *pos, size_
  *     for each block: ix_kernels_attn_add(&acc, q, k, ks, v, vs, n, IX_DTYPE_F16);
  *     ix_attn_finish(&acc, out);
  * The accumulator keeps the running max, the running sum of exponentials and
- * an unnormalized output in o_buf (caller-owned, head_dim floats). */
+ * an unnormalized output in o_buf (caller-owned, head_dim floats).
+ * Under grouped-query attention several query heads share one K/V head;
+ * ix_kernels_attn_add_group adds the same K/V rows to all of them in one
+ * pass, which reads (and widens from f16) each row once instead of once per
+ * query head. */
 typedef struct ix_attn_acc {
     float max;    /* running max of the scaled scores; -INFINITY: none yet */
     float sum;    /* running sum of exp(score - max) */
@@ -185,6 +217,13 @@ void ix_attn_init(ix_attn_acc *acc, float *o, size_t head_dim, float scale);
  * at v + t * v_stride, each head_dim elements of kv_type (F32 or F16). */
 ix_status ix_kernels_attn_add(ix_attn_acc *acc, const float *q, const void *k, size_t k_stride,
                               const void *v, size_t v_stride, size_t n_tokens, ix_dtype kv_type);
+/* The same for nq queries: accs[i] (all with the same head_dim) takes query
+ * row q + i * head_dim (the heads of a group are adjacent in a Q row). Query
+ * i's accumulator ends with the same bits as ix_kernels_attn_add(&accs[i],
+ * ...) would give it alone: the group only shares loads. */
+ix_status ix_kernels_attn_add_group(ix_attn_acc *accs, const float *q, size_t nq, const void *k,
+                                    size_t k_stride, const void *v, size_t v_stride, size_t n_tokens,
+                                    ix_dtype kv_type);
 /* out (head_dim) = o / sum; zeros when nothing was added. out may be acc->o. */
 void ix_attn_finish(const ix_attn_acc *acc, float *out);
 
@@ -213,8 +252,8 @@ typedef struct ix_kernel_table {
     void (*add)(float *y, const float *a, const float *b, size_t n);
     /* One head in place: cs = (n_rot/2 cosines, then n_rot/2 sines). */
     void (*rope_head)(float *x, const float *cs, size_t n_rot, ix_rope_mode mode);
-    /* kv_type F32 or F16 */
-    void (*attn_add)(ix_attn_acc *acc, const float *q, const void *k, size_t k_stride,
+    /* nq >= 1 queries (ix_kernels_attn_add_group); kv_type F32 or F16 */
+    void (*attn_add)(ix_attn_acc *accs, const float *q, size_t nq, const void *k, size_t k_stride,
                      const void *v, size_t v_stride, size_t n_tokens, ix_dtype kv_type);
 } ix_kernel_table;
 

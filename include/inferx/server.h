@@ -31,7 +31,14 @@ extern "C" {
 typedef struct ix_server_params {
     const char *host;          /* numeric IPv4 or IPv6 address; default "127.0.0.1" */
     uint16_t port;             /* 0: an ephemeral port (see ix_server_port) */
-    const char *api_key;       /* NULL or "": no authentication (copied) */
+    /* Authentication: with no key (api_key NULL or "" and n_api_keys 0)
+     * every request is served; otherwise /v1/..., /tokenize and /detokenize
+     * need "Authorization: Bearer K" for one of the keys. Each key is a
+     * tenant: its requests get their own prefix-cache namespace, so one
+     * key's cached prompts never serve or speed up another's. Copied. */
+    const char *api_key;       /* NULL or "": none */
+    const char *const *api_keys;    /* (n_api_keys) more keys, each non-empty */
+    size_t n_api_keys;
     const char *model_name;    /* the served name; default "inferx" (copied) */
     size_t max_body_bytes;     /* larger request bodies get 413; default 8 MiB */
     int32_t max_waiting;       /* 503 when this many requests wait already; <= 0 off; default 256 */
@@ -40,6 +47,13 @@ typedef struct ix_server_params {
     int32_t n_http_threads;    /* HTTP worker threads (a fixed pool); default 4 */
     int32_t n_ctx;             /* the engine's context length; <= 0: the model's */
     double cost_per_hour_usd;  /* > 0: report each request's cost (usage.cost_usd) */
+    /* Access log: one JSON object per answered HTTP request (ids, status,
+     * token counts, timings, cost; never prompt or output text), as one
+     * line ending in '\n'. Called from the server's threads, several at
+     * once (rarely, at shutdown, from the engine thread): it must be quick
+     * and do its own locking. NULL: no access log. */
+    void (*access_log)(void *user, const char *line, size_t len);
+    void *access_log_user;
 } ix_server_params;
 
 ix_server_params ix_server_default_params(void);

@@ -10,6 +10,8 @@ int ix_cli_info(int argc, char **argv);
 int ix_cli_run(int argc, char **argv);
 /* inferx bench --throughput (bench_throughput.c) */
 int ix_cli_bench_throughput(int argc, char **argv);
+/* inferx bench --serve URL (bench_serve.c) */
+int ix_cli_bench_serve(int argc, char **argv);
 int ix_cli_tokenize(int argc, char **argv);
 int ix_cli_bench(int argc, char **argv);
 int ix_cli_mkmodel(int argc, char **argv);

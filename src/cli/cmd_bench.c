@@ -44,7 +44,9 @@ static void usage(FILE *f) {
             "  -h, --help         show this help\n"
             "\n"
             "inferx bench --throughput [...] measures serving throughput of the continuous-\n"
-            "batching engine instead (see inferx bench --throughput --help).\n",
+            "batching engine instead (see inferx bench --throughput --help), and\n"
+            "inferx bench --serve URL [...] benchmarks a running OpenAI-compatible server with\n"
+            "concurrent streaming clients (see inferx bench --serve --help).\n",
             ix_cli_default_model());
 }
 
@@ -391,7 +393,9 @@ static const char *human_params(char *buf, size_t n, uint64_t v) {
 }
 
 int ix_cli_bench(int argc, char **argv) {
-    for (int i = 1; i < argc; i++) /* serving throughput is its own mode */
+    for (int i = 1; i < argc; i++) /* the serving benchmarks are modes of their own */
+        if (!strcmp(argv[i], "--serve")) return ix_cli_bench_serve(argc, argv);
+    for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--throughput")) return ix_cli_bench_throughput(argc, argv);
     bench_opts o;
     int prc = parse_args(argc, argv, &o);

@@ -108,6 +108,15 @@ static void print_str(ix_str s) {
     if (s.len > n) printf("...");
 }
 
+/* A string key's value (escaped), or "-" when absent or not a string. */
+static void print_key_str(const ix_gguf *g, const char *key) {
+    ix_str v;
+    if (ix_gguf_get_str(g, key, &v, NULL) == IX_OK)
+        print_str(v);
+    else
+        printf("-");
+}
+
 /* ---- metadata ----------------------------------------------------------- */
 
 typedef struct opt_u64 {
@@ -249,18 +258,12 @@ static void print_info(const ix_gguf *g, const char *path, uint64_t ctx_opt, boo
            ix_gguf_n_kv(g) == 1 ? "" : "s", group(b, sizeof b, ix_gguf_n_tensors(g)),
            ix_gguf_n_tensors(g) == 1 ? "" : "s");
 
-    ix_str arch = {"", 0}, s;
-    bool has_arch = ix_gguf_get_str(g, "general.architecture", &arch, NULL) == IX_OK;
+    ix_str arch = {"", 0};
+    ix_gguf_get_str(g, "general.architecture", &arch, NULL);
     printf("architecture:  ");
-    if (has_arch)
-        print_str(arch);
-    else
-        printf("-");
+    print_key_str(g, "general.architecture");
     printf("\nname:          ");
-    if (ix_gguf_get_str(g, "general.name", &s, NULL) == IX_OK)
-        print_str(s);
-    else
-        printf("-");
+    print_key_str(g, "general.name");
     printf("\n");
 
     uint64_t params = 0;
@@ -308,15 +311,9 @@ static void print_info(const ix_gguf *g, const char *path, uint64_t ctx_opt, boo
     print_opt("ffn:", ffn, NULL);
     print_opt("vocab size:", vocab, vocab_from_tokens ? " (tokens array)" : NULL);
     printf("tokenizer:     ");
-    if (ix_gguf_get_str(g, "tokenizer.ggml.model", &s, NULL) == IX_OK)
-        print_str(s);
-    else
-        printf("-");
+    print_key_str(g, "tokenizer.ggml.model");
     printf(" (pre: ");
-    if (ix_gguf_get_str(g, "tokenizer.ggml.pre", &s, NULL) == IX_OK)
-        print_str(s);
-    else
-        printf("-");
+    print_key_str(g, "tokenizer.ggml.pre");
     printf(")\n");
 
     print_tensors(g);

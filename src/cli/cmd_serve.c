@@ -2,7 +2,10 @@
  * over one engine. SIGINT / SIGTERM shut it down gracefully: stop accepting,
  * let requests in flight finish for --shutdown-timeout seconds, cancel the
  * rest, exit 0. The signals are blocked in every thread and taken with
- * sigwait on the main thread, so no handler runs in async-signal context. */
+ * sigwait on the main thread, so no handler runs in async-signal context.
+ * API keys come from --api-key (repeatable), --api-key-file (one per line)
+ * or $INFERX_API_KEY; the JSON access log goes to stderr, a file or nowhere. */
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -24,8 +27,10 @@ static void usage(FILE *f) {
             "  -m, --model FILE             GGUF model (default: the bundled model, %s)\n"
             "  --host ADDR                  numeric address to bind (default 127.0.0.1)\n"
             "  --port N                     TCP port (default 8000; 0 = any free port)\n"
-            "  --api-key KEY                require 'Authorization: Bearer KEY' (also $INFERX_API_KEY)\n"
-            "  --api-key-file FILE          read the key from FILE (first line)\n"
+            "  --api-key KEY                require 'Authorization: Bearer KEY'; repeat it for more keys,\n"
+            "                               each its own tenant of the prefix cache (default: $INFERX_API_KEY)\n"
+            "  --api-key-file FILE          read keys from FILE, one per line ('#' comments and blank\n"
+            "                               lines skipped); adds to --api-key\n"
             "  --served-model-name NAME     the model's name in the API (default: file name without .gguf)\n"
             "  --max-num-seqs N             sequences per engine step (default 64)\n"
             "  --max-num-batched-tokens N   tokens per engine step (default 512)\n"
@@ -38,6 +43,8 @@ static void usage(FILE *f) {
             "                               evenly over the HTTP threads)\n"
             "  --http-threads N             HTTP worker threads, a fixed epoll pool (default 4)\n"
             "  --shutdown-timeout S         seconds to let requests finish at SIGINT/SIGTERM (default 30)\n"
+            "  --access-log FILE|-|off      one JSON line per request: to FILE (appended), - for stderr\n"
+            "                               (the default), or off\n"
             "  -c, --ctx N                  context length (default: the model's)\n"
             "  -t, --threads N              kernel threads (default: all cores)\n"
             "  -h, --help                   show this help\n",
@@ -66,21 +73,93 @@ static bool parse_bytes(const char *opt, const char *s, uint64_t *out) {
     return true;
 }
 
-static char *read_key_file(const char *path) {
+typedef struct key_list {
+    char **keys; /* (n) owned */
+    size_t n, cap;
+} key_list;
+
+static bool key_add(key_list *l, const char *key, size_t len) {
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 8;
+        char **k = ix_realloc(l->keys, cap * sizeof *k);
+        if (!k) return false;
+        l->keys = k;
+        l->cap = cap;
+    }
+    if (!(l->keys[l->n] = ix_strndup(key, len))) return false;
+    l->n++;
+    return true;
+}
+
+static void key_list_free(key_list *l) {
+    for (size_t i = 0; i < l->n; i++) ix_free(l->keys[i]);
+    ix_free(l->keys);
+}
+
+/* A key travels in an HTTP header: printable ASCII without spaces. */
+static bool key_ok(const char *k, size_t n) {
+    if (!n) return false;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)k[i] <= 0x20 || (unsigned char)k[i] >= 0x7f) return false;
+    return true;
+}
+
+/* Keys from path, one per line; surrounding whitespace is trimmed, blank
+ * lines and lines starting with '#' are skipped. Prints why on failure. */
+static bool read_key_file(const char *path, key_list *l) {
     FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char line[1024];
-    char *key = NULL;
-    if (fgets(line, sizeof line, f)) {
-        line[strcspn(line, "\r\n")] = '\0';
-        key = ix_strdup(line);
+    if (!f) {
+        fprintf(stderr, "inferx serve: cannot open the API key file %s: %s\n", path, strerror(errno));
+        return false;
+    }
+    char line[4096];
+    size_t n0 = l->n;
+    bool ok = true;
+    for (int no = 1; ok && fgets(line, sizeof line, f); no++) {
+        size_t n = strlen(line);
+        if (n == sizeof line - 1 && line[n - 1] != '\n' && !feof(f)) {
+            fprintf(stderr, "inferx serve: %s:%d: line too long for an API key\n", path, no);
+            ok = false;
+            break;
+        }
+        const char *k = line;
+        while (*k == ' ' || *k == '\t') k++;
+        n = strlen(k);
+        while (n && (k[n - 1] == '\n' || k[n - 1] == '\r' || k[n - 1] == ' ' || k[n - 1] == '\t')) n--;
+        if (n == 0 || k[0] == '#') continue;
+        if (!key_ok(k, n)) {
+            fprintf(stderr, "inferx serve: %s:%d: an API key must be printable ASCII without spaces\n", path, no);
+            ok = false;
+        } else if (!key_add(l, k, n)) {
+            fprintf(stderr, "inferx serve: out of memory\n");
+            ok = false;
+        }
+    }
+    if (ok && ferror(f)) {
+        fprintf(stderr, "inferx serve: cannot read %s\n", path);
+        ok = false;
     }
     fclose(f);
-    return key;
+    if (ok && l->n == n0) {
+        fprintf(stderr, "inferx serve: no API key in %s\n", path);
+        ok = false;
+    }
+    return ok;
+}
+
+/* The access log's sink: one line per call, whole (stdio's lock). */
+static void write_access_line(void *user, const char *line, size_t len) {
+    FILE *f = user;
+    flockfile(f);
+    fwrite(line, 1, len, f);
+    fflush(f);
+    funlockfile(f);
 }
 
 int ix_cli_serve(int argc, char **argv) {
-    const char *model = NULL, *api_key = getenv("INFERX_API_KEY"), *key_file = NULL, *name = NULL;
+    const char *model = NULL, *key_file = NULL, *name = NULL, *access_log = "-";
+    key_list keys = {0};
+    bool keys_given = false;
     ix_server_params sp = ix_server_default_params();
     ix_engine_params ep = ix_engine_default_params();
     uint64_t shutdown_s = 30;
@@ -93,6 +172,7 @@ int ix_cli_serve(int argc, char **argv) {
         }
         if (!v) {
             fprintf(stderr, "inferx serve: %s needs a value (see --help)\n", a);
+            key_list_free(&keys);
             return 2;
         }
         i++;
@@ -105,9 +185,18 @@ int ix_cli_serve(int argc, char **argv) {
             ok = ix_cli_parse_u64(a, v, &u) && u <= 65535;
             sp.port = (uint16_t)u;
         } else if (!strcmp(a, "--api-key")) {
-            api_key = v;
+            keys_given = true;
+            ok = key_ok(v, strlen(v));
+            if (ok && !key_add(&keys, v, strlen(v))) {
+                fprintf(stderr, "inferx serve: out of memory\n");
+                key_list_free(&keys);
+                return 1;
+            }
         } else if (!strcmp(a, "--api-key-file")) {
             key_file = v;
+            keys_given = true;
+        } else if (!strcmp(a, "--access-log")) {
+            access_log = v;
         } else if (!strcmp(a, "--served-model-name")) {
             name = v;
         } else if (!strcmp(a, "--max-num-seqs")) {
@@ -154,10 +243,12 @@ int ix_cli_serve(int argc, char **argv) {
             ep.n_threads = (int32_t)u;
         } else {
             fprintf(stderr, "inferx serve: unknown option '%s' (see --help)\n", a);
+            key_list_free(&keys);
             return 2;
         }
         if (!ok) {
             fprintf(stderr, "inferx serve: bad value '%s' for %s (see --help)\n", v, a);
+            key_list_free(&keys);
             return 2;
         }
     }
@@ -173,14 +264,28 @@ int ix_cli_serve(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
 
     int rc = 1;
-    char *file_key = NULL, *default_name = NULL;
+    char *default_name = NULL;
     ix_errbuf err = {{0}};
     ix_model *m = NULL;
     ix_engine *e = NULL;
     ix_server *srv = NULL;
-    if (key_file && !(api_key = file_key = read_key_file(key_file))) {
-        fprintf(stderr, "inferx serve: cannot read the API key from %s\n", key_file);
-        goto done;
+    FILE *log = NULL;
+    if (key_file && !read_key_file(key_file, &keys)) goto done;
+    const char *env_key = getenv("INFERX_API_KEY");
+    if (!keys_given && env_key && *env_key) {
+        if (!key_ok(env_key, strlen(env_key))) {
+            fprintf(stderr, "inferx serve: $INFERX_API_KEY must be printable ASCII without spaces\n");
+            goto done;
+        }
+        if (!key_add(&keys, env_key, strlen(env_key))) goto done;
+    }
+    if (!strcmp(access_log, "-")) {
+        log = stderr;
+    } else if (strcmp(access_log, "off")) {
+        if (!(log = fopen(access_log, "a"))) {
+            fprintf(stderr, "inferx serve: cannot open the access log %s: %s\n", access_log, strerror(errno));
+            goto done;
+        }
     }
     if (!name) {
         const char *base = strrchr(model, '/');
@@ -197,15 +302,22 @@ int ix_cli_serve(int argc, char **argv) {
         fprintf(stderr, "inferx serve: engine: %s\n", err.msg);
         goto done;
     }
-    sp.api_key = api_key;
+    sp.api_keys = (const char *const *)keys.keys;
+    sp.n_api_keys = keys.n;
+    sp.access_log = log ? write_access_line : NULL;
+    sp.access_log_user = log;
     sp.model_name = name;
     sp.n_ctx = ep.n_ctx;
     if (ix_server_create(&srv, e, &sp, &err) != IX_OK) {
         fprintf(stderr, "inferx serve: %s\n", err.msg);
         goto done;
     }
-    fprintf(stderr, "inferx serve: model '%s' (%s) on http://%s:%u%s\n", name, model, sp.host,
-            (unsigned)ix_server_port(srv), api_key && *api_key ? " (API key required)" : "");
+    if (keys.n)
+        fprintf(stderr, "inferx serve: model '%s' (%s) on http://%s:%u (%zu API key%s)\n", name, model, sp.host,
+                (unsigned)ix_server_port(srv), keys.n, keys.n == 1 ? "" : "s");
+    else
+        fprintf(stderr, "inferx serve: model '%s' (%s) on http://%s:%u\n", name, model, sp.host,
+                (unsigned)ix_server_port(srv));
     int sig = 0;
     sigwait(&sigs, &sig);
     fprintf(stderr, "inferx serve: %s: shutting down (up to %llu s for requests in flight)\n",
@@ -216,7 +328,8 @@ done:
     ix_server_destroy(srv);
     ix_engine_destroy(e);
     ix_model_destroy(m);
-    ix_free(file_key);
+    if (log && log != stderr) fclose(log);
+    key_list_free(&keys);
     ix_free(default_name);
     return rc;
 }

@@ -35,6 +35,7 @@ typedef struct req {
     bool admitted_once;
     int32_t cached_prompt;
     uint64_t t_submit, t_sched, t_prefilled, t_first;
+    double compute_ns; /* its share of the steps it took part in */
     char errmsg[256];
     struct req *next, *prev; /* pending list, then the active list */
 } req;
@@ -233,6 +234,7 @@ static void req_finish(ix_engine *e, req *r, ix_finish_reason why, const char *m
     info.timings.prefill_ms = ms_between(r->t_sched, r->t_prefilled);
     info.timings.first_token_ms = ms_between(r->t_submit, r->t_first);
     info.timings.total_ms = ms_between(r->t_submit, now);
+    info.timings.compute_ms = r->compute_ns / 1e6;
     info.deadline_missed = it->deadline_ns && now > it->deadline_ns;
     info.n_preemptions = it->n_preemptions;
     if (msg) snprintf(info.message, sizeof info.message, "%s", msg);
@@ -529,6 +531,10 @@ ix_status ix_engine_step(ix_engine *e, bool *did_work) {
     uint64_t now = ix_time_ns();
     ix_sched_observe_step(e->sched, T, now - t0);
     e->stats.n_steps++;
+    /* each request's share of this step, by the tokens it put in */
+    for (int32_t w = 0; w < plan.n_work && T > 0; w++)
+        ((req *)plan.work[w].item->user)->compute_ns +=
+            (double)(now - t0) * (double)plan.work[w].n_tokens / (double)T;
 
     /* Commit, then sample the sequences that reached their end. */
     int32_t row = 0;

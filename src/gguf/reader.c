@@ -245,20 +245,31 @@ static ix_status parse_array(parser *p, unsigned depth, uint64_t index, uint64_t
     return IX_OK;
 }
 
-static ix_status parse_kv(parser *p, uint64_t i) {
-    ix_gguf *g = p->g;
+/* The length-prefixed name that starts a key ("key", "key") or a tensor
+ * info ("tensor", "name"): checked, skipped, its offset and length out. */
+static ix_status parse_name(parser *p, const char *what, const char *noun, uint64_t i, uint64_t *off,
+                            uint64_t *len_out) {
     uint64_t at = p->pos;
-    if (!have(p, 8)) return past_end(p, at, "key #%" PRIu64 ": key length field", i);
+    if (!have(p, 8)) return past_end(p, at, "%s #%" PRIu64 ": %s length field", what, i, noun);
     uint64_t len = ix__rd_u64(p->base + at);
-    if (len == 0) return fail(p, IX_ERR_FORMAT, "key #%" PRIu64 ": empty key (offset %" PRIu64 ")", i, at);
-    if (len > left(p) - 8) return past_end(p, at, "key #%" PRIu64 ": key length %" PRIu64, i, len);
+    if (len == 0)
+        return fail(p, IX_ERR_FORMAT, "%s #%" PRIu64 ": empty %s (offset %" PRIu64 ")", what, i, noun, at);
+    if (len > left(p) - 8) return past_end(p, at, "%s #%" PRIu64 ": %s length %" PRIu64, what, i, noun, len);
     if (len > IX__GGUF_MAX_NAME_LEN)
         return fail(p, IX_ERR_FORMAT,
-                    "key #%" PRIu64 ": key length %" PRIu64 " exceeds the limit of %u (offset %" PRIu64 ")",
-                    i, len, IX__GGUF_MAX_NAME_LEN, at);
-    p->pos += 8;
-    uint64_t key_off = p->pos;
-    p->pos += len;
+                    "%s #%" PRIu64 ": %s length %" PRIu64 " exceeds the limit of %u (offset %" PRIu64 ")", what,
+                    i, noun, len, IX__GGUF_MAX_NAME_LEN, at);
+    *off = at + 8;
+    *len_out = len;
+    p->pos = at + 8 + len;
+    return IX_OK;
+}
+
+static ix_status parse_kv(parser *p, uint64_t i) {
+    ix_gguf *g = p->g;
+    uint64_t key_off, len;
+    ix_status s = parse_name(p, "key", "key", i, &key_off, &len);
+    if (s) return s;
     shown key;
     show(&key, p->base + key_off, len);
 
@@ -269,7 +280,7 @@ static ix_status parse_kv(parser *p, uint64_t i) {
                     i, key.s, type, p->pos);
     p->pos += 4;
     uint64_t val_off = p->pos, table;
-    ix_status s = parse_value(p, type, 0, NO_INDEX, &table);
+    s = parse_value(p, type, 0, NO_INDEX, &table);
     if (s) return wrap(p, s, "key #%" PRIu64 " '%s'", i, key.s);
 
     void *kv = g->kv;
@@ -299,17 +310,10 @@ static ix_status parse_kv(parser *p, uint64_t i) {
 
 static ix_status parse_tensor(parser *p, uint64_t i) {
     ix_gguf *g = p->g;
-    uint64_t at = p->pos;
-    if (!have(p, 8)) return past_end(p, at, "tensor #%" PRIu64 ": name length field", i);
-    uint64_t len = ix__rd_u64(p->base + at);
-    if (len == 0) return fail(p, IX_ERR_FORMAT, "tensor #%" PRIu64 ": empty name (offset %" PRIu64 ")", i, at);
-    if (len > left(p) - 8) return past_end(p, at, "tensor #%" PRIu64 ": name length %" PRIu64, i, len);
-    if (len > IX__GGUF_MAX_NAME_LEN)
-        return fail(p, IX_ERR_FORMAT,
-                    "tensor #%" PRIu64 ": name length %" PRIu64 " exceeds the limit of %u (offset %" PRIu64 ")",
-                    i, len, IX__GGUF_MAX_NAME_LEN, at);
-    ix_gguf_tensor t = {.name = {(const char *)p->base + at + 8, (size_t)len}};
-    p->pos += 8 + len;
+    uint64_t name_off, len;
+    ix_status s = parse_name(p, "tensor", "name", i, &name_off, &len);
+    if (s) return s;
+    ix_gguf_tensor t = {.name = {(const char *)p->base + name_off, (size_t)len}};
     shown nm;
     show(&nm, t.name.ptr, len);
 
@@ -368,7 +372,7 @@ static ix_status parse_tensor(parser *p, uint64_t i) {
     t.offset = off;
     t.n_bytes = n_bytes;
     void *arr = g->tensors;
-    ix_status s = grow(p, &arr, &p->tensor_cap, i + 1, sizeof *g->tensors);
+    s = grow(p, &arr, &p->tensor_cap, i + 1, sizeof *g->tensors);
     g->tensors = arr;
     if (s) return wrap(p, s, "tensor #%" PRIu64 " '%s'", i, nm.s);
     g->tensors[i] = t;

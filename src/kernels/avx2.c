@@ -321,7 +321,96 @@ FTILE_INST(BF16, 2)
 static const ix__tile_fn k_ftiles[3][F_RX] = {
     {ftile_F32_1, ftile_F32_2}, {ftile_F16_1, ftile_F16_2}, {ftile_BF16_1, ftile_BF16_2}};
 
+/* ---- packed quantized weights (ix_kernels_pack) ------------------------------------------
+ * avx512.c's packed tile at half width: a 64-byte plane of a packed block is
+ * two ymm, W rows 0-7 and 8-15 (one row per 32-bit lane), each multiplied
+ * with the X row's dword broadcast; the plane loop is outermost so a loaded
+ * plane serves every X row of the tile. Exact int32 dots per lane, then the
+ * canonical convert-and-FMA. */
+#define PK_RX 4
+#define PK_MCHUNK 128
+
+static inline __attribute__((always_inline)) __m256i pk_dp(__m256i acc, __m256i w, const void *x, bool q8) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i bx = _mm256_set1_epi32((int32_t)ix__load_u32(x));
+    if (!q8) return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, bx), ones));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(bx, w)), ones));
+}
+
+static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, bool q8, int rx) {
+    const size_t cb = q8 ? 512 : 256, nb = a->k / IX__QK;
+    const __m256i nib = _mm256_set1_epi8(0x0f);
+    for (int h = 0; h < 2; h++) { /* W rows 8h..8h+7 */
+        __m256 acc[PK_RX];
+        for (int i = 0; i < rx; i++) acc[i] = _mm256_setzero_ps();
+        for (size_t b = 0; b < nb; b++) {
+            const uint8_t *c = a->w + b * cb + 32 * h;
+            __m256i dot[PK_RX];
+            for (int i = 0; i < rx; i++) {
+                const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + (size_t)i * a->xs + a->blk_off) + b;
+                dot[i] = _mm256_set1_epi32(q8 ? 0 : xb->neg8s);
+            }
+            for (int j = 0; j < (q8 ? 8 : 4); j++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(c + 64 * j));
+                __m256i lo = q8 ? v : _mm256_and_si256(v, nib);
+                for (int i = 0; i < rx; i++) {
+                    const uint8_t *xq = a->x + (size_t)i * a->xs + b * IX__QK + 4 * j;
+                    dot[i] = pk_dp(dot[i], lo, xq, q8);
+                    if (!q8) dot[i] = pk_dp(dot[i], _mm256_and_si256(_mm256_srli_epi16(v, 4), nib), xq + 16, false);
+                }
+            }
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(a->scales + b * 2 * IX__PK + 16 * h)));
+            for (int i = 0; i < rx; i++) {
+                const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + (size_t)i * a->xs + a->blk_off) + b;
+                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[i]), _mm256_mul_ps(dw, _mm256_set1_ps(xb->d)), acc[i]);
+            }
+        }
+        for (int i = 0; i < rx; i++) _mm256_storeu_ps(a->y + (size_t)i * a->ldy + 8 * h, acc[i]);
+    }
+}
+
+#define PK_INST(T, R) static void pk_##T##_##R(const ix__pk_tile *a) { pk_run(a, IX_DTYPE_##T == IX_DTYPE_Q8_0, R); }
+PK_INST(Q8_0, 1) PK_INST(Q8_0, 2) PK_INST(Q8_0, 3) PK_INST(Q8_0, 4)
+PK_INST(Q4_0, 1) PK_INST(Q4_0, 2) PK_INST(Q4_0, 3) PK_INST(Q4_0, 4)
+static const ix__pk_fn k_pk[2][PK_RX] = {{pk_Q8_0_1, pk_Q8_0_2, pk_Q8_0_3, pk_Q8_0_4},
+                                        {pk_Q4_0_1, pk_Q4_0_2, pk_Q4_0_3, pk_Q4_0_4}};
+
+/* F16 packed weights (avx512.c's pkf at half width): element k of the 16
+ * rows is two vcvtph2ps, rows 0-7 and 8-15, each FMAed with the X row's
+ * element k broadcast. */
+#define PKF_RX 4
+#define PKF_MCHUNK 48
+
+static inline __attribute__((always_inline)) void pkf_run(const ix__pk_tile *a, int rx) {
+    const size_t ldx = a->xs / sizeof(float);
+    const float *x = (const float *)(const void *)a->x;
+    __m256 acc[PKF_RX][2];
+    for (int i = 0; i < rx; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    for (size_t k = 0; k < a->k; k++) {
+        const __m128i *p = (const __m128i *)(const void *)(a->w + k * 32);
+        __m256 w0 = _mm256_cvtph_ps(_mm_load_si128(p)), w1 = _mm256_cvtph_ps(_mm_load_si128(p + 1));
+        for (int i = 0; i < rx; i++) {
+            __m256 xv = _mm256_broadcast_ss(x + (size_t)i * ldx + k);
+            acc[i][0] = _mm256_fmadd_ps(w0, xv, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(w1, xv, acc[i][1]);
+        }
+    }
+    for (int i = 0; i < rx; i++) {
+        _mm256_storeu_ps(a->y + (size_t)i * a->ldy, acc[i][0]);
+        _mm256_storeu_ps(a->y + (size_t)i * a->ldy + 8, acc[i][1]);
+    }
+}
+
+#define PKF_INST(R) static void pkf_##R(const ix__pk_tile *a) { pkf_run(a, R); }
+PKF_INST(1) PKF_INST(2) PKF_INST(3) PKF_INST(4)
+static const ix__pk_fn k_pkf[PKF_RX] = {pkf_1, pkf_2, pkf_3, pkf_4};
+
 static void matmul_rows(const ix_matmul *mm, size_t n0, size_t n1) {
+    if (mm->w_packed) {
+        if (mm->w_type == IX_DTYPE_F16) ix__pk_walk(mm, n0, n1, k_pkf, PKF_RX, PKF_MCHUNK);
+        else ix__pk_walk(mm, n0, n1, k_pk[mm->w_type == IX_DTYPE_Q4_0], PK_RX, PK_MCHUNK);
+        return;
+    }
     switch (mm->w_type) {
     case IX_DTYPE_Q8_0: ix__matmul_tiles(mm, n0, n1, k_qtiles[0], Q_RX, Q_RW); break;
     case IX_DTYPE_Q4_0: ix__matmul_tiles(mm, n0, n1, k_qtiles[1], Q_RX, Q_RW); break;

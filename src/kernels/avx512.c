@@ -469,6 +469,137 @@ static const ix__tile_fn k_qtiles[2][2][Q_RX] = {
     {QTILE_ROW(Q8_0, vnni), QTILE_ROW(Q4_0, vnni)},
 };
 
+/* ---- packed quantized weights (ix_kernels_pack) ------------------------------------------
+ * A packed block is already "transposed": plane j holds dword j of the 16 W
+ * rows, one row per 32-bit lane. So a block costs four (Q4_0: plus a mask and
+ * a shift each) or eight vector loads for all 16 rows, and each X row then
+ * runs 8 vpdpbusd against its own dwords broadcast from memory, leaving the
+ * exact dots of the 16 rows in the 16 lanes: no transposes and no per-row
+ * reductions, at any M. The accumulators of up to PK_RX X rows stay in
+ * registers; more rows re-read the group's codes from L1/L2. Canonical
+ * arithmetic (kernels_int.h), so the bits match every other tile and path.
+ * Without VNNI (AVX-512BW) a vpdpbusd becomes vpmaddubsw + vpmaddwd, and
+ * Q8_0 moves the sign of w onto x so the int16 pairs cannot saturate. */
+#define PK_RX 8
+#define PK_MCHUNK 128 /* X rows per pass over W (~300 KiB of q8a at K = 2048) */
+#define PK_PF_BYTES 1024 /* prefetch distance along a group's codes */
+
+static inline __attribute__((always_inline)) __m512i pk_dp(__m512i acc, __m512i w, const void *x, bool q8,
+                                                           bool vnni) {
+    __m512i bx = _mm512_broadcastd_epi32(_mm_loadu_si32(x));
+    if (vnni) return _mm512_dpbusd_epi32(acc, w, bx);
+    const __m512i ones = _mm512_set1_epi16(1);
+    if (!q8) return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(w, bx), ones));
+    __m512i sx = _mm512_mask_sub_epi8(bx, _mm512_movepi8_mask(w), _mm512_setzero_si512(), bx);
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_abs_epi8(w), sx), ones));
+}
+
+static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, bool q8, bool vnni, int rx) {
+    const size_t cb = q8 ? 512 : 256, nb = a->k / IX__QK;
+    const __m512i nib = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8((char)0x80);
+    __m512 acc[PK_RX];
+    for (int i = 0; i < rx; i++) acc[i] = _mm512_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *c = a->w + b * cb;
+        for (size_t o = 0; o < cb; o += 64) __builtin_prefetch(c + PK_PF_BYTES + o, 0, 3);
+        __m512i T[8];
+        if (q8) {
+            IX__UNROLL(8)
+            for (int j = 0; j < 8; j++) {
+                __m512i v = _mm512_load_si512((const void *)(c + 64 * j));
+                T[j] = vnni ? _mm512_xor_si512(v, flip) : v;
+            }
+        } else {
+            IX__UNROLL(4)
+            for (int j = 0; j < 4; j++) {
+                __m512i v = _mm512_load_si512((const void *)(c + 64 * j));
+                T[j] = _mm512_and_si512(v, nib);
+                T[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+            }
+        }
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(a->scales + b * 2 * IX__PK)));
+        __m512i dot[PK_RX];
+        IX__UNROLL(8)
+        for (int i = 0; i < rx; i++) {
+            const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + (size_t)i * a->xs + a->blk_off) + b;
+            dot[i] = _mm512_set1_epi32(q8 ? (vnni ? xb->neg128s : 0) : xb->neg8s);
+        }
+        IX__UNROLL(8)
+        for (int j = 0; j < 8; j++) {
+            IX__UNROLL(8)
+            for (int i = 0; i < rx; i++)
+                dot[i] = pk_dp(dot[i], T[j], a->x + (size_t)i * a->xs + b * IX__QK + 4 * j, q8, vnni);
+        }
+        IX__UNROLL(8)
+        for (int i = 0; i < rx; i++) {
+            const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + (size_t)i * a->xs + a->blk_off) + b;
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i]), _mm512_mul_ps(dw, _mm512_set1_ps(xb->d)), acc[i]);
+        }
+    }
+    for (int i = 0; i < rx; i++) _mm512_storeu_ps(a->y + (size_t)i * a->ldy, acc[i]);
+}
+
+#define PK_INST(T, TAG, V, R)                                                                  \
+    static void pk_##T##_##TAG##_##R(const ix__pk_tile *a) { pk_run(a, IX_DTYPE_##T == IX_DTYPE_Q8_0, V, R); }
+#define PK_ALL(T, TAG, V)                                                                      \
+    PK_INST(T, TAG, V, 1) PK_INST(T, TAG, V, 2) PK_INST(T, TAG, V, 3) PK_INST(T, TAG, V, 4)     \
+    PK_INST(T, TAG, V, 5) PK_INST(T, TAG, V, 6) PK_INST(T, TAG, V, 7) PK_INST(T, TAG, V, 8)
+PK_ALL(Q8_0, vnni, true)
+PK_ALL(Q4_0, vnni, true)
+PK_ALL(Q8_0, bw, false)
+PK_ALL(Q4_0, bw, false)
+#define PK_ROW(T, TAG)                                                                         \
+    {pk_##T##_##TAG##_1, pk_##T##_##TAG##_2, pk_##T##_##TAG##_3, pk_##T##_##TAG##_4,             \
+     pk_##T##_##TAG##_5, pk_##T##_##TAG##_6, pk_##T##_##TAG##_7, pk_##T##_##TAG##_8}
+/* [vnni][q4][rx - 1] */
+static const ix__pk_fn k_pk[2][2][PK_RX] = {
+    {PK_ROW(Q8_0, bw), PK_ROW(Q4_0, bw)},
+    {PK_ROW(Q8_0, vnni), PK_ROW(Q4_0, vnni)},
+};
+
+/* F16 packed weights: element k of the group's 16 rows is one vcvtph2ps away
+ * from a vector of the 16 rows, which each X row multiplies by its element k
+ * (a broadcast load) into its own accumulator: 16 outputs per FMA, one
+ * convert per PKF_RX FMAs, no horizontal sums. */
+#define PKF_RX 12
+#define PKF_MCHUNK 48 /* f32 X rows per pass over W (384 KiB at K = 2048) */
+
+static inline __attribute__((always_inline)) void pkf_run(const ix__pk_tile *a, int rx) {
+    /* two accumulators per row (even and odd k), so that few rows still
+     * cover the FMA latency; for every rx alike, since a row's result must
+     * not depend on how many rows share its tile (batch invariance) */
+    const uint8_t *wg = a->w;
+    const size_t K = a->k, ldx = a->xs / sizeof(float);
+    const float *x = (const float *)(const void *)a->x;
+    __m512 acc[2][PKF_RX];
+    for (int i = 0; i < rx; i++) acc[0][i] = acc[1][i] = _mm512_setzero_ps();
+    size_t k = 0;
+    for (; k + 2 <= K; k += 2) {
+        __builtin_prefetch(wg + k * 32 + PK_PF_BYTES, 0, 3);
+        __m512 w0 = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(wg + k * 32)));
+        __m512 w1 = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(wg + k * 32 + 32)));
+        IX__UNROLL(12)
+        for (int i = 0; i < rx; i++) {
+            const float *xr = x + (size_t)i * ldx + k;
+            acc[0][i] = _mm512_fmadd_ps(w0, _mm512_set1_ps(xr[0]), acc[0][i]);
+            acc[1][i] = _mm512_fmadd_ps(w1, _mm512_set1_ps(xr[1]), acc[1][i]);
+        }
+    }
+    if (k < K) {
+        __m512 w0 = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(wg + k * 32)));
+        for (int i = 0; i < rx; i++)
+            acc[0][i] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[(size_t)i * ldx + k]), acc[0][i]);
+    }
+    for (int i = 0; i < rx; i++)
+        _mm512_storeu_ps(a->y + (size_t)i * a->ldy, _mm512_add_ps(acc[0][i], acc[1][i]));
+}
+
+#define PKF_INST(R) static void pkf_##R(const ix__pk_tile *a) { pkf_run(a, R); }
+PKF_INST(1) PKF_INST(2) PKF_INST(3) PKF_INST(4) PKF_INST(5) PKF_INST(6)
+PKF_INST(7) PKF_INST(8) PKF_INST(9) PKF_INST(10) PKF_INST(11) PKF_INST(12)
+static const ix__pk_fn k_pkf[PKF_RX] = {pkf_1, pkf_2, pkf_3, pkf_4,  pkf_5,  pkf_6,
+                                        pkf_7, pkf_8, pkf_9, pkf_10, pkf_11, pkf_12};
+
 /* ---- float matmul tiles (F32 / F16 / BF16 weights widened in registers) -------------- */
 #define F_RX 4
 #define F_RW 4
@@ -531,6 +662,10 @@ static void matmul_rows(const ix_matmul *mm, size_t n0, size_t n1, bool vnni) {
     switch (mm->w_type) {
     case IX_DTYPE_Q8_0:
     case IX_DTYPE_Q4_0: {
+        if (mm->w_packed) {
+            ix__pk_walk(mm, n0, n1, k_pk[vnni][mm->w_type == IX_DTYPE_Q4_0], PK_RX, PK_MCHUNK);
+            break;
+        }
         int q4 = mm->w_type == IX_DTYPE_Q4_0;
         /* the wide tile's transpose pays off once a few X rows share it */
         if (vnni && mm->M >= WIDE_MIN_M) ix__matmul_tiles(mm, n0, n1, k_wide_band[q4], 0, W_RW);
@@ -538,7 +673,10 @@ static void matmul_rows(const ix_matmul *mm, size_t n0, size_t n1, bool vnni) {
         break;
     }
     case IX_DTYPE_F32: ix__matmul_tiles(mm, n0, n1, k_ftiles[0], F_RX, F_RW); break;
-    case IX_DTYPE_F16: ix__matmul_tiles(mm, n0, n1, k_ftiles[1], F_RX, F_RW); break;
+    case IX_DTYPE_F16:
+        if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pkf, PKF_RX, PKF_MCHUNK);
+        else ix__matmul_tiles(mm, n0, n1, k_ftiles[1], F_RX, F_RW);
+        break;
     default: ix__matmul_tiles(mm, n0, n1, k_ftiles[2], F_RX, F_RW); break;
     }
 }

@@ -144,6 +144,81 @@ ix_status ix_kernels_matmul_check(const ix_matmul *mm) {
         return IX_ERR_INVALID;
     if (ix__w_quantized(mm->w_type) && (!mm->scratch || ((uintptr_t)mm->scratch & 63)))
         return IX_ERR_INVALID;
+    if (mm->w_packed && (!ix_kernels_packable(mm->w_type, mm->N, mm->K) || mm->w_stride_bytes ||
+                         ((uintptr_t)mm->w & 63)))
+        return IX_ERR_INVALID;
+    return IX_OK;
+}
+
+/* ---- packed weights ------------------------------------------------------------ */
+bool ix_kernels_packable(ix_dtype type, size_t N, size_t K) {
+    if (N % IX__PK || K == 0) return false;
+    return type == IX_DTYPE_F16 || (ix__w_quantized(type) && K % IX__QK == 0);
+}
+
+size_t ix_kernels_packed_bytes(ix_dtype type, size_t N, size_t K) {
+    if (!ix_kernels_packable(type, N, K)) return 0;
+    return N / IX__PK * ix__pk_group_bytes(type, K);
+}
+
+void ix__pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *fns, int rx_max, size_t mchunk) {
+    const ix_dtype t = mm->w_type;
+    const bool q = ix__w_quantized(t);
+    ix__pk_tile a = {.k = mm->K, .ldy = ix__mm_ldy(mm), .blk_off = ix__align64(mm->K),
+                     .xs = q ? ix__q8a_row_bytes(mm->K) : ix__mm_ldx(mm) * sizeof(float)};
+    const uint8_t *x0 = q ? (const uint8_t *)mm->scratch : (const uint8_t *)mm->x;
+    for (size_t mc = 0; mc < mm->M; mc += mchunk) {
+        size_t mend = mm->M - mc < mchunk ? mm->M : mc + mchunk;
+        for (size_t g = n0 / IX__PK; g < n1 / IX__PK; g++) {
+            a.w = ix__pk_codes(t, mm->w, mm->K, g);
+            a.scales = q ? ix__pk_scales(t, mm->w, mm->K, g) : NULL;
+            for (size_t m = mc; m < mend; m += (size_t)rx_max) {
+                int rx = mend - m < (size_t)rx_max ? (int)(mend - m) : rx_max;
+                a.x = x0 + m * a.xs;
+                a.y = mm->y + m * a.ldy + g * IX__PK;
+                fns[rx - 1](&a);
+            }
+        }
+    }
+}
+
+ix_status ix_kernels_pack(ix_dtype type, const void *w, size_t w_stride_bytes, size_t N, size_t K,
+                          size_t n0, size_t n1, void *dst) {
+    if (!ix_kernels_packable(type, N, K)) return IX_ERR_UNSUPPORTED;
+    size_t row = ix__w_row_bytes(type, K), ws = w_stride_bytes ? w_stride_bytes : row;
+    if (ws < row || n0 > n1 || n1 > N || n0 % IX__PK || n1 % IX__PK) return IX_ERR_INVALID;
+    if (n0 == n1) return IX_OK;
+    if (!w || !dst || ((uintptr_t)dst & 63)) return IX_ERR_INVALID;
+    if (type == IX_DTYPE_F16) {
+        for (size_t g = n0 / IX__PK; g < n1 / IX__PK; g++) {
+            uint8_t *out = (uint8_t *)ix__pk_codes(type, dst, K, g);
+            const uint8_t *src = (const uint8_t *)w + g * IX__PK * ws;
+            for (size_t k = 0; k < K; k++)
+                for (size_t r = 0; r < IX__PK; r++) memcpy(out + (k * IX__PK + r) * 2, src + r * ws + k * 2, 2);
+            memset(out + K * 2 * IX__PK, 0, ix__pk_group_bytes(type, K) - K * 2 * IX__PK);
+        }
+        return IX_OK;
+    }
+    const bool q8 = type == IX_DTYPE_Q8_0;
+    const size_t nb = K / IX__QK, bb = q8 ? IX__Q8_0_BYTES : IX__Q4_0_BYTES, cb = ix__pk_code_bytes(type);
+    const size_t planes = q8 ? 8 : 4;
+    for (size_t g = n0 / IX__PK; g < n1 / IX__PK; g++) {
+        uint8_t *codes = (uint8_t *)ix__pk_codes(type, dst, K, g);
+        uint8_t *scales = (uint8_t *)ix__pk_scales(type, dst, K, g);
+        const uint8_t *src = (const uint8_t *)w + g * IX__PK * ws;
+        /* block-major, so the writes are sequential and the 16 rows are 16
+         * forward read streams */
+        for (size_t b = 0; b < nb; b++) {
+            uint8_t *cd = codes + b * cb;
+            for (size_t r = 0; r < IX__PK; r++) {
+                const uint8_t *blk = src + r * ws + b * bb;
+                memcpy(scales + (b * IX__PK + r) * 2, blk, 2);
+                for (size_t j = 0; j < planes; j++) memcpy(cd + j * 64 + r * 4, blk + 2 + 4 * j, 4);
+            }
+        }
+        size_t used = nb * (cb + 2 * IX__PK);
+        memset(codes + used, 0, ix__pk_group_bytes(type, K) - used);
+    }
     return IX_OK;
 }
 
@@ -380,15 +455,24 @@ void ix_attn_init(ix_attn_acc *acc, float *o, size_t head_dim, float scale) {
     if (o && head_dim) memset(o, 0, head_dim * sizeof *o);
 }
 
-ix_status ix_kernels_attn_add(ix_attn_acc *acc, const float *q, const void *k, size_t k_stride,
-                              const void *v, size_t v_stride, size_t n_tokens, ix_dtype kv_type) {
-    if (!acc || !acc->o || acc->head_dim == 0) return IX_ERR_INVALID;
+ix_status ix_kernels_attn_add_group(ix_attn_acc *accs, const float *q, size_t nq, const void *k,
+                                    size_t k_stride, const void *v, size_t v_stride, size_t n_tokens,
+                                    ix_dtype kv_type) {
+    if (!accs || nq == 0) return IX_ERR_INVALID;
+    size_t hd = accs[0].head_dim;
+    for (size_t i = 0; i < nq; i++)
+        if (!accs[i].o || accs[i].head_dim == 0 || accs[i].head_dim != hd) return IX_ERR_INVALID;
     if (kv_type != IX_DTYPE_F32 && kv_type != IX_DTYPE_F16) return IX_ERR_UNSUPPORTED;
     if (n_tokens == 0) return IX_OK;
     if (!q || !k || !v) return IX_ERR_INVALID;
-    if (n_tokens > 1 && (k_stride < acc->head_dim || v_stride < acc->head_dim)) return IX_ERR_INVALID;
-    ix_kernels()->attn_add(acc, q, k, k_stride, v, v_stride, n_tokens, kv_type);
+    if (n_tokens > 1 && (k_stride < hd || v_stride < hd)) return IX_ERR_INVALID;
+    ix_kernels()->attn_add(accs, q, nq, k, k_stride, v, v_stride, n_tokens, kv_type);
     return IX_OK;
+}
+
+ix_status ix_kernels_attn_add(ix_attn_acc *acc, const float *q, const void *k, size_t k_stride,
+                              const void *v, size_t v_stride, size_t n_tokens, ix_dtype kv_type) {
+    return ix_kernels_attn_add_group(acc, q, 1, k, k_stride, v, v_stride, n_tokens, kv_type);
 }
 
 void ix_attn_finish(const ix_attn_acc *acc, float *out) {

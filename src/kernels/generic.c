@@ -152,8 +152,56 @@ static float dot_q4_0(const uint8_t *w, ix__q8a_row xa, size_t nb) {
     return sum;
 }
 
+/* The same dots from the packed layout: row r of a 16-row group. */
+static float dot_packed(ix_dtype t, const uint8_t *codes, const uint8_t *scales, size_t r,
+                        ix__q8a_row xa, size_t nb) {
+    const bool q8 = t == IX_DTYPE_Q8_0;
+    const size_t cb = ix__pk_code_bytes(t);
+    float sum = 0.0f;
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *c = codes + b * cb + r * 4;
+        const int8_t *xq = xa.qs + b * IX__QK;
+        int32_t dot = 0;
+        if (q8) {
+            for (int j = 0; j < 8; j++)
+                for (int i = 0; i < 4; i++) dot += (int32_t)(int8_t)c[j * 64 + i] * xq[4 * j + i];
+        } else {
+            for (int j = 0; j < 4; j++)
+                for (int i = 0; i < 4; i++)
+                    dot += (c[j * 64 + i] & 15) * xq[4 * j + i] + (c[j * 64 + i] >> 4) * xq[16 + 4 * j + i];
+            dot -= 8 * xa.blk[b].s;
+        }
+        float dw = ix__fp16_to_fp32(ix__load_u16(scales + (b * IX__PK + r) * 2));
+        sum = fmaf((float)dot, dw * xa.blk[b].d, sum);
+    }
+    return sum;
+}
+
 static void matmul_rows(const ix_matmul *mm, size_t n0, size_t n1) {
     size_t ldx = ix__mm_ldx(mm), ldy = ix__mm_ldy(mm), nb = mm->K / IX__QK;
+    if (mm->w_packed && mm->w_type == IX_DTYPE_F16) {
+        for (size_t n = n0; n < n1; n++) {
+            const uint8_t *h = ix__pk_codes(mm->w_type, mm->w, mm->K, n / IX__PK) + n % IX__PK * 2;
+            for (size_t m = 0; m < mm->M; m++) {
+                const float *x = mm->x + m * ldx;
+                float sum = 0.0f;
+                for (size_t k = 0; k < mm->K; k++) sum += ix__fp16_to_fp32(ix__load_u16(h + k * 2 * IX__PK)) * x[k];
+                mm->y[m * ldy + n] = sum;
+            }
+        }
+        return;
+    }
+    if (mm->w_packed) {
+        for (size_t n = n0; n < n1; n++) {
+            size_t g = n / IX__PK;
+            const uint8_t *codes = ix__pk_codes(mm->w_type, mm->w, mm->K, g);
+            const uint8_t *scales = ix__pk_scales(mm->w_type, mm->w, mm->K, g);
+            for (size_t m = 0; m < mm->M; m++)
+                mm->y[m * ldy + n] = dot_packed(mm->w_type, codes, scales, n % IX__PK,
+                                                ix__q8a_at(mm->scratch, mm->K, m), nb);
+        }
+        return;
+    }
     for (size_t n = n0; n < n1; n++) {
         const uint8_t *w = ix__mm_wrow(mm, n);
         for (size_t m = 0; m < mm->M; m++) {
@@ -219,8 +267,8 @@ static float kv_at(const void *rows, size_t stride, ix_dtype t, size_t row, size
     return ((const float *)rows)[row * stride + i];
 }
 
-static void attn_add(ix_attn_acc *acc, const float *q, const void *k, size_t k_stride,
-                     const void *v, size_t v_stride, size_t n_tokens, ix_dtype kv_type) {
+static void attn_add_one(ix_attn_acc *acc, const float *q, const void *k, size_t k_stride,
+                         const void *v, size_t v_stride, size_t n_tokens, ix_dtype kv_type) {
     size_t hd = acc->head_dim;
     float s[IX__ATTN_CHUNK];
     for (size_t t0 = 0; t0 < n_tokens; t0 += IX__ATTN_CHUNK) {
@@ -243,6 +291,14 @@ static void attn_add(ix_attn_acc *acc, const float *q, const void *k, size_t k_s
             for (size_t i = 0; i < hd; i++) acc->o[i] += p * kv_at(v, v_stride, kv_type, t0 + t, i);
         }
     }
+}
+
+/* The reference reads K/V once per query: a group is its queries one by one. */
+static void attn_add(ix_attn_acc *accs, const float *q, size_t nq, const void *k, size_t k_stride,
+                     const void *v, size_t v_stride, size_t n_tokens, ix_dtype kv_type) {
+    for (size_t i = 0; i < nq; i++)
+        attn_add_one(accs + i, q + i * accs[0].head_dim, k, k_stride, v, v_stride, n_tokens,
+                     kv_type);
 }
 
 static const ix_kernel_table k_generic = {

@@ -180,8 +180,62 @@ static inline uint16_t ix__load_u16(const void *p) {
     return v;
 }
 
+static inline uint32_t ix__load_u32(const void *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
 /* Scale of the Q8_0 / Q4_0 block at p. */
 static inline float ix__block_d(const void *p) { return ix__fp16_to_fp32(ix__load_u16(p)); }
+
+/* ---- packed weights (ix_kernels_pack) ---------------------------------------
+ * Group g (W rows 16g..16g+15) occupies ix__pk_group_bytes(t, K) bytes at
+ * w + g * that, 64-byte aligned. F16: element k of the 16 rows side by side,
+ * halves[K][16]. Q8_0 / Q4_0:
+ *     codes[K/32][CB]     CB = 256 (Q4_0) or 512 (Q8_0) bytes per block:
+ *                         plane j (64 bytes at j * 64) holds, in 32-bit lane r,
+ *                         bytes 4j..4j+3 of row r's block codes: Q4_0 planes
+ *                         0..3 (low nibble = element 4j+i, high = 16+4j+i),
+ *                         Q8_0 planes 0..7 (int8 element 4j+i)
+ *     scales[K/32][16]    the rows' fp16 block scales, row order
+ *     padding to 64 bytes */
+#define IX__PK IX_KERNELS_PACK_ROWS
+
+static inline size_t ix__pk_code_bytes(ix_dtype t) { return t == IX_DTYPE_Q8_0 ? 512 : 256; }
+
+static inline size_t ix__pk_group_bytes(ix_dtype t, size_t k) {
+    if (t == IX_DTYPE_F16) return ix__align64(k * 2 * IX__PK);
+    size_t nb = k / IX__QK;
+    return ix__align64(nb * (ix__pk_code_bytes(t) + 2 * IX__PK));
+}
+
+/* Group g's codes and scales. */
+static inline const uint8_t *ix__pk_codes(ix_dtype t, const void *w, size_t k, size_t g) {
+    return (const uint8_t *)w + g * ix__pk_group_bytes(t, k);
+}
+static inline const uint8_t *ix__pk_scales(ix_dtype t, const void *w, size_t k, size_t g) {
+    return ix__pk_codes(t, w, k, g) + k / IX__QK * ix__pk_code_bytes(t);
+}
+
+/* One tile of a packed matmul: rx X rows (the function's own constant)
+ * against the 16 W rows of one group. */
+typedef struct ix__pk_tile {
+    const uint8_t *w;      /* the group's codes (F16: halves) */
+    const uint8_t *scales; /* Q8_0 / Q4_0: the group's scales */
+    const uint8_t *x;      /* X row 0: a q8a row (quantized) or f32 */
+    size_t xs;             /* bytes between X rows */
+    size_t blk_off;        /* q8a: offset of blk[] in a row */
+    size_t k;              /* K */
+    float *y;              /* Y[row 0][first column of the group] */
+    size_t ldy;            /* floats between Y rows */
+} ix__pk_tile;
+typedef void (*ix__pk_fn)(const ix__pk_tile *t);
+
+/* Columns [n0, n1) (whole groups) of a packed matmul: X in chunks of mchunk
+ * rows, and per chunk each group against the chunk's rows, fns[rx - 1]
+ * doing rx (1..rx_max) of them at a time. */
+void ix__pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *fns, int rx_max, size_t mchunk);
 
 /* ---- matmul helpers -------------------------------------------------------- */
 static inline size_t ix__w_row_bytes(ix_dtype t, size_t k) {

@@ -5,10 +5,12 @@
  * layer together, so every weight matrix is read once per step whatever the
  * batch holds. Per layer: RMSNorm, Q/K/V projections (+ biases for qwen2),
  * RoPE at each token's own position, K/V written into the paged cache through
- * the token's block table, attention of each (token, head) over its sequence's
- * blocks up to its position (causal, and windowed when the model slides), the
- * output projection and the SwiGLU FFN with residuals. Logits are computed only
- * for the tokens the caller asks for.
+ * the token's block table, attention of each (token, KV head) -- all the query
+ * heads of its group at once -- over its sequence's blocks up to its position
+ * (causal, and windowed when the model slides), the output projection and the
+ * SwiGLU FFN with residuals. Logits are computed only for the tokens the
+ * caller asks for. Matmuls, attention and the per-token row ops between them
+ * all run on the context's worker pool.
  *
  * Since a token's K/V is written before any attention of that layer runs, a
  * prefill chunk attends to its own earlier tokens exactly like a decode step
@@ -16,6 +18,7 @@
  * its sequence (batch invariance).
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "model/model_int.h"
@@ -131,16 +134,11 @@ static ix_status matmul(ix_model_ctx *c, const ix__weight *w, const float *x, si
     ix_matmul mm = {
         .w_type = w->type, .w = w->data, .x = x, .y = y,
         .M = M, .N = (size_t)w->ne1, .K = (size_t)w->ne0,
-        .scratch = c->scratch, .x_ready = x_ready,
+        .scratch = c->scratch, .x_ready = x_ready, .w_packed = w->packed,
     };
     ix_status s = ix_kernels_matmul(&mm, c->pool);
     if (s != IX_OK) return ix_errf(&c->err, s, "matmul of %s weights failed", ix_dtype_name(w->type));
     return IX_OK;
-}
-
-static void add_bias(float *y, const float *b, size_t M, size_t N) {
-    if (!b) return;
-    for (size_t i = 0; i < M; i++) ix_kernels_add(y + i * N, y + i * N, b, N);
 }
 
 /* Address of K (or V with v = true) of (layer, block, kv head, slot). */
@@ -152,16 +150,53 @@ static inline unsigned char *kv_addr(const ix_model_ctx *c, unsigned char *base,
            (size_t)slot * l->token_stride_bytes;
 }
 
-static void store_kv(ix_model_ctx *c, const ix_batch *b, int32_t layer) {
+/* ---- per-token row ops ------------------------------------------------------
+ * The work between the matmuls (embedding rows, residual adds, RMSNorm, biases,
+ * RoPE, K/V stores, SiLU * up) is independent per token, so one pool run per
+ * step of a layer splits it by token ranges. A token's row goes through the
+ * same calls whatever range it lands in, so the results do not depend on the
+ * thread count. Batches too small to pay for waking the workers run on the
+ * caller. */
+typedef enum row_op {
+    ROW_EMBED,      /* x = embedding row; xb = rmsnorm(x) * norm */
+    ROW_RESID_NORM, /* x += xb; xb = rmsnorm(x) * norm */
+    ROW_QKV,        /* q, k, v += biases; RoPE on q and k; k, v into the KV cache */
+    ROW_SILU,       /* gate = silu(gate) * up */
+    ROW_OUT_NORM,   /* row i of xo: x[r] += xb[r]; xo[i] = rmsnorm(x[r]) * norm, r = out_rows[i] */
+} row_op;
+
+typedef struct row_job {
+    ix_model_ctx *c;
+    const ix_batch *b;
+    row_op op;
+    int32_t layer;
+    const float *norm;          /* RMSNorm weights (EMBED, RESID_NORM, OUT_NORM) */
+    const ix_rope_params *rope; /* QKV */
+    size_t n_rows;
+    _Atomic int status; /* first failure of a checked kernel call, else IX_OK */
+} row_job;
+
+/* Rows run on the pool from this much work on (row_work: about 0.2 ns per
+ * unit on the test machine, e.g. add + RMSNorm of 2048 floats ~0.35 us, RoPE
+ * of a TinyLlama token's Q and K ~1.1 us); a handoff costs ~1.2 us, which
+ * two threads win back from ~2.5 us of work. */
+#define ROWS_PARALLEL_MIN_WORK 16384
+
+static void row_fail(row_job *j, ix_status s) {
+    int ok = IX_OK;
+    if (s != IX_OK) atomic_compare_exchange_strong(&j->status, &ok, (int)s);
+}
+
+static void store_kv(ix_model_ctx *c, const ix_batch *b, int32_t layer, size_t t0, size_t t1) {
     const ix_model_hparams *hp = &c->m->hp;
     unsigned char *base = ix_kv_data(c->kv);
     size_t hd = (size_t)hp->head_dim, KV = (size_t)hp->n_head_kv * hd;
     int32_t bs = c->lay.block_size;
-    for (int32_t t = 0; t < b->n_tokens; t++) {
+    for (size_t t = t0; t < t1; t++) {
         int32_t p = b->pos[t], block = c->tables[t][p / bs], slot = p % bs;
         for (int32_t h = 0; h < hp->n_head_kv; h++) {
-            const float *ks = c->k + (size_t)t * KV + (size_t)h * hd;
-            const float *vs = c->v + (size_t)t * KV + (size_t)h * hd;
+            const float *ks = c->k + t * KV + (size_t)h * hd;
+            const float *vs = c->v + t * KV + (size_t)h * hd;
             void *kd = kv_addr(c, base, layer, block, h, slot, false);
             void *vd = kv_addr(c, base, layer, block, h, slot, true);
             if (c->lay.dtype == IX_KV_F16) {
@@ -175,44 +210,167 @@ static void store_kv(ix_model_ctx *c, const ix_batch *b, int32_t layer) {
     }
 }
 
+static void add_bias(float *y, const float *bias, size_t t0, size_t t1, size_t n) {
+    if (!bias) return;
+    for (size_t t = t0; t < t1; t++) ix_kernels_add(y + t * n, y + t * n, bias, n);
+}
+
+static void rows_run(row_job *j, size_t r0, size_t r1) {
+    ix_model_ctx *c = j->c;
+    const ix_model *m = c->m;
+    const ix_model_hparams *hp = &m->hp;
+    size_t E = (size_t)hp->n_embd, hd = (size_t)hp->head_dim, Q = (size_t)hp->n_head * hd,
+           KV = (size_t)hp->n_head_kv * hd, F = (size_t)hp->n_ff;
+    switch (j->op) {
+    case ROW_EMBED: {
+        uint64_t row_bytes;
+        ix_dtype_row_bytes(m->tok_embd.type, E, &row_bytes);
+        for (size_t t = r0; t < r1; t++) {
+            const unsigned char *row =
+                (const unsigned char *)m->tok_embd.data + (size_t)j->b->tokens[t] * row_bytes;
+            row_fail(j, ix_kernels_dequant_row(m->tok_embd.type, row, c->x + t * E, E));
+            ix_kernels_rmsnorm(c->xb + t * E, c->x + t * E, j->norm, E, hp->norm_eps);
+        }
+        break;
+    }
+    case ROW_RESID_NORM:
+        for (size_t t = r0; t < r1; t++) {
+            ix_kernels_add(c->x + t * E, c->x + t * E, c->xb + t * E, E);
+            ix_kernels_rmsnorm(c->xb + t * E, c->x + t * E, j->norm, E, hp->norm_eps);
+        }
+        break;
+    case ROW_QKV: {
+        const ix__layer *l = &m->layers[j->layer];
+        add_bias(c->q, l->bq, r0, r1, Q);
+        add_bias(c->k, l->bk, r0, r1, KV);
+        add_bias(c->v, l->bv, r0, r1, KV);
+        row_fail(j, ix_kernels_rope(c->q + r0 * Q, Q, j->b->pos + r0, r1 - r0, (size_t)hp->n_head,
+                                    j->rope));
+        row_fail(j, ix_kernels_rope(c->k + r0 * KV, KV, j->b->pos + r0, r1 - r0,
+                                    (size_t)hp->n_head_kv, j->rope));
+        store_kv(c, j->b, j->layer, r0, r1);
+        break;
+    }
+    case ROW_SILU:
+        for (size_t t = r0; t < r1; t++)
+            ix_kernels_silu_mul(c->gate + t * F, c->gate + t * F, c->up + t * F, F);
+        break;
+    case ROW_OUT_NORM:
+        for (size_t i = r0; i < r1; i++) {
+            size_t r = (size_t)c->out_rows[i];
+            ix_kernels_add(c->x + r * E, c->x + r * E, c->xb + r * E, E);
+            ix_kernels_rmsnorm(c->xo + i * E, c->x + r * E, j->norm, E, hp->norm_eps);
+        }
+        break;
+    }
+}
+
+static void rows_worker(void *ctx, int ith, int nth) {
+    row_job *j = ctx;
+    size_t r0 = j->n_rows * (size_t)ith / (size_t)nth,
+           r1 = j->n_rows * (size_t)(ith + 1) / (size_t)nth;
+    if (r0 < r1) rows_run(j, r0, r1);
+}
+
+/* Runs one row op over n_rows rows of row_work units each (see above). */
+static ix_status rows(ix_model_ctx *c, const ix_batch *b, row_op op, int32_t layer,
+                      const float *norm, const ix_rope_params *rope, size_t n_rows,
+                      size_t row_work) {
+    row_job j = {
+        .c = c, .b = b, .op = op, .layer = layer, .norm = norm, .rope = rope, .n_rows = n_rows};
+    atomic_init(&j.status, IX_OK);
+    if (n_rows * row_work >= ROWS_PARALLEL_MIN_WORK) ix_pool_run(c->pool, rows_worker, &j);
+    else if (n_rows) rows_run(&j, 0, n_rows);
+    ix_status s = (ix_status)atomic_load(&j.status);
+    if (s != IX_OK)
+        return ix_errf(&c->err, s, "%s failed", op == ROW_QKV ? "rope" : "embedding lookup");
+    return IX_OK;
+}
+
+/* ---- attention -------------------------------------------------------------
+ * A work item is (token, KV head, slice of its query heads): the query heads
+ * of a GQA group (adjacent in the Q row) go through the sequence's blocks
+ * together, so each K/V row is read and widened once per group instead of
+ * once per query head. The slice is the whole group unless the batch has too
+ * few items to keep every thread busy (one decode token with few KV heads).
+ * Threads claim items in small grabs from a shared counter, latest tokens
+ * first (a prefill's costliest items), so a thread that the OS parks delays
+ * only what it has claimed. */
+#define ATTN_MAX_Q 8 /* query heads per item: their accumulators live on the stack */
+
 typedef struct attn_job {
     ix_model_ctx *c;
     const ix_batch *b;
     int32_t layer;
+    int32_t qb;       /* query heads per item */
+    int32_t n_slices; /* items per (token, KV head): ceil(group / qb) */
+    int64_t n_items, grab;
+    _Atomic int64_t next; /* first unclaimed item */
 } attn_job;
 
-/* Work items are (token, head) pairs, dealt round-robin so long and short
- * sequences of a ragged batch spread over the threads. */
-static void attn_worker(void *ctx, int ith, int nth) {
-    const attn_job *j = ctx;
+static void attn_item(const attn_job *j, int64_t it) {
     ix_model_ctx *c = j->c;
     const ix_batch *b = j->b;
     const ix_model_hparams *hp = &c->m->hp;
-    const ix_kernel_table *kt = ix_kernels();
     unsigned char *base = ix_kv_data(c->kv);
     size_t hd = (size_t)hp->head_dim, Q = (size_t)hp->n_head * hd;
     int32_t bs = c->lay.block_size, group = hp->n_head / hp->n_head_kv;
     ix_dtype kv_type = c->lay.dtype == IX_KV_F16 ? IX_DTYPE_F16 : IX_DTYPE_F32;
+    int64_t per_token = (int64_t)hp->n_head_kv * j->n_slices;
+    int32_t t = b->n_tokens - 1 - (int32_t)(it / per_token);
+    int32_t kvh = (int32_t)(it % per_token) / j->n_slices,
+            slice = (int32_t)(it % per_token) % j->n_slices;
+    int32_t h0 = kvh * group + slice * j->qb;
+    int32_t nq = group - slice * j->qb < j->qb ? group - slice * j->qb : j->qb;
+    int32_t p = b->pos[t];
+    int32_t lo =
+        hp->sliding_window > 0 && p - hp->sliding_window + 1 > 0 ? p - hp->sliding_window + 1 : 0;
+    const float *q = c->q + (size_t)t * Q + (size_t)h0 * hd; /* (nq, hd) */
+    float *o = c->att + (size_t)t * Q + (size_t)h0 * hd;     /* (nq, hd) */
+    ix_attn_acc accs[ATTN_MAX_Q];
     float scale = 1.0f / sqrtf((float)hd);
-    int64_t n_items = (int64_t)b->n_tokens * hp->n_head;
-    for (int64_t it = ith; it < n_items; it += nth) {
-        int32_t t = (int32_t)(it / hp->n_head), h = (int32_t)(it % hp->n_head), kvh = h / group;
-        int32_t p = b->pos[t];
-        int32_t lo = hp->sliding_window > 0 && p - hp->sliding_window + 1 > 0 ? p - hp->sliding_window + 1 : 0;
-        const float *q = c->q + (size_t)t * Q + (size_t)h * hd;
-        float *o = c->att + (size_t)t * Q + (size_t)h * hd;
-        ix_attn_acc acc;
-        ix_attn_init(&acc, o, hd, scale);
-        for (int32_t blk = lo / bs; blk <= p / bs; blk++) {
-            int32_t first = blk * bs > lo ? 0 : lo - blk * bs;
-            int32_t last = (blk + 1) * bs - 1 < p ? bs - 1 : p - blk * bs;
-            int32_t id = c->tables[t][blk];
-            const void *k = kv_addr(c, base, j->layer, id, kvh, first, false);
-            const void *v = kv_addr(c, base, j->layer, id, kvh, first, true);
-            kt->attn_add(&acc, q, k, hd, v, hd, (size_t)(last - first + 1), kv_type);
-        }
-        ix_attn_finish(&acc, o);
+    for (int32_t i = 0; i < nq; i++) ix_attn_init(&accs[i], o + (size_t)i * hd, hd, scale);
+    const ix_kernel_table *kt = ix_kernels();
+    for (int32_t blk = lo / bs; blk <= p / bs; blk++) {
+        int32_t first = blk * bs > lo ? 0 : lo - blk * bs;
+        int32_t last = (blk + 1) * bs - 1 < p ? bs - 1 : p - blk * bs;
+        int32_t id = c->tables[t][blk];
+        const void *k = kv_addr(c, base, j->layer, id, kvh, first, false);
+        const void *v = kv_addr(c, base, j->layer, id, kvh, first, true);
+        kt->attn_add(accs, q, (size_t)nq, k, hd, v, hd, (size_t)(last - first + 1), kv_type);
     }
+    for (int32_t i = 0; i < nq; i++) ix_attn_finish(&accs[i], o + (size_t)i * hd);
+}
+
+static void attn_worker(void *ctx, int ith, int nth) {
+    (void)ith;
+    (void)nth;
+    attn_job *j = ctx;
+    for (;;) {
+        int64_t i0 = atomic_fetch_add_explicit(&j->next, j->grab, memory_order_relaxed);
+        if (i0 >= j->n_items) return;
+        int64_t i1 = i0 + j->grab < j->n_items ? i0 + j->grab : j->n_items;
+        for (int64_t it = i0; it < i1; it++) attn_item(j, it);
+    }
+}
+
+static void attention(ix_model_ctx *c, const ix_batch *b, int32_t layer) {
+    const ix_model_hparams *hp = &c->m->hp;
+    int32_t group = hp->n_head / hp->n_head_kv, nth = ix_pool_n_threads(c->pool);
+    int64_t pairs = (int64_t)b->n_tokens * hp->n_head_kv;
+    /* slices of at most ATTN_MAX_Q heads, split finer while there are fewer
+     * than two items per thread */
+    int32_t n_slices = (group + ATTN_MAX_Q - 1) / ATTN_MAX_Q;
+    while (pairs * n_slices < 2 * (int64_t)nth && n_slices < group) n_slices *= 2;
+    if (n_slices > group) n_slices = group;
+    int32_t qb = (group + n_slices - 1) / n_slices;
+    n_slices = (group + qb - 1) / qb;
+    attn_job j = {.c = c, .b = b, .layer = layer, .qb = qb, .n_slices = n_slices,
+                  .n_items = pairs * n_slices};
+    j.grab = j.n_items / (16 * (int64_t)nth) > 1 ? j.n_items / (16 * (int64_t)nth) : 1;
+    atomic_init(&j.next, 0);
+    if (j.n_items < 2) attn_worker(&j, 0, 1);
+    else ix_pool_run(c->pool, attn_worker, &j);
 }
 
 static ix_status check_batch(ix_model_ctx *c, const ix_batch *b, int32_t *n_out) {
@@ -255,53 +413,37 @@ ix_status ix_model_forward(ix_model_ctx *c, const ix_batch *b, float *logits) {
     size_t T = (size_t)b->n_tokens, E = (size_t)hp->n_embd, hd = (size_t)hp->head_dim,
            Q = (size_t)hp->n_head * hd, KV = (size_t)hp->n_head_kv * hd, F = (size_t)hp->n_ff;
 
-    /* x (T, E): embedding rows */
-    uint64_t row_bytes;
-    ix_dtype_row_bytes(m->tok_embd.type, E, &row_bytes);
-    for (size_t t = 0; t < T; t++) {
-        const unsigned char *row = (const unsigned char *)m->tok_embd.data + (size_t)b->tokens[t] * row_bytes;
-        ix_kernels_dequant_row(m->tok_embd.type, row, c->x + t * E, E);
-    }
-
     ix_rope_params rp = {
         .mode = hp->rope_mode, .head_dim = (uint32_t)hd, .n_rot = (uint32_t)hp->n_rot,
         .freq_base = hp->rope_freq_base, .freq_scale = hp->rope_freq_scale,
         .freq_factors = m->rope_factors,
     };
+    /* x (T, E) = embedding rows; xb = rmsnorm(x) for layer 0 */
+    if ((s = rows(c, b, ROW_EMBED, 0, m->layers[0].attn_norm, NULL, T, E)) != IX_OK) return s;
     for (int32_t il = 0; il < hp->n_layer; il++) {
         const ix__layer *l = &m->layers[il];
-        /* attention */
-        for (size_t t = 0; t < T; t++)
-            ix_kernels_rmsnorm(c->xb + t * E, c->x + t * E, l->attn_norm, E, hp->norm_eps);
+        /* attention; xb holds rmsnorm(x) * attn_norm */
         if ((s = matmul(c, &l->wq, c->xb, T, c->q, false)) != IX_OK) return s;
         if ((s = matmul(c, &l->wk, c->xb, T, c->k, l->wk.type == l->wq.type)) != IX_OK) return s;
         if ((s = matmul(c, &l->wv, c->xb, T, c->v, l->wv.type == l->wk.type && l->wk.type == l->wq.type)) != IX_OK)
             return s;
-        add_bias(c->q, l->bq, T, Q);
-        add_bias(c->k, l->bk, T, KV);
-        add_bias(c->v, l->bv, T, KV);
-        if ((s = ix_kernels_rope(c->q, Q, b->pos, T, (size_t)hp->n_head, &rp)) != IX_OK ||
-            (s = ix_kernels_rope(c->k, KV, b->pos, T, (size_t)hp->n_head_kv, &rp)) != IX_OK)
-            return ix_errf(&c->err, s, "rope failed");
-        store_kv(c, b, il);
-        attn_job job = {c, b, il};
-        ix_pool_run(c->pool, attn_worker, &job);
+        if ((s = rows(c, b, ROW_QKV, il, NULL, &rp, T, 2 * (Q + 2 * KV))) != IX_OK) return s;
+        attention(c, b, il);
         if ((s = matmul(c, &l->wo, c->att, T, c->xb, false)) != IX_OK) return s;
-        for (size_t t = 0; t < T; t++) ix_kernels_add(c->x + t * E, c->x + t * E, c->xb + t * E, E);
-
-        /* feed-forward: down(silu(gate(x)) * up(x)) */
-        for (size_t t = 0; t < T; t++)
-            ix_kernels_rmsnorm(c->xb + t * E, c->x + t * E, l->ffn_norm, E, hp->norm_eps);
+        /* x += attention output; feed-forward: down(silu(gate(xb)) * up(xb)) */
+        if ((s = rows(c, b, ROW_RESID_NORM, il, l->ffn_norm, NULL, T, E)) != IX_OK) return s;
         if ((s = matmul(c, &l->w_gate, c->xb, T, c->gate, false)) != IX_OK) return s;
         if ((s = matmul(c, &l->w_up, c->xb, T, c->up, l->w_up.type == l->w_gate.type)) != IX_OK) return s;
-        for (size_t t = 0; t < T; t++) ix_kernels_silu_mul(c->gate + t * F, c->gate + t * F, c->up + t * F, F);
+        if ((s = rows(c, b, ROW_SILU, il, NULL, NULL, T, F)) != IX_OK) return s;
         if ((s = matmul(c, &l->w_down, c->gate, T, c->xb, false)) != IX_OK) return s;
-        for (size_t t = 0; t < T; t++) ix_kernels_add(c->x + t * E, c->x + t * E, c->xb + t * E, E);
+        /* x += feed-forward output, normed for the next layer (the last
+         * layer's residual is needed only in the rows that give logits) */
+        if (il + 1 < hp->n_layer &&
+            (s = rows(c, b, ROW_RESID_NORM, il, m->layers[il + 1].attn_norm, NULL, T, E)) != IX_OK)
+            return s;
     }
 
     if (n_out == 0) return IX_OK;
-    for (int32_t i = 0; i < n_out; i++)
-        ix_kernels_rmsnorm(c->xo + (size_t)i * E, c->x + (size_t)c->out_rows[i] * E, m->out_norm, E,
-                           hp->norm_eps);
+    if ((s = rows(c, b, ROW_OUT_NORM, 0, m->out_norm, NULL, (size_t)n_out, E)) != IX_OK) return s;
     return matmul(c, &m->output, c->xo, (size_t)n_out, logits, false);
 }

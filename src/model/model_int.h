@@ -11,6 +11,7 @@ typedef struct ix__weight {
     ix_dtype type;
     int64_t ne0, ne1; /* (ne1 rows of ne0 elements) */
     uint64_t n_bytes;
+    bool packed; /* data is in ix_kernels_pack's layout, in ix_model.packed */
 } ix__weight;
 
 typedef struct ix__layer {
@@ -33,6 +34,8 @@ struct ix_model {
     ix__layer *layers;       /* (n_layer) */
     float *rope_factors;     /* (n_rot/2) Llama-3 frequency divisors, or NULL */
     uint64_t decode_bytes, n_params;
+    void *packed;            /* the packed copies of the matmul weights (mmap'd) */
+    uint64_t packed_bytes;   /* bytes mapped there */
 };
 
 #endif

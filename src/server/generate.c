@@ -23,7 +23,14 @@
  * sockets of suspended jobs every IXS_WATCH_MS and cancels the engine
  * requests of those whose peer has closed, and cancels every job when the
  * server aborts requests at shutdown. Cancelled requests finish within a
- * step; their on_finish resumes the connection, which then ends. */
+ * step; their on_finish resumes the connection, which then ends.
+ *
+ * Closing a job -- its usage, its cost, its access-log line -- needs the
+ * engine's counters, which the engine thread must not ask for from a
+ * callback; so a job is closed on an HTTP thread when it is answered, and a
+ * job whose client left while it ran ("orphan") keeps the MHD side's
+ * reference until the watcher has seen it finish and closed it. Its machine
+ * time is charged like any other's. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,9 +67,16 @@ struct ixs_job {
     struct MHD_Connection *conn;
     MHD_socket fd;           /* conn's socket, peeked only while suspended */
     const char *ep;          /* the endpoint (a static string) */
+    uint64_t t_req_ns;       /* the HTTP request arrived */
+    char remote[64];         /* the peer, for the access log */
+    int key;                 /* the API key's index, -1: none */
     atomic_int refs;         /* the MHD side + one per submitted sub not yet finished */
     ixs_job *prev, *next;    /* s->jobs, under s->jobs_mu */
-    bool listed;
+    bool listed;             /* on s->jobs (under s->jobs_mu) */
+    bool accepted;           /* every sub was submitted */
+    bool orphan;             /* under s->jobs_mu: the MHD side left it to the watcher */
+    bool failed;             /* refused (an error answer): no usage, cost or job log line */
+    ixs_job *reap_next;      /* ix__srv_reap's list */
     pthread_mutex_t mu;
     /* What was asked. */
     bool chat, stream, include_usage, want_logprobs;
@@ -84,8 +98,7 @@ struct ixs_job {
     /* The MHD side (one HTTP thread at a time). */
     ixs_queue taken;
     bool seen_done[IXS_MAX_PROMPTS]; /* finish already turned into output */
-    bool finalized;
-    uint64_t t0_ns, tokens_before;
+    bool finalized, logged;
     ix_usage usage;
     double cost_usd;
     int32_t n_choices;       /* n_sub * n */
@@ -156,10 +169,11 @@ static void on_token(void *user, const ix_token_event *ev) {
 static void on_finish(void *user, const ix_finish_info *info) {
     ixs_sub *sub = user;
     ixs_job *j = sub->job;
+    ix__metrics_finish(&j->s->metrics, info);
     pthread_mutex_lock(&j->mu);
     j->fin[sub->index] = *info;
     j->done[sub->index] = true;
-    j->n_done++;
+    ++j->n_done;
     bool wake = take_suspension(j);
     pthread_mutex_unlock(&j->mu);
     if (wake) MHD_resume_connection(j->conn);
@@ -168,11 +182,17 @@ static void on_finish(void *user, const ix_finish_info *info) {
 
 /* ---- job life cycle ------------------------------------------------------- */
 
-static ixs_job *job_new(ix_server *s, struct MHD_Connection *c) {
+static ixs_job *job_new(ixs_conn *cc) {
+    ix_server *s = cc->s;
+    struct MHD_Connection *c = cc->c;
     ixs_job *j = ix_calloc(1, sizeof *j);
     if (!j) return NULL;
     j->s = s;
     j->conn = c;
+    j->ep = cc->ep;
+    j->t_req_ns = cc->t0_ns;
+    j->key = cc->key;
+    memcpy(j->remote, cc->remote, sizeof j->remote);
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd = ci ? ci->connect_fd : MHD_INVALID_SOCKET;
     pthread_mutex_init(&j->mu, NULL);
@@ -184,20 +204,22 @@ static ixs_job *job_new(ix_server *s, struct MHD_Connection *c) {
     return j;
 }
 
+typedef enum cancel_cause { CANCEL_DISCONNECT, CANCEL_SHUTDOWN, CANCEL_REFUSED } cancel_cause;
+
 /* Claims the job's cancellation (once) and counts why; fills ids with the
  * engine requests to cancel and returns how many. Any thread; the caller
  * calls ix_engine_cancel outside its locks (ids of finished requests are
  * ignored by the engine). */
-static int claim_cancel(ixs_job *j, bool shutdown, uint64_t ids[IXS_MAX_PROMPTS]) {
+static int claim_cancel(ixs_job *j, cancel_cause why, uint64_t ids[IXS_MAX_PROMPTS]) {
     if (atomic_exchange(&j->cancelled, true)) return 0;
     int n = 0;
     pthread_mutex_lock(&j->mu);
     for (int i = 0; i < j->n_sub; i++)
         if (j->submitted[i] && !j->done[i]) ids[n++] = j->ids[i];
     pthread_mutex_unlock(&j->mu);
-    if (!n) return 0;
+    if (!n || why == CANCEL_REFUSED) return n;
     pthread_mutex_lock(&j->s->metrics.mu);
-    if (shutdown)
+    if (why == CANCEL_SHUTDOWN)
         j->s->metrics.cancelled_shutdown++;
     else
         j->s->metrics.cancelled_disconnect++;
@@ -205,13 +227,25 @@ static int claim_cancel(ixs_job *j, bool shutdown, uint64_t ids[IXS_MAX_PROMPTS]
     return n;
 }
 
-static void cancel_all(ixs_job *j, bool shutdown) {
+static void cancel_all(ixs_job *j, cancel_cause why) {
     uint64_t ids[IXS_MAX_PROMPTS];
-    int n = claim_cancel(j, shutdown, ids);
+    int n = claim_cancel(j, why, ids);
     for (int i = 0; i < n; i++) ix_engine_cancel(j->s->engine, ids[i]);
 }
 
-static void job_finalize(ixs_job *j, bool with_cost);
+static void job_finalize(ixs_job *j);
+static void job_log(ixs_job *j, int status);
+
+/* Closes a job whose client left before the end of its answer: usage, cost,
+ * the 499 of a whole answer never sent (nginx's
+ * "client closed request"; a stream's 200 went out with its headers), and
+ * its access-log line. */
+static void job_close_abandoned(ixs_job *j) {
+    atomic_store(&j->disconnected, true);
+    job_finalize(j);
+    if (!j->stream) ix__metrics_http(&j->s->metrics, j->ep, 499);
+    job_log(j, j->stream ? 200 : 499);
+}
 
 static void job_free(ixs_job *j) {
     ix_server *s = j->s;
@@ -222,9 +256,9 @@ static void job_free(ixs_job *j) {
         if (j->next) j->next->prev = j->prev;
         pthread_mutex_unlock(&s->jobs_mu);
     }
-    /* Not finalized here: the client went away before the end (the engine
-     * may hold the last reference, so no cost, which asks the engine). */
-    if (j->n_sub > 0 && j->submitted[j->n_sub - 1]) job_finalize(j, false);
+    /* Not closed yet: only a job whose client left and that the engine
+     * finished after the server had stopped. */
+    if (j->accepted && !j->finalized) job_close_abandoned(j);
     ix_free(j->q.ev);
     ix_buf_free(&j->q.text);
     ix_free(j->taken.ev);
@@ -247,25 +281,31 @@ static void job_unref(ixs_job *j) {
     if (atomic_fetch_sub_explicit(&j->refs, 1, memory_order_acq_rel) == 1) job_free(j);
 }
 
-/* The MHD side is done with the job (answered, or the connection closed):
- * cancels what still runs (the client went away, or the server is aborting)
- * and drops the MHD reference. */
+/* The MHD side is done with the job (answered, or the connection closed;
+ * an HTTP thread). A job still running is cancelled (the client went away,
+ * or the server is aborting) and left to the watcher, which closes it once
+ * it has finished; one that has finished but was not answered is closed
+ * here. Then the MHD reference goes. */
 void ix__srv_job_release(ixs_job *j) {
     if (!j) return;
+    ix_server *s = j->s;
     pthread_mutex_lock(&j->mu);
     bool live = j->n_done < j->n_sub;
     pthread_mutex_unlock(&j->mu);
     if (live) {
         atomic_store(&j->disconnected, true);
-        cancel_all(j, atomic_load(&j->s->aborting));
+        cancel_all(j, j->failed ? CANCEL_REFUSED : atomic_load(&s->aborting) ? CANCEL_SHUTDOWN : CANCEL_DISCONNECT);
+        if (j->accepted) {
+            pthread_mutex_lock(&s->jobs_mu);
+            bool listed = j->listed;
+            j->orphan = listed;
+            pthread_mutex_unlock(&s->jobs_mu);
+            if (listed) return; /* the watcher drops the reference */
+        }
+    } else if (j->accepted && !j->finalized) {
+        job_close_abandoned(j); /* finished, but its client left before the answer */
     }
     job_unref(j);
-}
-
-static uint64_t engine_tokens(ix_engine *e) {
-    ix_engine_stats st;
-    ix_engine_get_stats(e, &st);
-    return st.n_prompt_tokens - st.n_cached_prompt_tokens + st.n_generated_tokens;
 }
 
 /* Takes the queued events (and finish flags) into j->taken. Returns whether
@@ -299,33 +339,87 @@ static bool job_suspend(ixs_job *j) {
     return wait;
 }
 
-/* Usage, cost and metrics once every sub has finished. Cost: the machine's
- * price for the job's lifetime times the job's share of the tokens the engine
- * computed meanwhile (docs/server.md). */
-static void job_finalize(ixs_job *j, bool with_cost) {
+/* Usage and cost once every sub has finished. Cost: the machine's price
+ * times the request's share of every engine step it took part in, by the
+ * tokens it put in (ix_timings.compute_ms; docs/server.md). Whoever holds
+ * the MHD side's reference calls it, once. */
+static void job_finalize(ixs_job *j) {
     if (j->finalized) return;
     j->finalized = true;
-    uint64_t own = 0;
+    double compute_s = 0;
     for (int i = 0; i < j->n_sub; i++) {
         const ix_usage *u = &j->fin[i].usage;
         j->usage.prompt_tokens += u->prompt_tokens;
         j->usage.cached_prompt_tokens += u->cached_prompt_tokens;
         j->usage.completion_tokens += u->completion_tokens;
-        own += (uint64_t)(u->prompt_tokens - u->cached_prompt_tokens + u->completion_tokens);
+        compute_s += j->fin[i].timings.compute_ms / 1000.0;
     }
-    if (with_cost && j->s->p.cost_per_hour_usd > 0) {
-        uint64_t delta = engine_tokens(j->s->engine) - j->tokens_before;
-        double share = delta > 0 ? (double)own / (double)delta : 1.0;
-        if (share > 1) share = 1;
-        double seconds = (double)(ix_time_ns() - j->t0_ns) / 1e9;
-        j->cost_usd = j->s->p.cost_per_hour_usd / 3600.0 * seconds * share;
+    if (j->s->p.cost_per_hour_usd > 0) {
+        j->cost_usd = j->s->p.cost_per_hour_usd / 3600.0 * compute_s;
+        ix__metrics_cost(&j->s->metrics, j->cost_usd);
     }
-    for (int i = 0; i < j->n_sub; i++) ix__metrics_finish(&j->s->metrics, &j->fin[i], i == 0 ? j->cost_usd : 0);
+}
+
+/* The job's access-log line (once, after job_finalize): what it asked,
+ * what it got and what it cost; never prompt or output text. */
+static void job_log(ixs_job *j, int status) {
+    if (j->logged) return;
+    j->logged = true;
+    ix_server *s = j->s;
+    json_t *o = ix__srv_log_line(s, "POST", j->ep, status, j->t_req_ns, j->remote, j->key);
+    if (!o) return;
+    double ttft = -1, queue = -1;
+    for (int i = 0; i < j->n_sub; i++) {
+        const ix_timings *t = &j->fin[i].timings;
+        if (j->fin[i].usage.completion_tokens > 0 && t->first_token_ms > 0 && (ttft < 0 || t->first_token_ms < ttft))
+            ttft = t->first_token_ms;
+        if (queue < 0 || t->queue_ms < queue) queue = t->queue_ms;
+    }
+    json_object_set_new(o, "id", json_string(j->id));
+    json_object_set_new(o, "model", json_string(s->model_name));
+    json_object_set_new(o, "stream", json_boolean(j->stream));
+    json_object_set_new(o, "n", json_integer(j->n_choices));
+    json_object_set_new(o, "prompt_tokens", json_integer(j->usage.prompt_tokens));
+    json_object_set_new(o, "cached_tokens", json_integer(j->usage.cached_prompt_tokens));
+    json_object_set_new(o, "completion_tokens", json_integer(j->usage.completion_tokens));
+    json_object_set_new(o, "finish_reason", json_string(ix_finish_reason_name(j->fin[0].reason)));
+    json_object_set_new(o, "ttft_ms", ttft >= 0 ? json_real(round(ttft * 1e3) / 1e3) : json_null());
+    json_object_set_new(o, "queue_ms", json_real(round((queue > 0 ? queue : 0) * 1e3) / 1e3));
+    if (s->p.cost_per_hour_usd > 0) json_object_set_new(o, "cost_usd", json_real(j->cost_usd));
+    json_object_set_new(o, "client_closed", json_boolean(atomic_load(&j->disconnected)));
+    ix__srv_log_write(s, o);
 }
 
 /* ---- the watcher ----------------------------------------------------------- */
 
-/* Hang-ups of suspended connections, and aborting at shutdown. */
+void ix__srv_reap(ix_server *s, bool all) {
+    ixs_job *list = NULL;
+    pthread_mutex_lock(&s->jobs_mu);
+    for (ixs_job *j = s->jobs, *next; j; j = next) {
+        next = j->next;
+        if (!j->orphan) continue;
+        pthread_mutex_lock(&j->mu);
+        bool done = j->n_done == j->n_sub;
+        pthread_mutex_unlock(&j->mu);
+        if (!done && !all) continue;
+        if (j->prev) j->prev->next = j->next;
+        else s->jobs = j->next;
+        if (j->next) j->next->prev = j->prev;
+        j->listed = false;
+        j->orphan = done; /* reused below: whether it can be closed now */
+        j->reap_next = list;
+        list = j;
+    }
+    pthread_mutex_unlock(&s->jobs_mu);
+    for (ixs_job *j = list, *next; j; j = next) {
+        next = j->reap_next;
+        if (j->orphan) job_close_abandoned(j);
+        job_unref(j);
+    }
+}
+
+/* Hang-ups of suspended connections, aborting at shutdown, and closing the
+ * jobs whose client left. */
 void *ix__srv_watch(void *arg) {
     ix_server *s = arg;
     uint64_t *ids = NULL;
@@ -333,6 +427,7 @@ void *ix__srv_watch(void *arg) {
     while (!atomic_load(&s->watch_stop)) {
         struct timespec ts = {0, IXS_WATCH_MS * 1000000L};
         nanosleep(&ts, NULL);
+        ix__srv_reap(s, false);
         bool aborting = atomic_load(&s->aborting);
         size_t n = 0;
         pthread_mutex_lock(&s->jobs_mu);
@@ -355,7 +450,7 @@ void *ix__srv_watch(void *arg) {
                 ids = p;
                 cap = nc;
             }
-            n += (size_t)claim_cancel(j, aborting, ids + n);
+            n += (size_t)claim_cancel(j, aborting ? CANCEL_SHUTDOWN : CANCEL_DISCONNECT, ids + n);
         }
         pthread_mutex_unlock(&s->jobs_mu);
         for (size_t i = 0; i < n; i++) ix_engine_cancel(s->engine, ids[i]);
@@ -466,31 +561,35 @@ static void absorb(ixs_job *j) {
     ix_buf_clear(&t->text);
 }
 
-/* Every sub has finished: the whole response. */
-static enum MHD_Result answer_whole(ixs_job *j, struct MHD_Connection *c, const char *ep) {
-    ix_server *s = j->s;
+/* Every sub has finished: the whole response (cc->job is j). */
+static enum MHD_Result answer_whole(ixs_job *j, ixs_conn *cc) {
     bool newly[IXS_MAX_PROMPTS];
     job_take(j, newly); /* every sub has finished */
     absorb(j);
-    job_finalize(j, true);
     if (atomic_load(&j->disconnected)) {
-        ix__metrics_http(&s->metrics, ep, 499); /* nginx's "client closed request" */
+        job_close_abandoned(j);
         return MHD_NO;
     }
+    job_finalize(j);
     ixs_err e;
     for (int i = 0; i < j->n_sub; i++) {
         if (j->fin[i].reason == IX_FINISH_ERROR) {
             ix__srv_errf(&e, 500, "server_error", NULL, "generation failed: %s", j->fin[i].message);
-            return ix__srv_reply_err(c, s, ep, &e);
+            job_log(j, 500);
+            return ix__srv_reply_err(cc, &e);
         }
         if (j->fin[i].reason == IX_FINISH_DEADLINE) {
             ix__srv_errf(&e, 503, "server_error", "deadline_ms",
                          "the request was shed: it could not finish within its deadline_ms");
             e.code = "deadline_exceeded";
-            return ix__srv_reply_err(c, s, ep, &e);
+            job_log(j, 503);
+            return ix__srv_reply_err(cc, &e);
         }
     }
-    if (j->oom) return ix__srv_reply_json(c, s, ep, 500, NULL);
+    if (j->oom) {
+        job_log(j, 500);
+        return ix__srv_reply_json(cc, 500, NULL);
+    }
     json_t *root = envelope(j, false);
     json_t *choices = json_object_get(root, "choices");
     for (int gi = 0; root && gi < j->n_choices; gi++) {
@@ -506,7 +605,8 @@ static enum MHD_Result answer_whole(ixs_job *j, struct MHD_Connection *c, const 
         json_array_append_new(choices, ch);
     }
     if (root) json_object_set_new(root, "usage", usage_json(j));
-    return ix__srv_reply_json(c, s, ep, 200, root);
+    job_log(j, root ? 200 : 500);
+    return ix__srv_reply_json(cc, 200, root);
 }
 
 /* ---- streaming ----------------------------------------------------------- */
@@ -608,7 +708,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         bool all = job_take(j, newly);
         stream_events(j, newly);
         if (all) {
-            job_finalize(j, true);
+            job_finalize(j);
+            job_log(j, 200);
             if (j->include_usage) {
                 json_t *root = envelope(j, true);
                 if (root) json_object_set_new(root, "usage", usage_json(j));
@@ -720,12 +821,6 @@ static int parse_prompt(ix_server *s, json_t *req, parsed *p, ixs_err *e) {
     }
     p->n_prompts = (int32_t)json_array_size(pr);
     return 0;
-}
-
-static uint64_t fnv1a64(const char *s, size_t n) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
-    return h ? h : 1;
 }
 
 static int parse_request(ix_server *s, json_t *req, bool chat, parsed *p, ixs_job *j, ixs_err *e) {
@@ -851,11 +946,16 @@ static int parse_request(ix_server *s, json_t *req, bool chat, parsed *p, ixs_jo
     if (got) r->priority = (int32_t)i64;
     if ((got = get_int(req, "deadline_ms", 0, INT64_MAX / 1000000, &i64, e)) < 0) return -1;
     if (got) r->deadline_ms = i64;
+    /* Prefix-cache namespace: the API key's (each key a tenant), further
+     * split by cache_salt; without keys the salt's, or 0 (shared). */
+    uint64_t ns = j->key >= 0 ? s->key_ns[j->key] : 0;
     json_t *salt = json_object_get(req, "cache_salt");
     if (salt && !json_is_null(salt)) {
         if (!json_is_string(salt)) return IXS_BAD(e, "cache_salt", "'cache_salt' must be a string");
-        r->cache_ns = fnv1a64(json_string_value(salt), json_string_length(salt));
+        ns = ix__srv_fnv1a(ns ? ns : IXS_FNV_BASIS, json_string_value(salt), json_string_length(salt));
+        if (!ns) ns = 1;
     }
+    r->cache_ns = ns;
     json_t *user = json_object_get(req, "user");
     if (user && !json_is_null(user) && !json_is_string(user)) return IXS_BAD(e, "user", "'user' must be a string");
     /* streaming */
@@ -899,23 +999,24 @@ static int parse_request(ix_server *s, json_t *req, bool chat, parsed *p, ixs_jo
 
 /* Answers a non-streaming job once every sub has finished, else suspends
  * the connection (MHD calls the handler again when on_finish resumes it).
- * *hold is the connection state's reference, dropped once answered. */
-enum MHD_Result ix__srv_generate_again(ixs_job **hold, struct MHD_Connection *c) {
-    ixs_job *j = *hold;
+ * cc->job is the connection state's reference, dropped once answered. */
+enum MHD_Result ix__srv_generate_again(ixs_conn *cc) {
+    ixs_job *j = cc->job;
     if (job_suspend(j)) return MHD_YES;
-    enum MHD_Result ret = answer_whole(j, c, j->ep);
-    *hold = NULL;
+    enum MHD_Result ret = answer_whole(j, cc);
+    cc->job = NULL;
     ix__srv_job_release(j);
     return ret;
 }
 
-enum MHD_Result ix__srv_generate(ix_server *s, struct MHD_Connection *c, const char *ep, bool chat, json_t *req,
-                                 ixs_job **hold) {
+enum MHD_Result ix__srv_generate(ixs_conn *cc, bool chat, json_t *req) {
+    ix_server *s = cc->s;
+    struct MHD_Connection *c = cc->c;
+    const char *ep = cc->ep;
     ixs_err e;
-    ixs_job *j = job_new(s, c);
-    if (!j) return ix__srv_reply_json(c, s, ep, 500, NULL);
+    ixs_job *j = job_new(cc);
+    if (!j) return ix__srv_reply_json(cc, 500, NULL);
     j->chat = chat;
-    j->ep = ep;
     j->created = (int64_t)time(NULL);
     ix__srv_new_id(s, chat ? "chatcmpl-" : "cmpl-", j->id, sizeof j->id);
     parsed p;
@@ -947,8 +1048,6 @@ enum MHD_Result ix__srv_generate(ix_server *s, struct MHD_Connection *c, const c
             ix__srv_errf(&e, 500, "server_error", NULL, "out of memory");
             goto fail;
         }
-    j->t0_ns = ix_time_ns();
-    j->tokens_before = engine_tokens(s->engine);
     for (int i = 0; i < j->n_sub; i++) {
         ix_request_params r = p.r;
         r.prompt = p.prompts[i].ids;
@@ -977,10 +1076,11 @@ enum MHD_Result ix__srv_generate(ix_server *s, struct MHD_Connection *c, const c
     if (s->jobs) s->jobs->prev = j;
     s->jobs = j;
     j->listed = true;
+    j->accepted = true;
     pthread_mutex_unlock(&s->jobs_mu);
     if (!j->stream) {
-        *hold = j;
-        return ix__srv_generate_again(hold, c);
+        cc->job = j;
+        return ix__srv_generate_again(cc);
     }
     /* The response owns the MHD reference from here; stream_free drops it. */
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, j, stream_free);
@@ -996,6 +1096,7 @@ enum MHD_Result ix__srv_generate(ix_server *s, struct MHD_Connection *c, const c
     return ret;
 fail:
     parsed_free(&p);
+    j->failed = true;
     ix__srv_job_release(j); /* cancels what was submitted */
-    return ix__srv_reply_err(c, s, ep, &e);
+    return ix__srv_reply_err(cc, &e);
 }

@@ -1,7 +1,13 @@
 /* inferx server: /metrics. The server's own numbers (requests by endpoint and
  * status, latency histograms, finish reasons, cancellations, cost) live here
  * under one mutex; engine and KV numbers are read from ix_engine_get_stats at
- * scrape time. Rendered in the Prometheus text exposition format 0.0.4. */
+ * scrape time. Rendered in the Prometheus text exposition format 0.0.4.
+ *
+ * Names follow vLLM's (vllm:num_requests_running -> inferx:num_requests_running,
+ * ...) so that dashboards built for it translate by swapping the prefix;
+ * every sample carries model_name. Numbers vLLM has no name for keep the
+ * same prefix and label (docs/server.md lists them all). */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -57,36 +63,124 @@ void ix__metrics_itl(ixs_metrics *m, double seconds) {
     pthread_mutex_unlock(&m->mu);
 }
 
-void ix__metrics_finish(ixs_metrics *m, const ix_finish_info *fi, double cost_usd) {
+void ix__metrics_finish(ixs_metrics *m, const ix_finish_info *fi) {
     pthread_mutex_lock(&m->mu);
     if (fi->usage.completion_tokens > 0 && fi->timings.first_token_ms > 0)
         hist_observe(&m->ttft, fi->timings.first_token_ms / 1e3);
     hist_observe(&m->e2e, fi->timings.total_ms / 1e3);
     hist_observe(&m->queue, fi->timings.queue_ms / 1e3);
     if ((unsigned)fi->reason < IX_ARRAY_LEN(m->finished)) m->finished[fi->reason]++;
-    m->cost_usd += cost_usd;
     pthread_mutex_unlock(&m->mu);
 }
 
-static void head(ix_buf *b, const char *name, const char *type, const char *help) {
-    ix_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+void ix__metrics_cost(ixs_metrics *m, double usd) {
+    if (!(usd > 0)) return;
+    pthread_mutex_lock(&m->mu);
+    m->cost_usd += usd;
+    pthread_mutex_unlock(&m->mu);
 }
 
-static void one(ix_buf *b, const char *name, const char *type, const char *help, double v) {
-    head(b, name, type, help);
-    ix_buf_printf(b, "%s %.17g\n", name, v);
+/* ---- exposition ----------------------------------------------------------- */
+
+typedef struct prom {
+    ix_buf *b;
+    const char *model; /* model_name="...", escaped */
+    size_t model_len;
+    bool bad;          /* an append ran out of memory */
+} prom;
+
+static void out(prom *p, const void *data, size_t n) {
+    if (ix_buf_append(p->b, data, n) != IX_OK) p->bad = true;
 }
 
-static void hist(ix_buf *b, const char *name, const char *help, const ixs_hist *h) {
-    head(b, name, "histogram", help);
+static void outs(prom *p, const char *s) { out(p, s, strlen(s)); }
+
+/* A label value: backslash, double quote and newline escaped. */
+static void out_label_value(prom *p, const char *v) {
+    for (const char *q = v; *q; q++) {
+        if (*q == '\\')
+            out(p, "\\\\", 2);
+        else if (*q == '"')
+            out(p, "\\\"", 2);
+        else if (*q == '\n')
+            out(p, "\\n", 2);
+        else
+            out(p, q, 1);
+    }
+}
+
+/* Prometheus' float syntax; integers (counts) print without an exponent. */
+static void out_value(prom *p, double v) {
+    char num[40];
+    if (isnan(v))
+        snprintf(num, sizeof num, "NaN");
+    else if (isinf(v))
+        snprintf(num, sizeof num, "%s", v > 0 ? "+Inf" : "-Inf");
+    else if (v == floor(v) && fabs(v) < 9007199254740992.0)
+        snprintf(num, sizeof num, "%.0f", v);
+    else
+        snprintf(num, sizeof num, "%.17g", v);
+    outs(p, num);
+}
+
+static void family(prom *p, const char *name, const char *type, const char *help) {
+    outs(p, "# HELP ");
+    outs(p, name);
+    outs(p, " ");
+    outs(p, help);
+    outs(p, "\n# TYPE ");
+    outs(p, name);
+    outs(p, " ");
+    outs(p, type);
+    outs(p, "\n");
+}
+
+static void out_label(prom *p, const char *k, const char *v) {
+    outs(p, ",");
+    outs(p, k);
+    outs(p, "=\"");
+    out_label_value(p, v);
+    outs(p, "\"");
+}
+
+/* name{model_name="..."[,k1="v1"[,k2="v2"]]} value; k1, k2 may be NULL. */
+static void sample2(prom *p, const char *name, const char *k1, const char *v1, const char *k2, const char *v2,
+                    double v) {
+    outs(p, name);
+    outs(p, "{");
+    out(p, p->model, p->model_len);
+    if (k1) out_label(p, k1, v1);
+    if (k2) out_label(p, k2, v2);
+    outs(p, "} ");
+    out_value(p, v);
+    outs(p, "\n");
+}
+
+static void sample(prom *p, const char *name, const char *k, const char *v, double value) {
+    sample2(p, name, k, v, NULL, NULL, value);
+}
+
+static void one(prom *p, const char *name, const char *type, const char *help, double v) {
+    family(p, name, type, help);
+    sample(p, name, NULL, NULL, v);
+}
+
+static void hist(prom *p, const char *name, const char *help, const ixs_hist *h) {
+    char series[128], le[32];
+    family(p, name, "histogram", help);
+    snprintf(series, sizeof series, "%s_bucket", name);
     uint64_t cum = 0;
     for (int i = 0; i < h->n; i++) {
         cum += h->counts[i];
-        ix_buf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, h->bounds[i], (unsigned long long)cum);
+        snprintf(le, sizeof le, "%g", h->bounds[i]);
+        sample(p, series, "le", le, (double)cum);
     }
     cum += h->counts[h->n];
-    ix_buf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.17g\n%s_count %llu\n", name,
-                  (unsigned long long)cum, name, h->sum, name, (unsigned long long)h->count);
+    sample(p, series, "le", "+Inf", (double)cum);
+    snprintf(series, sizeof series, "%s_sum", name);
+    sample(p, series, NULL, NULL, h->sum);
+    snprintf(series, sizeof series, "%s_count", name);
+    sample(p, series, NULL, NULL, (double)h->count);
 }
 
 ix_status ix__metrics_render(ix_server *s, ix_buf *b) {
@@ -96,56 +190,83 @@ ix_status ix__metrics_render(ix_server *s, ix_buf *b) {
     pthread_mutex_lock(&m->mu);
     ixs_metrics c = *m; /* copy, so formatting runs unlocked */
     pthread_mutex_unlock(&m->mu);
+    ix_buf label = {0};
+    prom p = {&label, "", 0, false};
+    outs(&p, "model_name=\"");
+    out_label_value(&p, s->model_name);
+    outs(&p, "\"");
+    p.b = b;
+    p.model = label.data ? label.data : "";
+    p.model_len = label.len;
+    const ix_kv_stats *kv = &st.kv;
 
-    head(b, "inferx_http_requests_total", "counter", "HTTP requests answered, by endpoint and status code.");
-    for (int i = 0; i < c.n_rows; i++)
-        ix_buf_printf(b, "inferx_http_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", c.rows[i].endpoint,
-                      c.rows[i].status, (unsigned long long)c.rows[i].count);
-    head(b, "inferx_requests_finished_total", "counter", "Generation requests finished, by finish reason.");
+    /* vLLM's names. */
+    one(&p, "inferx:num_requests_running", "gauge", "Number of requests in the running batch.", st.n_running);
+    one(&p, "inferx:num_requests_waiting", "gauge", "Number of requests waiting for admission.", st.n_waiting);
+    one(&p, "inferx:num_requests_swapped", "gauge", "Number of requests swapped out to the host tier.",
+        st.n_swapped);
+    one(&p, "inferx:kv_cache_usage_perc", "gauge", "Fraction of KV cache blocks in use (0-1).",
+        kv->n_blocks_total ? (double)kv->n_blocks_used / (double)kv->n_blocks_total : 0.0);
+    one(&p, "inferx:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.",
+        (double)kv->prefix_queried_tokens);
+    one(&p, "inferx:prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.",
+        (double)kv->prefix_hit_tokens);
+    family(&p, "inferx:num_preemptions_total", "counter", "Preemptions, by mode.");
+    sample(&p, "inferx:num_preemptions_total", "mode", "recompute", (double)st.n_preempt_recompute);
+    sample(&p, "inferx:num_preemptions_total", "mode", "swap", (double)st.n_preempt_swap);
+    one(&p, "inferx:prompt_tokens_total", "counter", "Prompt tokens of admitted requests.",
+        (double)st.n_prompt_tokens);
+    one(&p, "inferx:generation_tokens_total", "counter", "Generated tokens.", (double)st.n_generated_tokens);
+    family(&p, "inferx:request_success_total", "counter", "Finished engine requests, by finish reason.");
     for (int r = 1; r < (int)IX_ARRAY_LEN(c.finished); r++)
-        ix_buf_printf(b, "inferx_requests_finished_total{reason=\"%s\"} %llu\n",
-                      ix_finish_reason_name((ix_finish_reason)r), (unsigned long long)c.finished[r]);
-    head(b, "inferx_requests_cancelled_total", "counter", "Requests cancelled in the engine, by cause.");
-    ix_buf_printf(b, "inferx_requests_cancelled_total{cause=\"disconnect\"} %llu\n",
-                  (unsigned long long)c.cancelled_disconnect);
-    ix_buf_printf(b, "inferx_requests_cancelled_total{cause=\"shutdown\"} %llu\n",
-                  (unsigned long long)c.cancelled_shutdown);
-    hist(b, "inferx_time_to_first_token_seconds", "Submit to first generated token.", &c.ttft);
-    hist(b, "inferx_inter_token_latency_seconds", "Time between consecutive tokens of one choice.", &c.itl);
-    hist(b, "inferx_e2e_request_latency_seconds", "Submit to finish.", &c.e2e);
-    hist(b, "inferx_request_queue_time_seconds", "Submit to first scheduled.", &c.queue);
+        sample(&p, "inferx:request_success_total", "finished_reason", ix_finish_reason_name((ix_finish_reason)r),
+               (double)c.finished[r]);
+    hist(&p, "inferx:time_to_first_token_seconds", "Submit to first generated token.", &c.ttft);
+    hist(&p, "inferx:inter_token_latency_seconds", "Time between consecutive tokens of one choice.", &c.itl);
+    hist(&p, "inferx:e2e_request_latency_seconds", "Submit to finish.", &c.e2e);
+    hist(&p, "inferx:request_queue_time_seconds", "Submit to first scheduled.", &c.queue);
 
-    one(b, "inferx_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.", (double)st.n_prompt_tokens);
-    one(b, "inferx_prompt_tokens_cached_total", "counter", "Prompt tokens served from the prefix cache.",
-        (double)st.n_cached_prompt_tokens);
-    one(b, "inferx_generation_tokens_total", "counter", "Generated tokens.", (double)st.n_generated_tokens);
-    one(b, "inferx_engine_steps_total", "counter", "Engine steps run.", (double)st.n_steps);
-    one(b, "inferx_num_requests_running", "gauge", "Requests in the running batch.", st.n_running);
-    one(b, "inferx_num_requests_waiting", "gauge", "Requests waiting for admission.", st.n_waiting);
-    one(b, "inferx_num_requests_swapped", "gauge", "Requests swapped out to the host tier.", st.n_swapped);
-    one(b, "inferx_kv_cache_blocks_total", "gauge", "KV cache blocks in the pool.", (double)st.kv.n_blocks_total);
-    one(b, "inferx_kv_cache_blocks_used", "gauge", "KV cache blocks referenced by a sequence.",
-        (double)st.kv.n_blocks_used);
-    one(b, "inferx_kv_cache_blocks_cached", "gauge", "KV cache blocks held by the prefix cache.",
-        (double)st.kv.n_blocks_cached);
-    one(b, "inferx_kv_cache_usage_ratio", "gauge", "Used blocks / total blocks.",
-        st.kv.n_blocks_total ? (double)st.kv.n_blocks_used / (double)st.kv.n_blocks_total : 0.0);
-    one(b, "inferx_kv_cache_slot_utilization_ratio", "gauge", "Token slots holding a token / slots of used blocks.",
-        st.kv.utilization);
-    one(b, "inferx_prefix_cache_queried_tokens_total", "counter", "Prompt tokens looked up in the prefix cache.",
-        (double)st.kv.prefix_queried_tokens);
-    one(b, "inferx_prefix_cache_hit_tokens_total", "counter", "Prompt tokens found in the prefix cache.",
-        (double)st.kv.prefix_hit_tokens);
-    head(b, "inferx_preemptions_total", "counter", "Preemptions, by mode.");
-    ix_buf_printf(b, "inferx_preemptions_total{mode=\"recompute\"} %llu\n", (unsigned long long)st.n_preempt_recompute);
-    ix_buf_printf(b, "inferx_preemptions_total{mode=\"swap\"} %llu\n", (unsigned long long)st.n_preempt_swap);
-    one(b, "inferx_deadline_shed_total", "counter", "Waiting requests shed because they could not meet their deadline.",
-        (double)st.n_deadline_shed);
-    one(b, "inferx_deadline_missed_total", "counter", "Requests that finished after their deadline.",
+    /* inferx's own. */
+    family(&p, "inferx:http_requests_total", "counter", "HTTP requests answered, by endpoint and status code.");
+    for (int i = 0; i < c.n_rows; i++) {
+        char code[16];
+        snprintf(code, sizeof code, "%d", c.rows[i].status);
+        sample2(&p, "inferx:http_requests_total", "endpoint", c.rows[i].endpoint, "status", code,
+                (double)c.rows[i].count);
+    }
+    family(&p, "inferx:requests_cancelled_total", "counter", "Requests cancelled in the engine, by cause.");
+    sample(&p, "inferx:requests_cancelled_total", "cause", "disconnect", (double)c.cancelled_disconnect);
+    sample(&p, "inferx:requests_cancelled_total", "cause", "shutdown", (double)c.cancelled_shutdown);
+    one(&p, "inferx:prompt_tokens_cached_total", "counter", "Prompt tokens of admitted requests served from the "
+        "prefix cache.", (double)st.n_cached_prompt_tokens);
+    one(&p, "inferx:engine_steps_total", "counter", "Engine steps run.", (double)st.n_steps);
+    one(&p, "inferx:kv_cache_num_blocks", "gauge", "KV cache blocks in the pool.", (double)kv->n_blocks_total);
+    one(&p, "inferx:kv_cache_blocks_used", "gauge", "KV cache blocks referenced by a sequence.",
+        (double)kv->n_blocks_used);
+    one(&p, "inferx:kv_cache_blocks_cached", "gauge", "KV cache blocks held by the prefix cache (used or not).",
+        (double)kv->n_blocks_cached);
+    one(&p, "inferx:kv_cache_blocks_free", "gauge", "KV cache blocks neither used nor cached.",
+        (double)kv->n_blocks_free);
+    one(&p, "inferx:kv_cache_slot_utilization_perc", "gauge",
+        "Token slots holding a token / slots of used blocks (0-1).", kv->utilization);
+    one(&p, "inferx:kv_cache_pool_bytes", "gauge", "Bytes of K/V data in the pool.", (double)kv->pool_bytes);
+    one(&p, "inferx:kv_swap_num_blocks", "gauge", "Blocks of the host swap tier.", (double)kv->n_swap_blocks_total);
+    one(&p, "inferx:kv_swap_blocks_used", "gauge", "Swap tier blocks holding a swapped-out block.",
+        (double)kv->n_swap_blocks_used);
+    one(&p, "inferx:kv_swap_pool_bytes", "gauge", "Bytes of the host swap tier.", (double)kv->swap_bytes);
+    one(&p, "inferx:kv_swapped_out_blocks_total", "counter", "Blocks copied out to the swap tier.",
+        (double)kv->n_blocks_swapped_out);
+    one(&p, "inferx:kv_swapped_in_blocks_total", "counter", "Blocks copied back from the swap tier.",
+        (double)kv->n_blocks_swapped_in);
+    one(&p, "inferx:deadline_shed_total", "counter",
+        "Waiting requests shed because they could not meet their deadline.", (double)st.n_deadline_shed);
+    one(&p, "inferx:deadline_missed_total", "counter", "Requests that finished after their deadline.",
         (double)st.n_deadline_missed);
-    one(b, "inferx_cost_per_hour_usd", "gauge", "Configured cost of the machine (--cost-per-hour).",
+    one(&p, "inferx:cost_per_hour_usd", "gauge", "Configured price of the machine (--cost-per-hour).",
         s->p.cost_per_hour_usd);
-    one(b, "inferx_cost_usd_total", "counter", "Sum of the cost attributed to finished requests.", c.cost_usd);
-    one(b, "inferx_memory_live_bytes", "gauge", "Bytes allocated by the library.", (double)ix_mem_live_bytes());
-    return b->data ? IX_OK : IX_ERR_NOMEM;
+    one(&p, "inferx:cost_usd_total", "counter",
+        "Sum of the cost attributed to requests, those cut short by their client included.", c.cost_usd);
+    one(&p, "inferx:memory_live_bytes", "gauge", "Bytes allocated by the library.", (double)ix_mem_live_bytes());
+    ix_buf_free(&label);
+    return p.bad ? IX_ERR_NOMEM : IX_OK;
 }

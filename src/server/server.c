@@ -1,6 +1,8 @@
 /* inferx server: the libmicrohttpd daemon, routing, request bodies, bearer
- * authentication, OpenAI-shaped errors, the small endpoints (/health, /ready,
- * /metrics, /v1/models, /tokenize, /detokenize) and graceful shutdown.
+ * authentication (any number of API keys, each its own prefix-cache tenant),
+ * OpenAI-shaped errors, the JSON access log, the small endpoints (/health,
+ * /ready, /metrics, /v1/models, /tokenize, /detokenize) and graceful
+ * shutdown.
  *
  * libmicrohttpd runs a fixed pool of n_http_threads threads, each with its own
  * epoll loop; no handler ever blocks: generation requests suspend their
@@ -11,6 +13,7 @@
  * still read the 413) before anything is dispatched. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -95,68 +98,124 @@ void ix__srv_new_id(ix_server *s, const char *prefix, char *buf, size_t size) {
              (unsigned long long)(h[1] >> 32));
 }
 
+/* ---- access log ----------------------------------------------------------- */
+
+json_t *ix__srv_log_line(ix_server *s, const char *method, const char *path, int status, uint64_t t0_ns,
+                         const char *remote, int key) {
+    if (!s->p.access_log) return NULL;
+    struct timespec now;
+    struct tm tm;
+    char ts[48], day[32];
+    clock_gettime(CLOCK_REALTIME, &now);
+    gmtime_r(&now.tv_sec, &tm);
+    strftime(day, sizeof day, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(ts, sizeof ts, "%s.%03ldZ", day, now.tv_nsec / 1000000L);
+    json_t *o = json_object();
+    if (!o) return NULL;
+    /* A path nobody routed is whatever the client sent: bounded, and made
+     * valid UTF-8 like every string here. */
+    size_t path_len = path ? strnlen(path, 256) : 0;
+    json_object_set_new(o, "ts", json_string(ts));
+    json_object_set_new(o, "method", ix__json_text(method, method ? strnlen(method, 16) : 0));
+    json_object_set_new(o, "path", ix__json_text(path, path_len));
+    json_object_set_new(o, "status", json_integer(status));
+    json_object_set_new(o, "duration_ms", json_real(round((double)(ix_time_ns() - t0_ns) / 1e3) / 1e3));
+    json_object_set_new(o, "remote", json_string(remote ? remote : ""));
+    if (key >= 0) json_object_set_new(o, "key_id", json_integer(key + 1));
+    return o;
+}
+
+void ix__srv_log_write(ix_server *s, json_t *line) {
+    if (!line || !s->p.access_log) {
+        json_decref(line);
+        return;
+    }
+    char stack[1024], *text = stack;
+    size_t flags = JSON_COMPACT | JSON_REAL_PRECISION(12);
+    size_t n = json_dumpb(line, stack, sizeof stack - 1, flags);
+    if (n > sizeof stack - 1) { /* did not fit: the size it needs */
+        text = ix_malloc(n + 1);
+        if (text) n = json_dumpb(line, text, n, flags);
+    }
+    json_decref(line);
+    if (!text || n == 0) return;
+    text[n] = '\n';
+    s->p.access_log(s->p.access_log_user, text, n + 1);
+    if (text != stack) ix_free(text);
+}
+
 /* ---- replies --------------------------------------------------------------- */
 
-static enum MHD_Result reply_raw(struct MHD_Connection *c, ix_server *s, const char *endpoint, int status,
-                                 const char *ctype, const char *data, size_t len) {
+static enum MHD_Result reply_raw(ixs_conn *cc, int status, const char *ctype, const char *data, size_t len,
+                                 const char *error) {
+    ix_server *s = cc->s;
     struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_MUST_COPY);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", ctype);
     if (atomic_load(&s->draining)) MHD_add_response_header(r, "Connection", "close");
     /* Overload answers say when to come back (the queue moves every step). */
     if (status == 429 || status == 503) MHD_add_response_header(r, "Retry-After", "1");
-    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+    enum MHD_Result ret = MHD_queue_response(cc->c, (unsigned)status, r);
     MHD_destroy_response(r);
-    ix__metrics_http(&s->metrics, endpoint, status);
+    ix__metrics_http(&s->metrics, cc->ep, status);
+    if (!cc->job) { /* a job writes its own line */
+        json_t *line = ix__srv_log_line(s, cc->method, cc->url, status, cc->t0_ns, cc->remote, cc->key);
+        if (line && error) json_object_set_new(line, "error", json_string(error));
+        ix__srv_log_write(s, line);
+    }
     return ret;
 }
 
-enum MHD_Result ix__srv_reply_json(struct MHD_Connection *c, ix_server *s, const char *endpoint, int status,
-                                   json_t *body) {
+static enum MHD_Result reply_json(ixs_conn *cc, int status, json_t *body, const char *error) {
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
     if (!text) {
         static const char k_oom[] =
             "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
-        return reply_raw(c, s, endpoint, 500, "application/json", k_oom, sizeof k_oom - 1);
+        return reply_raw(cc, 500, "application/json", k_oom, sizeof k_oom - 1, "server_error");
     }
-    enum MHD_Result r = reply_raw(c, s, endpoint, status, "application/json", text, strlen(text));
+    enum MHD_Result r = reply_raw(cc, status, "application/json", text, strlen(text), error);
     free(text);
     return r;
 }
 
-enum MHD_Result ix__srv_reply_err(struct MHD_Connection *c, ix_server *s, const char *endpoint,
-                                  const ixs_err *e) {
+enum MHD_Result ix__srv_reply_json(ixs_conn *cc, int status, json_t *body) {
+    return reply_json(cc, status, body, NULL);
+}
+
+enum MHD_Result ix__srv_reply_err(ixs_conn *cc, const ixs_err *e) {
     json_t *err = json_object();
     json_t *root = json_object();
     if (!err || !root) {
         json_decref(err);
         json_decref(root);
-        return ix__srv_reply_json(c, s, endpoint, 500, NULL);
+        return ix__srv_reply_json(cc, 500, NULL);
     }
+    const char *type = e->type ? e->type : "server_error";
     json_object_set_new(err, "message", ix__json_text(e->msg, strlen(e->msg)));
-    json_object_set_new(err, "type", json_string(e->type ? e->type : "server_error"));
+    json_object_set_new(err, "type", json_string(type));
     json_object_set_new(err, "param", e->param[0] ? json_string(e->param) : json_null());
     json_object_set_new(err, "code", e->code ? json_string(e->code) : json_null());
     json_object_set_new(root, "error", err);
-    return ix__srv_reply_json(c, s, endpoint, e->http, root);
+    return reply_json(cc, e->http, root, e->code ? e->code : type);
 }
 
-static enum MHD_Result reply_errf(struct MHD_Connection *c, ix_server *s, const char *endpoint, int http,
-                                  const char *type, const char *code, const char *param, const char *msg) {
+static enum MHD_Result reply_errf(ixs_conn *cc, int http, const char *type, const char *code, const char *param,
+                                  const char *msg) {
     ixs_err e;
     ix__srv_errf(&e, http, type, param, "%s", msg);
     e.code = code;
-    return ix__srv_reply_err(c, s, endpoint, &e);
+    return ix__srv_reply_err(cc, &e);
 }
 
 /* ---- small endpoints -------------------------------------------------------- */
 
-static enum MHD_Result do_models(ix_server *s, struct MHD_Connection *c, const char *ep) {
+static enum MHD_Result do_models(ixs_conn *cc) {
+    ix_server *s = cc->s;
     json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:i}", "id", s->model_name, "object", "model", "created",
                           (json_int_t)s->created, "owned_by", "inferx", "max_model_len", (int)s->n_ctx);
     json_t *root = m ? json_pack("{s:s, s:[o]}", "object", "list", "data", m) : NULL;
-    return ix__srv_reply_json(c, s, ep, 200, root);
+    return ix__srv_reply_json(cc, 200, root);
 }
 
 /* The "model" field: absent, or the served name (404 otherwise). */
@@ -173,7 +232,8 @@ static int check_model(ix_server *s, json_t *req, ixs_err *e) {
     return 0;
 }
 
-static enum MHD_Result do_tokenize(ix_server *s, struct MHD_Connection *c, const char *ep, json_t *req) {
+static enum MHD_Result do_tokenize(ixs_conn *cc, json_t *req) {
+    ix_server *s = cc->s;
     ixs_err e;
     ix_token_vec ids = {0};
     ix_errbuf err = {{0}};
@@ -181,23 +241,23 @@ static enum MHD_Result do_tokenize(ix_server *s, struct MHD_Connection *c, const
     json_t *add = json_object_get(req, "add_special_tokens");
     if (add && !json_is_boolean(add)) {
         IXS_BAD(&e, "add_special_tokens", "'add_special_tokens' must be a boolean");
-        return ix__srv_reply_err(c, s, ep, &e);
+        return ix__srv_reply_err(cc, &e);
     }
     if (prompt && json_is_string(prompt)) {
         unsigned flags = (!add || json_is_true(add)) ? IX_TOK_ADD_SPECIAL : 0;
         if (ix_tokenizer_encode(s->tok, json_string_value(prompt), json_string_length(prompt), flags, &ids,
                                 &err) != IX_OK) {
             ix_token_vec_free(&ids);
-            return reply_errf(c, s, ep, 400, "invalid_request_error", NULL, "prompt", err.msg);
+            return reply_errf(cc, 400, "invalid_request_error", NULL, "prompt", err.msg);
         }
     } else if (!prompt && msgs) {
-        if (ix__chat_validate(msgs, &e)) return ix__srv_reply_err(c, s, ep, &e);
+        if (ix__chat_validate(msgs, &e)) return ix__srv_reply_err(cc, &e);
         if (ix__chat_render(s->chat_format, s->tok, msgs, &ids, &err) != IX_OK) {
             ix_token_vec_free(&ids);
-            return reply_errf(c, s, ep, 400, "invalid_request_error", NULL, "messages", err.msg);
+            return reply_errf(cc, 400, "invalid_request_error", NULL, "messages", err.msg);
         }
     } else {
-        return reply_errf(c, s, ep, 400, "invalid_request_error", NULL, "prompt",
+        return reply_errf(cc, 400, "invalid_request_error", NULL, "prompt",
                           "expected a string 'prompt' or a 'messages' array");
     }
     json_t *arr = json_array();
@@ -206,24 +266,25 @@ static enum MHD_Result do_tokenize(ix_server *s, struct MHD_Connection *c, const
                                    "tokens", arr)
                        : NULL;
     ix_token_vec_free(&ids);
-    return ix__srv_reply_json(c, s, ep, 200, root);
+    return ix__srv_reply_json(cc, 200, root);
 }
 
-static enum MHD_Result do_detokenize(ix_server *s, struct MHD_Connection *c, const char *ep, json_t *req) {
+static enum MHD_Result do_detokenize(ixs_conn *cc, json_t *req) {
+    ix_server *s = cc->s;
     json_t *toks = json_object_get(req, "tokens");
     if (!json_is_array(toks))
-        return reply_errf(c, s, ep, 400, "invalid_request_error", NULL, "tokens",
+        return reply_errf(cc, 400, "invalid_request_error", NULL, "tokens",
                           "'tokens' must be an array of token ids");
     size_t n = json_array_size(toks);
     ix_token *ids = ix_malloc((n ? n : 1) * sizeof *ids);
-    if (!ids) return ix__srv_reply_json(c, s, ep, 500, NULL);
+    if (!ids) return ix__srv_reply_json(cc, 500, NULL);
     for (size_t i = 0; i < n; i++) {
         json_t *v = json_array_get(toks, i);
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= s->n_vocab) {
             ix_free(ids);
             char msg[128];
             snprintf(msg, sizeof msg, "token %zu is not an id in [0, %d)", i, (int)s->n_vocab);
-            return reply_errf(c, s, ep, 400, "invalid_request_error", NULL, "tokens", msg);
+            return reply_errf(cc, 400, "invalid_request_error", NULL, "tokens", msg);
         }
         ids[i] = (ix_token)json_integer_value(v);
     }
@@ -233,22 +294,22 @@ static enum MHD_Result do_detokenize(ix_server *s, struct MHD_Connection *c, con
     ix_free(ids);
     if (st != IX_OK) {
         ix_buf_free(&text);
-        return reply_errf(c, s, ep, 400, "invalid_request_error", NULL, "tokens", err.msg);
+        return reply_errf(cc, 400, "invalid_request_error", NULL, "tokens", err.msg);
     }
     json_t *root = json_object();
     if (root) json_object_set_new(root, "prompt", ix__json_text(text.data, text.len));
     ix_buf_free(&text);
-    return ix__srv_reply_json(c, s, ep, 200, root);
+    return ix__srv_reply_json(cc, 200, root);
 }
 
-static enum MHD_Result do_metrics(ix_server *s, struct MHD_Connection *c, const char *ep) {
+static enum MHD_Result do_metrics(ixs_conn *cc) {
     ix_buf b = {0};
-    if (ix__metrics_render(s, &b) != IX_OK) {
+    if (ix__metrics_render(cc->s, &b) != IX_OK) {
         ix_buf_free(&b);
-        return ix__srv_reply_json(c, s, ep, 500, NULL);
+        return ix__srv_reply_json(cc, 500, NULL);
     }
     enum MHD_Result r =
-        reply_raw(c, s, ep, 200, "text/plain; version=0.0.4; charset=utf-8", b.data ? b.data : "", b.len);
+        reply_raw(cc, 200, "text/plain; version=0.0.4; charset=utf-8", b.data ? b.data : "", b.len, NULL);
     ix_buf_free(&b);
     return r;
 }
@@ -276,21 +337,29 @@ static const struct route {
     {"/v1/chat/completions", "POST", R_CHAT, true, true},
 };
 
-static bool auth_ok(ix_server *s, struct MHD_Connection *c) {
-    if (!s->api_key) return true;
+/* The index of the API key the request presents, -1 when it presents none
+ * of them. Every key is compared in full whatever matched before, each in
+ * time that depends only on its length. */
+static int auth_key(ix_server *s, struct MHD_Connection *c) {
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncasecmp(h, "Bearer ", 7)) return false;
+    if (!h || strncasecmp(h, "Bearer ", 7)) return -1;
     h += 7;
     while (*h == ' ') h++;
-    size_t n = strlen(h), k = strlen(s->api_key);
-    /* Constant time in the key's length. */
-    unsigned diff = (unsigned)(n != k);
-    for (size_t i = 0; i < k; i++) diff |= (unsigned char)s->api_key[i] ^ (unsigned char)(i < n ? h[i] : 0);
-    return diff == 0;
+    size_t n = strlen(h);
+    int found = -1;
+    for (size_t k = 0; k < s->n_api_keys; k++) {
+        const char *key = s->api_keys[k];
+        size_t len = strlen(key);
+        unsigned diff = (unsigned)(n != len);
+        for (size_t i = 0; i < len; i++) diff |= (unsigned char)key[i] ^ (unsigned char)(i < n ? h[i] : 0);
+        if (diff == 0 && found < 0) found = (int)k;
+    }
+    return found;
 }
 
-static enum MHD_Result dispatch(ix_server *s, struct MHD_Connection *c, const char *url, const char *method,
-                                ixs_conn *cc) {
+static enum MHD_Result dispatch(ixs_conn *cc) {
+    ix_server *s = cc->s;
+    const char *url = cc->url, *method = cc->method;
     const struct route *rt = NULL;
     bool path_known = false;
     for (size_t i = 0; i < IX_ARRAY_LEN(k_routes); i++) {
@@ -305,41 +374,41 @@ static enum MHD_Result dispatch(ix_server *s, struct MHD_Connection *c, const ch
     if (!rt) {
         if (path_known) {
             char msg[128];
-            const char *allowed = "", *path = "other"; /* metrics keep the pointer: static strings only */
+            const char *allowed = "";
             for (size_t i = 0; i < IX_ARRAY_LEN(k_routes); i++)
-                if (!strcmp(url, k_routes[i].path)) allowed = k_routes[i].method, path = k_routes[i].path;
+                if (!strcmp(url, k_routes[i].path)) allowed = k_routes[i].method, cc->ep = k_routes[i].path;
             snprintf(msg, sizeof msg, "method %.16s is not allowed on %.64s (use %s)", method, url, allowed);
-            return reply_errf(c, s, path, 405, "invalid_request_error", "method_not_allowed", NULL, msg);
+            return reply_errf(cc, 405, "invalid_request_error", "method_not_allowed", NULL, msg);
         }
         char msg[160];
         snprintf(msg, sizeof msg, "no route %.16s %.100s", method, url);
-        return reply_errf(c, s, "other", 404, "invalid_request_error", "not_found", NULL, msg);
+        return reply_errf(cc, 404, "invalid_request_error", "not_found", NULL, msg);
     }
-    const char *ep = rt->path;
-    if (rt->auth && !auth_ok(s, c))
-        return reply_errf(c, s, ep, 401, "invalid_request_error", "invalid_api_key", NULL,
+    cc->ep = rt->path;
+    if (rt->auth && s->n_api_keys && (cc->key = auth_key(s, cc->c)) < 0)
+        return reply_errf(cc, 401, "invalid_request_error", "invalid_api_key", NULL,
                           "Incorrect or missing API key: send 'Authorization: Bearer <key>'.");
     if (cc->too_big) {
         char msg[128];
         snprintf(msg, sizeof msg, "the request body exceeds the limit of %zu bytes", s->p.max_body_bytes);
-        return reply_errf(c, s, ep, 413, "invalid_request_error", "request_too_large", NULL, msg);
+        return reply_errf(cc, 413, "invalid_request_error", "request_too_large", NULL, msg);
     }
     switch (rt->id) {
     case R_HEALTH:
-        return ix__srv_reply_json(c, s, ep, 200, json_pack("{s:s}", "status", "ok"));
+        return ix__srv_reply_json(cc, 200, json_pack("{s:s}", "status", "ok"));
     case R_READY:
         if (atomic_load(&s->draining))
-            return reply_errf(c, s, ep, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
-        return ix__srv_reply_json(c, s, ep, 200, json_pack("{s:s, s:s}", "status", "ready", "model", s->model_name));
+            return reply_errf(cc, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+        return ix__srv_reply_json(cc, 200, json_pack("{s:s, s:s}", "status", "ready", "model", s->model_name));
     case R_METRICS:
-        return do_metrics(s, c, ep);
+        return do_metrics(cc);
     case R_MODELS:
-        return do_models(s, c, ep);
+        return do_models(cc);
     default:
         break;
     }
     if (atomic_load(&s->draining))
-        return reply_errf(c, s, ep, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+        return reply_errf(cc, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
     json_error_t jerr;
     json_t *req = json_loadb(cc->body.data ? cc->body.data : "", cc->body.len, JSON_REJECT_DUPLICATES, &jerr);
     if (!req) {
@@ -348,25 +417,36 @@ static enum MHD_Result dispatch(ix_server *s, struct MHD_Connection *c, const ch
                  json_error_code(&jerr) == json_error_invalid_utf8 ? "invalid UTF-8 in the JSON body"
                                                                    : "malformed JSON",
                  jerr.line, jerr.column, jerr.text);
-        return reply_errf(c, s, ep, 400, "invalid_request_error", "invalid_json", NULL, msg);
+        return reply_errf(cc, 400, "invalid_request_error", "invalid_json", NULL, msg);
     }
     if (!json_is_object(req)) {
         json_decref(req);
-        return reply_errf(c, s, ep, 400, "invalid_request_error", "invalid_json", NULL,
+        return reply_errf(cc, 400, "invalid_request_error", "invalid_json", NULL,
                           "the request body must be a JSON object");
     }
     ixs_err e;
     enum MHD_Result r;
     if (check_model(s, req, &e))
-        r = ix__srv_reply_err(c, s, ep, &e);
+        r = ix__srv_reply_err(cc, &e);
     else if (rt->id == R_TOKENIZE)
-        r = do_tokenize(s, c, ep, req);
+        r = do_tokenize(cc, req);
     else if (rt->id == R_DETOKENIZE)
-        r = do_detokenize(s, c, ep, req);
+        r = do_detokenize(cc, req);
     else
-        r = ix__srv_generate(s, c, ep, rt->id == R_CHAT, req, &cc->job);
+        r = ix__srv_generate(cc, rt->id == R_CHAT, req);
     json_decref(req);
     return r;
+}
+
+static void peer_address(struct MHD_Connection *c, char *buf, size_t size) {
+    buf[0] = '\0';
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    if (!sa) return;
+    if (sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, buf, (socklen_t)size);
+    else if (sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, buf, (socklen_t)size);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -378,6 +458,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!cc) {
         cc = ix_calloc(1, sizeof *cc);
         if (!cc) return MHD_NO;
+        cc->s = s;
+        cc->c = c;
+        cc->ep = "other"; /* metrics keep the pointer: static strings only */
+        cc->method = method;
+        cc->url = url;
+        cc->t0_ns = ix_time_ns();
+        cc->key = -1;
+        peer_address(c, cc->remote, sizeof cc->remote);
         *con_cls = cc;
         return MHD_YES;
     }
@@ -391,10 +479,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!cc->too_big && ix_buf_append(&cc->body, upload_data, n) != IX_OK) return MHD_NO;
         return MHD_YES;
     }
-    if (cc->job) return ix__srv_generate_again(&cc->job, c); /* resumed */
+    if (cc->job) return ix__srv_generate_again(cc); /* resumed */
     if (cc->started) return MHD_YES; /* a response is queued already */
     cc->started = true;
-    return dispatch(s, c, url, method, cc);
+    return dispatch(cc);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode tc) {
@@ -410,6 +498,32 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 }
 
 /* ---- life cycle ------------------------------------------------------------- */
+
+uint64_t ix__srv_fnv1a(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* The API keys (api_key and api_keys), each with its prefix-cache
+ * namespace: the hash of the key and its terminating NUL, so that salts
+ * hashed after it (generate.c) cannot run into another key's. */
+static ix_status copy_keys(ix_server *s, const ix_server_params *p) {
+    size_t n = (p->api_key && *p->api_key ? 1 : 0) + (p->api_keys ? p->n_api_keys : 0);
+    if (!n) return IX_OK;
+    s->api_keys = ix_calloc(n, sizeof *s->api_keys);
+    s->key_ns = ix_calloc(n, sizeof *s->key_ns);
+    if (!s->api_keys || !s->key_ns) return IX_ERR_NOMEM;
+    for (size_t i = 0; i < n; i++) {
+        const char *k = p->api_key && *p->api_key ? (i == 0 ? p->api_key : p->api_keys[i - 1]) : p->api_keys[i];
+        if (!k || !*k) return IX_ERR_INVALID;
+        if (!(s->api_keys[i] = ix_strdup(k))) return IX_ERR_NOMEM;
+        s->n_api_keys = i + 1;
+        uint64_t h = ix__srv_fnv1a(IXS_FNV_BASIS, k, strlen(k) + 1);
+        s->key_ns[i] = h ? h : 1;
+    }
+    return IX_OK;
+}
 
 ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params *p, ix_errbuf *err) {
     *out = NULL;
@@ -428,9 +542,10 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
     if (s->p.n_http_threads <= 0) s->p.n_http_threads = dp.n_http_threads;
     if (s->p.n_http_threads > s->p.max_connections) s->p.n_http_threads = s->p.max_connections;
     s->model_name = ix_strdup(p->model_name && *p->model_name ? p->model_name : "inferx");
-    s->api_key = p->api_key && *p->api_key ? ix_strdup(p->api_key) : NULL;
     s->p.host = NULL;
     s->p.api_key = NULL;
+    s->p.api_keys = NULL;
+    s->p.n_api_keys = 0;
     s->p.model_name = NULL;
     const ix_model_hparams *hp = ix_model_get_hparams(s->model);
     s->n_ctx = p->n_ctx > 0 && p->n_ctx < hp->n_ctx_train ? p->n_ctx : hp->n_ctx_train;
@@ -444,9 +559,19 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
     pthread_mutex_init(&s->jobs_mu, NULL);
     s->listen_fd = MHD_INVALID_SOCKET;
     ix__metrics_init(&s->metrics);
-    if (!s->model_name || (p->api_key && *p->api_key && !s->api_key)) {
+    if (!s->model_name) {
         ix_server_destroy(s);
         return ix_errf(err, IX_ERR_NOMEM, "out of memory");
+    }
+    size_t bad;
+    if (!ix_utf8_valid(s->model_name, strlen(s->model_name), &bad)) {
+        ix_server_destroy(s);
+        return ix_errf(err, IX_ERR_INVALID, "the model name is not valid UTF-8 (byte %zu)", bad);
+    }
+    ix_status st = copy_keys(s, p);
+    if (st != IX_OK) {
+        ix_server_destroy(s);
+        return ix_errf(err, st, st == IX_ERR_NOMEM ? "out of memory" : "an API key is empty");
     }
     ix_str tmpl;
     s->chat_format = IXS_CHAT_PLAIN;
@@ -525,6 +650,9 @@ void ix_server_shutdown(ix_server *s, int64_t drain_ms) {
     if (n) IX_LOGW("server: %d request(s) did not finish; closing their connections", n);
     MHD_stop_daemon(s->daemon);
     s->daemon = NULL;
+    /* Jobs whose client left after the watcher stopped: the MHD side's
+     * references go now (the engine's last one frees each). */
+    ix__srv_reap(s, true);
     if (s->listen_fd != MHD_INVALID_SOCKET) close(s->listen_fd);
     s->listen_fd = MHD_INVALID_SOCKET;
 }
@@ -536,7 +664,9 @@ void ix_server_destroy(ix_server *s) {
     for (int i = 0; i < 1000 && atomic_load(&s->n_inflight) > 0; i++) sleep_ms(10);
     pthread_mutex_destroy(&s->jobs_mu);
     ix__metrics_free(&s->metrics);
-    ix_free(s->api_key);
+    for (size_t i = 0; i < s->n_api_keys; i++) ix_free(s->api_keys[i]);
+    ix_free(s->api_keys);
+    ix_free(s->key_ns);
     ix_free(s->model_name);
     ix_free(s);
 }

@@ -1,5 +1,6 @@
 /* inferx server internals shared by the files of src/server:
- *   server.c   daemon, routing, bodies, auth, errors, small endpoints, shutdown
+ *   server.c   daemon, routing, bodies, auth, errors, access log, small
+ *              endpoints, shutdown
  *   generate.c /v1/completions and /v1/chat/completions (parse, submit,
  *              suspend until the engine resumes, answer or stream; the
  *              watcher thread)
@@ -61,7 +62,9 @@ void ix__metrics_init(ixs_metrics *m);
 void ix__metrics_free(ixs_metrics *m);
 void ix__metrics_http(ixs_metrics *m, const char *endpoint, int status);
 void ix__metrics_itl(ixs_metrics *m, double seconds);
-void ix__metrics_finish(ixs_metrics *m, const ix_finish_info *fi, double cost_usd);
+/* One engine request finished (any thread, the engine's included). */
+void ix__metrics_finish(ixs_metrics *m, const ix_finish_info *fi);
+void ix__metrics_cost(ixs_metrics *m, double usd);
 /* Prometheus text of the server's and the engine's numbers. */
 ix_status ix__metrics_render(ix_server *s, ix_buf *out);
 
@@ -73,15 +76,22 @@ typedef enum ixs_chat_format {
     IXS_CHAT_LLAMA2,
     IXS_CHAT_PHI3,
     IXS_CHAT_ZEPHYR,
+    IXS_CHAT_MISTRAL_V1, /* "[INST] user [/INST]answer</s>" (7B v0.1/v0.2, Mixtral) */
+    IXS_CHAT_MISTRAL_V3, /* "[INST] user[/INST] answer</s>" (v0.3, Nemo, Small) */
+    IXS_CHAT_GEMMA,
+    IXS_CHAT_N_FORMATS
 } ixs_chat_format;
 
 ixs_chat_format ix__chat_detect(const char *tmpl, size_t len);
 const char *ix__chat_format_name(ixs_chat_format f);
 /* Renders a validated messages array (objects with string "role" and string
- * "content") into tokens: template text with special tokens parsed, message
- * content never. */
+ * "content") into tokens: the template's markers become special tokens when
+ * the vocabulary has them as such, message content never does. BOS first as
+ * the vocabulary says. */
 ix_status ix__chat_render(ixs_chat_format f, const ix_tokenizer *t, json_t *messages,
                           ix_token_vec *out, ix_errbuf *err);
+/* The same prompt as text (without BOS), appended to out (tests, debugging). */
+ix_status ix__chat_render_text(ixs_chat_format f, json_t *messages, ix_buf *out);
 /* Checks the shape of messages and flattens array-of-parts content into
  * strings (in place). 0, or -1 with e filled. */
 int ix__chat_validate(json_t *messages, ixs_err *e);
@@ -94,7 +104,10 @@ struct ix_server {
     const ix_model *model;
     const ix_tokenizer *tok;
     ix_server_params p;
-    char *api_key, *model_name;
+    char **api_keys;         /* (n_api_keys) accepted bearer tokens; none: no authentication */
+    uint64_t *key_ns;        /* (n_api_keys) each key's prefix-cache namespace */
+    size_t n_api_keys;
+    char *model_name;
     int32_t n_ctx, n_vocab;
     ixs_chat_format chat_format;
     struct MHD_Daemon *daemon;
@@ -103,7 +116,7 @@ struct ix_server {
     time_t created;
     atomic_uint_fast64_t next_id;
     atomic_int n_inflight;   /* generation jobs alive (not yet freed) */
-    pthread_mutex_t jobs_mu; /* guards jobs */
+    pthread_mutex_t jobs_mu; /* guards jobs and each listed job's orphan flag */
     ixs_job *jobs;           /* submitted jobs, for the watcher */
     pthread_t watcher;
     bool watcher_started;
@@ -114,33 +127,58 @@ struct ix_server {
     ixs_metrics metrics;
 };
 
-/* Per-connection state (MHD's con_cls). */
+/* One HTTP request being answered (MHD's con_cls): what the replies, the
+ * metrics and the access log need to know about it. */
 typedef struct ixs_conn {
+    ix_server *s;
+    struct MHD_Connection *c;
+    const char *ep;     /* the route's path (static), "other" when none matched */
+    const char *method; /* MHD's strings, valid until the request completes */
+    const char *url;
+    uint64_t t0_ns;     /* its headers arrived */
+    char remote[64];    /* the peer's address */
+    int key;            /* index of the API key it presented; -1: none (or no keys) */
     ix_buf body;
     bool too_big;
     bool started;
     ixs_job *job; /* a non-streaming generation waiting for its finish (a reference) */
 } ixs_conn;
 
-/* A reply: status + JSON body or text. */
-enum MHD_Result ix__srv_reply_json(struct MHD_Connection *c, ix_server *s, const char *endpoint, int status,
-                                   json_t *body /* stolen */);
-enum MHD_Result ix__srv_reply_err(struct MHD_Connection *c, ix_server *s, const char *endpoint,
-                                  const ixs_err *e);
+/* Replies: status + JSON body. Each counts in the metrics and writes the
+ * request's access-log line, except for a generation job's answer, whose
+ * line the job writes (it knows the tokens). */
+enum MHD_Result ix__srv_reply_json(ixs_conn *cc, int status, json_t *body /* stolen */);
+enum MHD_Result ix__srv_reply_err(ixs_conn *cc, const ixs_err *e);
+
+/* Access log: the fields every line has (ts, method, path, status,
+ * duration_ms, remote, key) as a new object; ix__srv_log_write adds nothing,
+ * writes it as one line and frees it. Both do nothing without a log. */
+json_t *ix__srv_log_line(ix_server *s, const char *method, const char *path, int status, uint64_t t0_ns,
+                         const char *remote, int key);
+void ix__srv_log_write(ix_server *s, json_t *line /* stolen */);
 
 /* Generation endpoints. A non-streaming request suspends the connection
- * and leaves its job in *hold; when MHD calls the handler again (resumed),
+ * and leaves its job in cc->job; when MHD calls the handler again (resumed),
  * ix__srv_generate_again answers or suspends again. ix__srv_job_release
  * drops the MHD side's reference (cancelling what still runs). */
-enum MHD_Result ix__srv_generate(ix_server *s, struct MHD_Connection *c, const char *endpoint, bool chat,
-                                 json_t *req, ixs_job **hold);
-enum MHD_Result ix__srv_generate_again(ixs_job **hold, struct MHD_Connection *c);
+enum MHD_Result ix__srv_generate(ixs_conn *cc, bool chat, json_t *req);
+enum MHD_Result ix__srv_generate_again(ixs_conn *cc);
 void ix__srv_job_release(ixs_job *j);
 /* The watcher thread's body (arg: the server): cancels the jobs of suspended
- * connections whose peer closed, and every job while s->aborting. */
+ * connections whose peer closed, and every job while s->aborting; closes the
+ * jobs whose client left once the engine has finished them. */
 void *ix__srv_watch(void *arg);
+/* Closes orphaned jobs (their client left while they ran) that have
+ * finished, or with all every one (shutdown, after the HTTP threads have
+ * stopped), dropping the reference the MHD side left them. */
+void ix__srv_reap(ix_server *s, bool all);
 /* Resumes every suspended connection (shutdown, before MHD_stop_daemon). */
 int ix__srv_resume_all(ix_server *s);
+
+/* FNV-1a over data, continuing from h (IXS_FNV_BASIS to start): the
+ * prefix-cache namespaces of API keys and cache_salt. */
+#define IXS_FNV_BASIS 0xcbf29ce484222325ull
+uint64_t ix__srv_fnv1a(uint64_t h, const void *data, size_t n);
 
 /* JSON helpers: a valid UTF-8 string node from arbitrary bytes (invalid
  * sequences become U+FFFD). Never NULL unless out of memory. */
