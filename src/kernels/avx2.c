@@ -353,10 +353,11 @@ static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, b
             for (int j = 0; j < (q8 ? 8 : 4); j++) {
                 __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(c + 64 * j));
                 __m256i lo = q8 ? v : _mm256_and_si256(v, nib);
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib); /* Q4_0 only */
                 for (int i = 0; i < rx; i++) {
                     const uint8_t *xq = a->x + (size_t)i * a->xs + b * IX__QK + 4 * j;
                     dot[i] = pk_dp(dot[i], lo, xq, q8);
-                    if (!q8) dot[i] = pk_dp(dot[i], _mm256_and_si256(_mm256_srli_epi16(v, 4), nib), xq + 16, false);
+                    if (!q8) dot[i] = pk_dp(dot[i], hi, xq + 16, false);
                 }
             }
             const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(a->scales + b * 2 * IX__PK + 16 * h)));

@@ -271,16 +271,16 @@ static ix_status bind_tensors(loader *L) {
     return IX_OK;
 }
 
-/* The weights a matmul reads (the tied output stays in rows: the embedding
- * lookup reads it row by row). */
-static size_t matmul_weights(ix_model *m, ix__weight **ws, size_t cap) {
+/* The weights a matmul reads, into ws (7 per layer + 1); returns how many.
+ * The tied output stays in rows: the embedding lookup reads it row by row. */
+static size_t matmul_weights(ix_model *m, ix__weight **ws) {
     size_t n = 0;
     for (int32_t i = 0; i < m->hp.n_layer; i++) {
         ix__layer *l = &m->layers[i];
         ix__weight *lw[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
-        for (size_t k = 0; k < IX_ARRAY_LEN(lw) && n < cap; k++) ws[n++] = lw[k];
+        for (size_t k = 0; k < IX_ARRAY_LEN(lw); k++) ws[n++] = lw[k];
     }
-    if (!m->hp.tied_embeddings && n < cap) ws[n++] = &m->output;
+    if (!m->hp.tied_embeddings) ws[n++] = &m->output;
     return n;
 }
 
@@ -313,10 +313,9 @@ static ix_status repack_weights(loader *L) {
     ix_model *m = L->m;
     const char *env = getenv("INFERX_REPACK");
     if (env && strcmp(env, "0") == 0) return IX_OK;
-    size_t cap = (size_t)m->hp.n_layer * 7 + 1, n;
-    ix__weight **ws = ix_malloc(cap * sizeof *ws);
+    ix__weight **ws = ix_malloc(((size_t)m->hp.n_layer * 7 + 1) * sizeof *ws);
     if (!ws) return ix_errf(L->err, IX_ERR_NOMEM, "out of memory");
-    n = matmul_weights(m, ws, cap);
+    size_t n = matmul_weights(m, ws);
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++)
         total += ix_kernels_packed_bytes(ws[i]->type, (size_t)ws[i]->ne1, (size_t)ws[i]->ne0);
@@ -336,13 +335,8 @@ static ix_status repack_weights(loader *L) {
     for (size_t i = 0; i < n; i++) {
         ix__weight *w = ws[i];
         size_t N = (size_t)w->ne1, K = (size_t)w->ne0, pb = ix_kernels_packed_bytes(w->type, N, K);
-        if (!pb) continue;
-        ix_status s = ix_kernels_pack(w->type, w->data, 0, N, K, 0, N, buf + at);
-        if (s != IX_OK) { /* cannot happen for a packable shape; keep the rows */
-            IX_LOGW("model: cannot repack a %zu x %zu %s weight: %s", N, K, ix_dtype_name(w->type),
-                    ix_status_str(s));
-            continue;
-        }
+        /* a packable shape into an aligned buffer always packs */
+        if (!pb || ix_kernels_pack(w->type, w->data, 0, N, K, 0, N, buf + at) != IX_OK) continue;
         w->data = buf + at;
         w->packed = true;
         at += pb;
