@@ -505,7 +505,7 @@ static void test_matmul_packed(void **state) {
     const ix_kernel_table *t[8];
     int nt = tables(t);
     const size_t Ms[] = {1, 2, 5, 8, 9, 17, 150};
-    const size_t Ns[] = {16, 48};
+    const size_t Ns[] = {16, 48, 80}; /* 80: a decode lockstep run of groups, then one more */
     const size_t Ks[] = {32, 224, 1024};
     const ix_dtype qt[] = {IX_DTYPE_Q8_0, IX_DTYPE_Q4_0, IX_DTYPE_F16};
     for (size_t ti = 0; ti < IX_ARRAY_LEN(qt); ti++)
@@ -540,6 +540,19 @@ static void test_matmul_packed(void **state) {
                                      ix_dtype_name(qt[ti]), M, N, K);
                         CHECK_ERR(mm_err(&c, got, ref), 1e-6, "%s packed %s M=%zu N=%zu K=%zu", t[i]->name,
                                   ix_dtype_name(qt[ti]), M, N, K);
+                        /* a row alone (decode's lockstep tiles) has its bits from the batch */
+                        for (size_t m = 0; m < M; m += M > 4 ? M - 1 : 1) {
+                            ix_matmul one = c.mm;
+                            one.M = 1;
+                            one.x = c.x + m * c.ldx;
+                            one.y = c.y;
+                            one.scratch = ix_aligned_alloc(64, ix_kernels_matmul_scratch_bytes(qt[ti], 1, K) + 64);
+                            assert_int_equal(ix__kernels_matmul_with(t[i], &one, NULL), IX_OK);
+                            ix_aligned_free(one.scratch);
+                            if (memcmp(c.y, got + m * N, N * sizeof *got) != 0)
+                                fail_msg("%s packed %s N=%zu K=%zu: row %zu alone differs from its batch of %zu",
+                                         t[i]->name, ix_dtype_name(qt[ti]), N, K, m, M);
+                        }
                         if (!q) continue;
                         /* a group range on its own */
                         if (N > 16) {

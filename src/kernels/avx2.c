@@ -408,8 +408,8 @@ static const ix__pk_fn k_pkf[PKF_RX] = {pkf_1, pkf_2, pkf_3, pkf_4};
 
 static void matmul_rows(const ix_matmul *mm, size_t n0, size_t n1) {
     if (mm->w_packed) {
-        if (mm->w_type == IX_DTYPE_F16) ix__pk_walk(mm, n0, n1, k_pkf, PKF_RX, PKF_MCHUNK);
-        else ix__pk_walk(mm, n0, n1, k_pk[mm->w_type == IX_DTYPE_Q4_0], PK_RX, PK_MCHUNK);
+        if (mm->w_type == IX_DTYPE_F16) ix__pk_walk(mm, n0, n1, k_pkf, PKF_RX, PKF_MCHUNK, NULL);
+        else ix__pk_walk(mm, n0, n1, k_pk[mm->w_type == IX_DTYPE_Q4_0], PK_RX, PK_MCHUNK, NULL);
         return;
     }
     switch (mm->w_type) {

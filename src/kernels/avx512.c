@@ -540,6 +540,68 @@ static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, b
     for (int i = 0; i < rx; i++) _mm512_storeu_ps(a->y + (size_t)i * a->ldy, acc[i]);
 }
 
+/* The lockstep tile (IX__PK_LOCK groups, one X row: decode), VNNI. The x
+ * broadcasts are shared by the groups. Q4_0 splits a byte's nibbles by
+ * masking alone: the high nibble stays scaled by 16 in its own sum, which is
+ * divided back exactly (a multiple of 16; no int32 overflow at these
+ * magnitudes), so the integer dot, and with it every bit, equals pk_run's. */
+#define PK_LOCK_PF_BYTES 2048 /* per stream; the four streams together run 8 KiB ahead */
+
+static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile *a, bool q8) {
+    enum { G = IX__PK_LOCK };
+    const size_t cb = q8 ? 512 : 256, nb = a->k / IX__QK, gs = a->gstride;
+    const __m512i lo = _mm512_set1_epi8(0x0f), hi = _mm512_set1_epi8((char)0xf0),
+                  flip = _mm512_set1_epi8((char)0x80);
+    __m512 acc[G];
+    for (int g = 0; g < G; g++) acc[g] = _mm512_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *c = a->w + b * cb, *x = a->x + b * IX__QK;
+        const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + a->blk_off) + b;
+        IX__UNROLL(4)
+        for (int g = 0; g < G; g++)
+            for (size_t o = 0; o < cb; o += 64) __builtin_prefetch(c + g * gs + PK_LOCK_PF_BYTES + o, 0, 3);
+        __m512i dl[G], dh[G];
+        IX__UNROLL(4)
+        for (int g = 0; g < G; g++) dl[g] = dh[g] = _mm512_setzero_si512();
+        if (q8) {
+            IX__UNROLL(8)
+            for (int j = 0; j < 8; j++) {
+                const __m512i xj = _mm512_set1_epi32((int32_t)ix__load_u32(x + 4 * j));
+                IX__UNROLL(4)
+                for (int g = 0; g < G; g++) {
+                    __m512i v = _mm512_xor_si512(_mm512_load_si512((const void *)(c + g * gs + 64 * j)), flip);
+                    dl[g] = _mm512_dpbusd_epi32(dl[g], v, xj);
+                }
+            }
+        } else {
+            IX__UNROLL(4)
+            for (int j = 0; j < 4; j++) {
+                const __m512i xl = _mm512_set1_epi32((int32_t)ix__load_u32(x + 4 * j));
+                const __m512i xh = _mm512_set1_epi32((int32_t)ix__load_u32(x + 16 + 4 * j));
+                IX__UNROLL(4)
+                for (int g = 0; g < G; g++) {
+                    __m512i v = _mm512_load_si512((const void *)(c + g * gs + 64 * j));
+                    dl[g] = _mm512_dpbusd_epi32(dl[g], _mm512_and_si512(v, lo), xl);
+                    dh[g] = _mm512_dpbusd_epi32(dh[g], _mm512_and_si512(v, hi), xh);
+                }
+            }
+        }
+        const __m512i off = _mm512_set1_epi32(q8 ? xb->neg128s : xb->neg8s);
+        const __m512 xd = _mm512_set1_ps(xb->d);
+        IX__UNROLL(4)
+        for (int g = 0; g < G; g++) {
+            __m512i d = _mm512_add_epi32(off, dl[g]);
+            if (!q8) d = _mm512_add_epi32(d, _mm512_srai_epi32(dh[g], 4));
+            const __m512 dw =
+                _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(a->scales + g * gs + b * 2 * IX__PK)));
+            acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(dw, xd), acc[g]);
+        }
+    }
+    for (int g = 0; g < G; g++) _mm512_storeu_ps(a->y + g * IX__PK, acc[g]);
+}
+static void pk_lock_q8(const ix__pk_tile *a) { pk_lock_run(a, true); }
+static void pk_lock_q4(const ix__pk_tile *a) { pk_lock_run(a, false); }
+
 #define PK_INST(T, TAG, V, R)                                                                  \
     static void pk_##T##_##TAG##_##R(const ix__pk_tile *a) { pk_run(a, IX_DTYPE_##T == IX_DTYPE_Q8_0, V, R); }
 #define PK_ALL(T, TAG, V)                                                                      \
@@ -593,6 +655,35 @@ static inline __attribute__((always_inline)) void pkf_run(const ix__pk_tile *a, 
     }
     for (int i = 0; i < rx; i++)
         _mm512_storeu_ps(a->y + (size_t)i * a->ldy, _mm512_add_ps(acc[0][i], acc[1][i]));
+}
+
+/* The F16 lockstep tile: pkf_run's arithmetic for one X row, per group. */
+static void pkf_lock(const ix__pk_tile *a) {
+    enum { G = IX__PK_LOCK };
+    const uint8_t *wg = a->w;
+    const size_t K = a->k, gs = a->gstride;
+    const float *x = (const float *)(const void *)a->x;
+    __m512 acc[2][G];
+    for (int g = 0; g < G; g++) acc[0][g] = acc[1][g] = _mm512_setzero_ps();
+    size_t k = 0;
+    for (; k + 2 <= K; k += 2) {
+        const __m512 x0 = _mm512_set1_ps(x[k]), x1 = _mm512_set1_ps(x[k + 1]);
+        IX__UNROLL(4)
+        for (int g = 0; g < G; g++) {
+            const uint8_t *w = wg + g * gs + k * 32;
+            __builtin_prefetch(w + PK_LOCK_PF_BYTES, 0, 3);
+            acc[0][g] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)w)), x0, acc[0][g]);
+            acc[1][g] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(w + 32))), x1,
+                                        acc[1][g]);
+        }
+    }
+    if (k < K) {
+        const __m512 x0 = _mm512_set1_ps(x[k]);
+        for (int g = 0; g < G; g++)
+            acc[0][g] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(wg + g * gs + k * 32))),
+                                        x0, acc[0][g]);
+    }
+    for (int g = 0; g < G; g++) _mm512_storeu_ps(a->y + g * IX__PK, _mm512_add_ps(acc[0][g], acc[1][g]));
 }
 
 #define PKF_INST(R) static void pkf_##R(const ix__pk_tile *a) { pkf_run(a, R); }
@@ -664,7 +755,8 @@ static void matmul_rows(const ix_matmul *mm, size_t n0, size_t n1, bool vnni) {
     case IX_DTYPE_Q8_0:
     case IX_DTYPE_Q4_0: {
         if (mm->w_packed) {
-            ix__pk_walk(mm, n0, n1, k_pk[vnni][mm->w_type == IX_DTYPE_Q4_0], PK_RX, PK_MCHUNK);
+            ix__pk_walk(mm, n0, n1, k_pk[vnni][mm->w_type == IX_DTYPE_Q4_0], PK_RX, PK_MCHUNK,
+                        !vnni ? NULL : mm->w_type == IX_DTYPE_Q4_0 ? pk_lock_q4 : pk_lock_q8);
             break;
         }
         int q4 = mm->w_type == IX_DTYPE_Q4_0;
@@ -675,7 +767,7 @@ static void matmul_rows(const ix_matmul *mm, size_t n0, size_t n1, bool vnni) {
     }
     case IX_DTYPE_F32: ix__matmul_tiles(mm, n0, n1, k_ftiles[0], F_RX, F_RW); break;
     case IX_DTYPE_F16:
-        if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pkf, PKF_RX, PKF_MCHUNK);
+        if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pkf, PKF_RX, PKF_MCHUNK, pkf_lock);
         else ix__matmul_tiles(mm, n0, n1, k_ftiles[1], F_RX, F_RW);
         break;
     default: ix__matmul_tiles(mm, n0, n1, k_ftiles[2], F_RX, F_RW); break;

@@ -161,12 +161,25 @@ size_t ix_kernels_packed_bytes(ix_dtype type, size_t N, size_t K) {
     return N / IX__PK * ix__pk_group_bytes(type, K);
 }
 
-void ix__pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *fns, int rx_max, size_t mchunk) {
+void ix__pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *fns, int rx_max, size_t mchunk,
+                 ix__pk_fn lock) {
     const ix_dtype t = mm->w_type;
     const bool q = ix__w_quantized(t);
     ix__pk_tile a = {.k = mm->K, .ldy = ix__mm_ldy(mm), .blk_off = ix__align64(mm->K),
-                     .xs = q ? ix__q8a_row_bytes(mm->K) : ix__mm_ldx(mm) * sizeof(float)};
+                     .xs = q ? ix__q8a_row_bytes(mm->K) : ix__mm_ldx(mm) * sizeof(float),
+                     .gstride = ix__pk_group_bytes(t, mm->K)};
     const uint8_t *x0 = q ? (const uint8_t *)mm->scratch : (const uint8_t *)mm->x;
+    if (lock && mm->M == 1) {
+        size_t g = n0 / IX__PK;
+        a.x = x0;
+        for (; g + IX__PK_LOCK <= n1 / IX__PK; g += IX__PK_LOCK) {
+            a.w = ix__pk_codes(t, mm->w, mm->K, g);
+            a.scales = q ? ix__pk_scales(t, mm->w, mm->K, g) : NULL;
+            a.y = mm->y + g * IX__PK;
+            lock(&a);
+        }
+        n0 = g * IX__PK; /* the last few groups, one at a time */
+    }
     for (size_t mc = 0; mc < mm->M; mc += mchunk) {
         size_t mend = mm->M - mc < mchunk ? mm->M : mc + mchunk;
         for (size_t g = n0 / IX__PK; g < n1 / IX__PK; g++) {
