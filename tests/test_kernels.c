@@ -54,7 +54,8 @@ static double nerr(const float *a, const double *b, size_t n) {
         }                                                                                     \
     } while (0)
 
-/* Every table this CPU can run; AVX-512 both with and without VNNI. */
+/* Every table this CPU can run; AVX-512 both with and without VNNI, NEON
+ * both with and without dotprod. */
 static int tables(const ix_kernel_table **out) {
     int n = 0;
     out[n++] = ix__kernels_generic();
@@ -63,6 +64,12 @@ static int tables(const ix_kernel_table **out) {
     if (ix_cpu_supports(IX_ISA_AVX512)) {
         out[n++] = ix__kernels_avx512(false);
         if (ix_cpu_features_get()->avx512vnni) out[n++] = ix__kernels_avx512(true);
+    }
+#endif
+#if defined(IX_KERNELS_HAVE_NEON)
+    if (ix_cpu_supports(IX_ISA_NEON)) {
+        out[n++] = ix__kernels_neon(false);
+        if (ix_cpu_features_get()->dotprod) out[n++] = ix__kernels_neon(true);
     }
 #endif
     return n;
@@ -600,6 +607,63 @@ static void pool_mm_fn(void *ctx, int ith, int nth) {
     ix_kernels_matmul_compute(p->mm, ith, nth);
 }
 
+/* Several matmuls of one input in one run: each y bit-equal to its own
+ * ix_kernels_matmul; inputs that do not share x, M, K or scratch refused. */
+static void test_matmul_n(void **state) {
+    (void)state;
+    ix_pool *pool;
+    assert_int_equal(ix_pool_create(&pool, 3), IX_OK);
+    const size_t Ms[] = {1, 9};
+    for (size_t a = 0; a < IX_ARRAY_LEN(Ms); a++) {
+        const size_t M = Ms[a], K = 256;
+        const ix_dtype types[] = {IX_DTYPE_Q4_0, IX_DTYPE_Q8_0, IX_DTYPE_F16};
+        const size_t Ns[] = {1040, 208, 330}; /* 65 groups, 13, and rows not a multiple of 16 */
+        mm_case c[3];
+        ix_matmul mms[3];
+        float *ref[3];
+        for (int i = 0; i < 3; i++) {
+            mm_setup(&c[i], types[i], M, Ns[i], K, 0);
+            memcpy(c[i].x, c[0].x, M * K * sizeof(float)); /* one input */
+            assert_int_equal(ix_kernels_matmul(&c[i].mm, pool), IX_OK);
+            ref[i] = malloc(M * Ns[i] * sizeof(float));
+            memcpy(ref[i], c[i].y, M * Ns[i] * sizeof(float));
+            mms[i] = c[i].mm;
+            mms[i].x = c[0].x;
+            mms[i].scratch = c[0].scratch; /* Q4_0 and Q8_0 share the q8a rows */
+            memset(c[i].y, 0, M * Ns[i] * sizeof(float));
+        }
+        /* the first one packed, as the loader leaves it */
+        uint8_t *pw = ix_aligned_alloc(64, ix_kernels_packed_bytes(types[0], Ns[0], K));
+        assert_int_equal(ix_kernels_pack(types[0], c[0].w, 0, Ns[0], K, 0, Ns[0], pw), IX_OK);
+        mms[0].w = pw;
+        mms[0].w_packed = true;
+        for (int pass = 0; pass < 2; pass++) {
+            assert_int_equal(ix_kernels_matmul_n(mms, 3, pass ? NULL : pool), IX_OK);
+            for (int i = 0; i < 3; i++) {
+                assert_memory_equal(c[i].y, ref[i], M * Ns[i] * sizeof(float));
+                memset(c[i].y, 0, M * Ns[i] * sizeof(float));
+            }
+        }
+        /* refused: nothing, too many, another K, another scratch */
+        assert_int_equal(ix_kernels_matmul_n(mms, 0, pool), IX_ERR_INVALID);
+        ix_matmul five[IX_KERNELS_MATMUL_MAX + 1];
+        for (int i = 0; i <= IX_KERNELS_MATMUL_MAX; i++) five[i] = mms[1];
+        assert_int_equal(ix_kernels_matmul_n(five, IX_KERNELS_MATMUL_MAX + 1, pool), IX_ERR_INVALID);
+        ix_matmul bad[2] = {mms[1], mms[2]};
+        bad[1].K = 224;
+        assert_int_equal(ix_kernels_matmul_n(bad, 2, pool), IX_ERR_INVALID);
+        bad[1] = mms[0];
+        bad[1].scratch = c[1].scratch;
+        assert_int_equal(ix_kernels_matmul_n(bad, 2, pool), IX_ERR_INVALID);
+        ix_aligned_free(pw);
+        for (int i = 0; i < 3; i++) {
+            free(ref[i]);
+            mm_free(&c[i]);
+        }
+    }
+    ix_pool_destroy(pool);
+}
+
 /* Same bits whatever the thread count, the work split, or the batch. */
 static void test_matmul_invariance(void **state) {
     (void)state;
@@ -610,7 +674,7 @@ static void test_matmul_invariance(void **state) {
     for (int i = 0; i < nt; i++) {
         assert_int_equal(ix_cpu_force_isa(t[i]->isa), IX_OK);
         ix_kernels_init();
-        if (ix_kernels() != t[i]) continue; /* the other AVX-512 variant */
+        if (ix_kernels() != t[i]) continue; /* the other AVX-512 / NEON variant */
         /* M = 40: X is quantized by the pool's threads, not before the handoff */
         for (size_t ti = 0; ti < 2 * IX_ARRAY_LEN(k_wtypes); ti++) {
             ix_dtype wt = k_wtypes[ti % IX_ARRAY_LEN(k_wtypes)];
@@ -747,8 +811,11 @@ static void test_softmax(void **state) {
             if (variant == 2) /* masked entries */
                 for (size_t i = 0; i < n; i += 3) x[i] = -INFINITY;
             if (variant == 2 && n == 1) x[0] = 0.5f;
-            double mx = -INFINITY, sum = 0;
-            for (size_t i = 0; i < n; i++) mx = fmax(mx, x[i]);
+            /* the max in float (exact), then widened: GCC 12.2 for aarch64
+             * crashes vectorizing an fmax over floats widened to double */
+            float fmx = -INFINITY;
+            for (size_t i = 0; i < n; i++) fmx = fmaxf(fmx, x[i]);
+            double mx = fmx, sum = 0;
             for (size_t i = 0; i < n; i++) sum += (ref[i] = exp((double)x[i] - mx));
             for (size_t i = 0; i < n; i++) ref[i] /= sum;
             for (int k = 0; k < nt; k++) {
@@ -1169,7 +1236,7 @@ static void test_dispatch(void **state) {
             assert_null(t);
             continue;
         }
-        if (!t) continue; /* supported but not built (NEON) */
+        if (!t) continue; /* supported but not built for this architecture */
         assert_int_equal(t->isa, isa);
         assert_int_equal(ix_cpu_force_isa((ix_isa)isa), IX_OK);
         assert_int_equal(ix_kernels_init(), IX_OK);
@@ -1180,8 +1247,10 @@ static void test_dispatch(void **state) {
     assert_null(ix_kernels_table(IX_ISA_COUNT));
     ix_cpu_force_isa(IX_ISA_GENERIC);
     ix_kernels_init();
-    print_message("kernels: best path here is %s\n",
-                  ix_kernels_table(ix_cpu_supports(IX_ISA_AVX512) ? IX_ISA_AVX512 : IX_ISA_GENERIC)->name);
+    const ix_kernel_table *best = ix__kernels_generic();
+    for (int isa = 0; isa < IX_ISA_COUNT; isa++) /* IX_ISA_* rise with preference */
+        if (ix_kernels_table((ix_isa)isa)) best = ix_kernels_table((ix_isa)isa);
+    print_message("kernels: best path here is %s\n", best->name);
 }
 
 int main(void) {
@@ -1200,6 +1269,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_generic_vs_double),
         cmocka_unit_test(test_matmul_isa_vs_generic),
         cmocka_unit_test(test_matmul_invariance),
+        cmocka_unit_test(test_matmul_n),
         cmocka_unit_test(test_matmul_packed),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_softmax),

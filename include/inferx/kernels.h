@@ -143,6 +143,14 @@ void ix_kernels_matmul_compute(const ix_matmul *mm, int ith, int nth);
  * small chunks of N so a core that is busy elsewhere does not hold the rest
  * back. Thread-safe as ix_pool_run. */
 ix_status ix_kernels_matmul(const ix_matmul *mm, ix_pool *pool);
+/* Up to IX_KERNELS_MATMUL_MAX matmuls of one input (the same x, ldx, M and
+ * K, and for quantized weights the same scratch; e.g. the Q, K and V
+ * projections, or gate and up) in one pool run: X is quantized once and the
+ * W rows of all of them are handed out from one queue, so the threads meet
+ * once instead of once per matmul. Each y gets the bits ix_kernels_matmul
+ * gives it. The y ranges must not overlap x or each other. */
+#define IX_KERNELS_MATMUL_MAX 4
+ix_status ix_kernels_matmul_n(const ix_matmul *mms, size_t n, ix_pool *pool);
 
 /* Quantizes n values of src into a GGUF row of dst_type (F32, F16, BF16,
  * Q8_0, Q4_0; n % 32 == 0 for the block types). Reference quality, for tools

@@ -25,7 +25,10 @@ const ix_kernel_table *ix_kernels_table(ix_isa isa) {
     case IX_ISA_AVX2: return ix__kernels_avx2();
     case IX_ISA_AVX512: return ix__kernels_avx512(ix_cpu_features_get()->avx512vnni);
 #endif
-    default: return NULL; /* NEON kernels are not written yet */
+#if defined(IX_KERNELS_HAVE_NEON)
+    case IX_ISA_NEON: return ix__kernels_neon(ix_cpu_features_get()->dotprod);
+#endif
+    default: return NULL; /* a path this architecture's build does not have */
     }
 }
 
@@ -331,26 +334,63 @@ void ix__matmul_tiles(const ix_matmul *mm, size_t n0, size_t n1, const ix__tile_
     }
 }
 
+/* One grab of a run: rows [n0, n1) of W of matmul mm. */
+typedef struct mm_item {
+    uint32_t mm;
+    size_t n0, n1;
+} mm_item;
+
+#define MM_MAX_ITEMS 192
+
 typedef struct mm_run {
     const ix_kernel_table *kt;
-    const ix_matmul *mm;
-    size_t chunk;          /* rows of W per grab */
-    bool quantize;         /* X rows still to quantize in this run */
+    const ix_matmul *mms;  /* (n_mm) one input: x, M, K and scratch shared */
+    size_t n_mm;
+    const ix_matmul *q;    /* the matmul whose X rows to quantize, or NULL */
+    mm_item items[MM_MAX_ITEMS];
+    size_t n_items;
     _Atomic size_t q_next; /* X rows handed out for quantizing */
     _Atomic size_t q_done; /* X rows quantized */
-    _Atomic size_t next;   /* W chunks handed out */
+    _Atomic size_t next;   /* items handed out */
 } mm_run;
 
 #define MM_QROWS 4 /* X rows per quantize grab */
+
+/* Guided grabs: each takes its share (1 / (2 nth)) of the rows still left in
+ * the whole run, so grabs are large while there is much left and small at
+ * the end, where a thread that started a large one last would hold up the
+ * other threads waiting at the run's end. Multiples of MM_MIN_GRAB rows, so
+ * that a grab is not mostly its cold start and decode's lockstep tiles get
+ * whole runs of groups (64 = IX__PK_LOCK groups of 16); a remainder narrower
+ * than that goes with the grab before it. */
+#define MM_MIN_GRAB (IX__PK_LOCK * IX__PK)
+
+static void mm_plan(mm_run *r, int nth) {
+    size_t left = 0;
+    for (size_t i = 0; i < r->n_mm; i++) left += r->mms[i].N;
+    r->n_items = 0;
+    for (size_t i = 0; i < r->n_mm; i++) {
+        const size_t N = r->mms[i].N;
+        for (size_t n0 = 0; n0 < N;) {
+            size_t c = (left + 2 * (size_t)nth - 1) / (2 * (size_t)nth);
+            c = (c + MM_MIN_GRAB - 1) / MM_MIN_GRAB * MM_MIN_GRAB;
+            /* no sliver after it, and room for one item per matmul still to come */
+            if (N - n0 < c + MM_MIN_GRAB || r->n_items + (r->n_mm - i) >= MM_MAX_ITEMS) c = N - n0;
+            r->items[r->n_items++] = (mm_item){(uint32_t)i, n0, n0 + c};
+            n0 += c;
+            left -= c;
+        }
+    }
+}
 
 /* Grab-based, not (ith, nth) slices: whoever shows up takes the next piece,
  * so a participant the OS has parked delays nothing it has not started. */
 static void mm_run_fn(void *ctx, int ith, int nth) {
     mm_run *r = ctx;
-    const ix_matmul *mm = r->mm;
     (void)ith;
     (void)nth;
-    if (r->quantize) {
+    if (r->q) {
+        const ix_matmul *mm = r->q;
         size_t ldx = ix__mm_ldx(mm), rb = ix__q8a_row_bytes(mm->K);
         for (;;) {
             size_t m0 = atomic_fetch_add(&r->q_next, MM_QROWS);
@@ -367,48 +407,69 @@ static void mm_run_fn(void *ctx, int ith, int nth) {
             if ((i & 1023) == 0) sched_yield();
         }
     }
-    /* the last grab takes the remainder too, so no grab is a sliver narrower
-     * than a tile */
-    size_t n_chunks = mm->N / r->chunk ? mm->N / r->chunk : 1;
     for (;;) {
         size_t c = atomic_fetch_add_explicit(&r->next, 1, memory_order_relaxed);
-        if (c >= n_chunks) break;
-        size_t n0 = c * r->chunk, n1 = c == n_chunks - 1 ? mm->N : n0 + r->chunk;
-        r->kt->matmul_rows(mm, n0, n1);
+        if (c >= r->n_items) break;
+        const mm_item *it = &r->items[c];
+        r->kt->matmul_rows(&r->mms[it->mm], it->n0, it->n1);
     }
 }
 
-ix_status ix__kernels_matmul_with(const ix_kernel_table *kt, const ix_matmul *mm, ix_pool *pool) {
-    ix_status st = ix_kernels_matmul_check(mm);
-    if (st != IX_OK || mm->M == 0 || mm->N == 0) return st;
-    int nth = pool ? ix_pool_n_threads(pool) : 1;
-    /* Below ~64k multiply-adds a handoff costs more than it saves. */
-    if (nth > 1 && (double)mm->M * (double)mm->N * (double)mm->K < 65536.0) nth = 1;
-    bool quantize = ix__w_quantized(mm->w_type) && !mm->x_ready;
-    /* A few rows (decode) are quantized here, before the handoff. */
-    if (nth == 1 || (quantize && mm->M * mm->K <= 4 * 4096)) {
-        matmul_quantize(kt, mm, 0, 1);
-        quantize = false;
+/* The matmuls of one input: same x (or x_ready), ldx, M, K and scratch. */
+static ix_status matmul_n_check(const ix_matmul *mms, size_t n) {
+    if (!mms || n == 0 || n > IX_KERNELS_MATMUL_MAX) return IX_ERR_INVALID;
+    for (size_t i = 0; i < n; i++) {
+        ix_status st = ix_kernels_matmul_check(&mms[i]);
+        if (st != IX_OK) return st;
+        const ix_matmul *a = &mms[0], *b = &mms[i];
+        if (b->M != a->M || b->K != a->K || ix__mm_ldx(b) != ix__mm_ldx(a) ||
+            (ix__w_quantized(b->w_type) && b->scratch != mms[0].scratch))
+            return IX_ERR_INVALID;
     }
-    if (nth == 1) {
-        kt->matmul_rows(mm, 0, mm->N);
-        return IX_OK;
-    }
-    /* About four grabs per thread, in multiples of 16 rows so the tiles stay
-     * whole, and at least 64 rows so a grab is not mostly its cold start. */
-    size_t chunk = (mm->N + (size_t)nth * 4 - 1) / ((size_t)nth * 4);
-    chunk = (chunk + 15) & ~(size_t)15;
-    if (chunk < 64) chunk = 64;
-    mm_run r = {.kt = kt, .mm = mm, .chunk = chunk, .quantize = quantize};
-    atomic_init(&r.q_next, 0);
-    atomic_init(&r.q_done, 0);
-    atomic_init(&r.next, 0);
-    ix_pool_run_n(pool, nth, mm_run_fn, &r);
     return IX_OK;
 }
 
+static ix_status matmul_n_with(const ix_kernel_table *kt, const ix_matmul *mms, size_t n, ix_pool *pool) {
+    ix_status st = matmul_n_check(mms, n);
+    if (st != IX_OK || mms[0].M == 0) return st;
+    const ix_matmul *q = NULL; /* quantizes X for all of them */
+    double macs = 0;
+    for (size_t i = 0; i < n; i++) {
+        macs += (double)mms[i].M * (double)mms[i].N * (double)mms[i].K;
+        if (!q && ix__w_quantized(mms[i].w_type) && !mms[i].x_ready) q = &mms[i];
+    }
+    int nth = pool ? ix_pool_n_threads(pool) : 1;
+    /* Below ~64k multiply-adds a handoff costs more than it saves. */
+    if (nth > 1 && macs < 65536.0) nth = 1;
+    /* A few rows (decode) are quantized here, before the handoff. */
+    if (q && (nth == 1 || q->M * q->K <= 4 * 4096)) {
+        matmul_quantize(kt, q, 0, 1);
+        q = NULL;
+    }
+    if (nth == 1) {
+        for (size_t i = 0; i < n; i++)
+            if (mms[i].N) kt->matmul_rows(&mms[i], 0, mms[i].N);
+        return IX_OK;
+    }
+    mm_run *r = &(mm_run){.kt = kt, .mms = mms, .n_mm = n, .q = q};
+    mm_plan(r, nth);
+    atomic_init(&r->q_next, 0);
+    atomic_init(&r->q_done, 0);
+    atomic_init(&r->next, 0);
+    ix_pool_run_n(pool, nth, mm_run_fn, r);
+    return IX_OK;
+}
+
+ix_status ix__kernels_matmul_with(const ix_kernel_table *kt, const ix_matmul *mm, ix_pool *pool) {
+    return matmul_n_with(kt, mm, 1, pool);
+}
+
 ix_status ix_kernels_matmul(const ix_matmul *mm, ix_pool *pool) {
-    return ix__kernels_matmul_with(ix_kernels(), mm, pool);
+    return matmul_n_with(ix_kernels(), mm, 1, pool);
+}
+
+ix_status ix_kernels_matmul_n(const ix_matmul *mms, size_t n, ix_pool *pool) {
+    return matmul_n_with(ix_kernels(), mms, n, pool);
 }
 
 /* ---- row ops -------------------------------------------------------------------- */

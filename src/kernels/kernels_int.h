@@ -2,7 +2,7 @@
  * kernels private header: the per-ISA table constructors, the weight block
  * layouts, the q8a activation layout that every path shares, and the small
  * exact scalar helpers (fp16, block scales) that every path's tail loops use.
- * Included by generic.c, avx2.c, avx512.c, dispatch.c and the tests.
+ * Included by generic.c, avx2.c, avx512.c, neon.c, dispatch.c and the tests.
  */
 #ifndef INFERX_KERNELS_INT_H
 #define INFERX_KERNELS_INT_H
@@ -14,12 +14,16 @@
 
 /* ---- per-ISA tables ------------------------------------------------------
  * Each returns a pointer to a static const table. The AVX-512 file holds two:
- * vpdpbusd (VNNI) and a vpmaddubsw fallback for AVX-512BW-only CPUs; tests
- * ask for both directly. */
+ * vpdpbusd (VNNI) and a vpmaddubsw fallback for AVX-512BW-only CPUs; the NEON
+ * file two as well: sdot (dotprod) and smull / sadalp for ARMv8.0 cores.
+ * Tests ask for each directly. */
 const ix_kernel_table *ix__kernels_generic(void);
 #if defined(IX_KERNELS_HAVE_X86)
 const ix_kernel_table *ix__kernels_avx2(void);
 const ix_kernel_table *ix__kernels_avx512(bool vnni);
+#endif
+#if defined(IX_KERNELS_HAVE_NEON)
+const ix_kernel_table *ix__kernels_neon(bool dotprod);
 #endif
 
 /* ix_kernels_matmul on a given table (tests and the benchmark reach the
