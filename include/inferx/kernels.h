@@ -1,8 +1,8 @@
 /*
  * inferx kernels: the compute a Llama-family forward pass needs (matmul over
  * GGUF weight types, norms, RoPE, softmax, SiLU, paged attention), with a
- * generic C reference for every op and AVX2 / AVX-512 variants chosen at run
- * time from the CPU probe; and the persistent worker pool that splits those
+ * generic C reference for every op and AVX2 / AVX-512 / NEON variants chosen
+ * at run time from the CPU probe; and the persistent worker pool that splits those
  * ops over threads.
  *
  * Kernels never allocate, never lock and never fail on the hot path: the
@@ -240,7 +240,7 @@ void ix_attn_finish(const ix_attn_acc *acc, float *out);
  * (the ix_kernels_* wrappers above check them). */
 typedef struct ix_kernel_table {
     ix_isa isa;
-    const char *name; /* "generic", "avx2", "avx512-vnni", "avx512-bw" */
+    const char *name; /* "generic", "avx2", "avx512-vnni", "avx512-bw", "neon-dotprod", "neon" */
 
     void (*fp16_to_fp32)(const uint16_t *src, float *dst, size_t n);
     void (*fp32_to_fp16)(const float *src, uint16_t *dst, size_t n);

@@ -1,11 +1,11 @@
 /*
- * Row ops written once over an abstract f32 vector, included by avx2.c and
- * avx512.c after they define the vector vocabulary below (ggml's
+ * Row ops written once over an abstract f32 vector, included by avx2.c,
+ * avx512.c and neon.c after they define the vector vocabulary below (ggml's
  * GGML_F32_VEC idea). Only the ops whose code is identical across widths live
  * here (RMSNorm, softmax, SiLU*up, add, NEOX RoPE, the attention accumulator);
  * matmul tiles, conversions and the adjacent-pair RoPE shuffle are per ISA.
- * One exception: v_sum_lanes (attention's many-dots reduction) has a ymm and
- * a zmm version here, chosen by VW.
+ * One exception: v_sum_lanes (attention's many-dots reduction) has a ymm, a
+ * zmm and a NEON version here, chosen by VW.
  *
  * The includer defines:
  *   VF, VW                       vector type, lanes
@@ -141,10 +141,10 @@ static inline VF v_kv_load_n(const void *row, ix_dtype t, size_t i, size_t n) {
 }
 
 /* Lane j of the result = the sum of the lanes of a[j], by one tree for every
- * j (lane i + lane i + VW/2, then the same on the halves, ...), so a score
+ * j (x86: lane i + lane i + VW/2, then the same on the halves, ...), so a score
  * does not depend on its key's slot in a tile. Inputs are taken in the order
  * (V_SL) that leaves each sum in its own lane. The one piece of this file
- * written per width: ymm and zmm shuffle differently. */
+ * written per width: ymm, zmm and NEON shuffle differently. */
 #if VW == 16
 #define V_SL(j) (4 * ((j) % 4) + (j) / 4)
 static inline __attribute__((always_inline)) VF v_sum_lanes(const VF *a) {
@@ -185,6 +185,13 @@ static inline __attribute__((always_inline)) VF v_sum_lanes(const VF *a) {
     }
     /* lane 4m + r now sums input m + 2r, which V_SL made a[4m + r] */
     return _mm256_add_ps(_mm256_shuffle_ps(e[0], e[1], 0x88), _mm256_shuffle_ps(e[0], e[1], 0xdd));
+}
+#elif VW == 4 && defined(__aarch64__)
+/* NEON's pairwise add sums adjacent lanes of two inputs into one vector, so
+ * two levels of it leave (a[j]0 + a[j]1) + (a[j]2 + a[j]3) in lane j, the
+ * same tree for every j, with the inputs in their own order. */
+static inline __attribute__((always_inline)) VF v_sum_lanes(const VF *a) {
+    return vpaddq_f32(vpaddq_f32(a[0], a[1]), vpaddq_f32(a[2], a[3]));
 }
 #else
 #error "v_sum_lanes: no shuffles for this vector width"

@@ -1,0 +1,251 @@
+/*
+ * The quantized (Q8_0 / Q4_0) matmul tiles of neon.c, written once over the
+ * int8 dot and included twice by it: with NQ_SDOT 0 for every ARMv8.0 core
+ * (smull / smlal / sadalp) and with NQ_SDOT 1 inside a dotprod target region
+ * (sdot), each time with NQ(name) giving the names their own suffix. Two
+ * copies because GCC inlines an intrinsic only into a function compiled for
+ * its extension, so the sdot tiles cannot share a body with the plain ones.
+ *
+ * Both give the canonical dot (kernels_int.h): the integer dot of a block is
+ * exact whatever order its products are added in, and the float steps are
+ * the same convert, multiply and fused multiply-add per output lane, so every
+ * tile matches generic.c bit for bit.
+ *
+ * The includer defines NQ_SDOT, NQ(name), and matmul_float() (the float
+ * weight types, which do not depend on the dot instructions).
+ */
+#if !defined(NQ_SDOT) || !defined(NQ)
+#error "neon_q.h is included by neon.c with NQ_SDOT and NQ defined"
+#endif
+
+/* ---- row layout: NQ_RX X rows by NQ_RW W rows -------------------------------
+ * A block of each of the 4 W rows is two int8x16 (elements 0-15 and 16-31;
+ * Q4_0 codes stay unsigned 0..15 and the q8a block's -8 s removes the offset).
+ * Per X row, each W row's 32 products land in the lanes of one int32x4, and
+ * two pairwise adds leave row j's exact dot in lane j, so the 4 outputs of a
+ * row are one convert and one FMA. */
+#define NQ_RX 4
+#define NQ_RW 4
+
+/* acc + the 16 products w[i] * x[i], spread over the 4 lanes */
+static inline __attribute__((always_inline)) int32x4_t NQ(dot16)(int32x4_t acc, int8x16_t w,
+                                                                int8x16_t x) {
+#if NQ_SDOT
+    return vdotq_s32(acc, w, x);
+#else
+    /* |w| <= 128 and |x| <= 127 (q8a), so two products fit an int16 */
+    int16x8_t p = vmull_s8(vget_low_s8(w), vget_low_s8(x));
+    p = vmlal_high_s8(p, w, x);
+    return vpadalq_s16(acc, p);
+#endif
+}
+
+static inline __attribute__((always_inline)) void NQ(qtile_run)(const ix__tile *a, bool q8, int rx) {
+    const size_t bs = q8 ? IX__Q8_0_BYTES : IX__Q4_0_BYTES, nb = a->k / IX__QK;
+    const uint8x16_t nib = vdupq_n_u8(0x0f);
+    float32x4_t acc[NQ_RX];
+    for (int i = 0; i < rx; i++) acc[i] = vdupq_n_f32(0.0f);
+    for (size_t b = 0; b < nb; b++) {
+        int8x16_t w0[NQ_RW], w1[NQ_RW];
+        uint16_t h[NQ_RW];
+        for (int j = 0; j < NQ_RW; j++) {
+            const uint8_t *p = a->w + (size_t)j * a->ws + b * bs;
+            uint8x16_t v = vld1q_u8(p + 2);
+            h[j] = ix__load_u16(p);
+            if (q8) {
+                w0[j] = vreinterpretq_s8_u8(v);
+                w1[j] = vreinterpretq_s8_u8(vld1q_u8(p + 18));
+            } else {
+                w0[j] = vreinterpretq_s8_u8(vandq_u8(v, nib));
+                w1[j] = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
+            }
+        }
+        const float32x4_t dw = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h)));
+        for (int i = 0; i < rx; i++) {
+            const uint8_t *xr = a->x + (size_t)i * a->xs;
+            const int8_t *xq = (const int8_t *)xr + b * IX__QK;
+            const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(xr + a->blk_off) + b;
+            const int8x16_t x0 = vld1q_s8(xq), x1 = vld1q_s8(xq + 16);
+            int32x4_t d[NQ_RW];
+            for (int j = 0; j < NQ_RW; j++)
+                d[j] = NQ(dot16)(NQ(dot16)(vdupq_n_s32(0), w0[j], x0), w1[j], x1);
+            int32x4_t s = vpaddq_s32(vpaddq_s32(d[0], d[1]), vpaddq_s32(d[2], d[3]));
+            if (!q8) s = vaddq_s32(s, vdupq_n_s32(xb->neg8s));
+            acc[i] = vfmaq_f32(acc[i], vcvtq_f32_s32(s), vmulq_n_f32(dw, xb->d));
+        }
+    }
+    for (int i = 0; i < rx; i++) { /* ncols: NQ_RW, or 1 in the walker's narrow path */
+        float *y = a->y + (size_t)i * a->ldy;
+        if (a->ncols == NQ_RW) vst1q_f32(y, acc[i]);
+        else vst1q_lane_f32(y, acc[i], 0);
+    }
+}
+
+#define NQ_QTILE(T, R)                                                                          \
+    static void NQ(qtile_##T##_##R)(const ix__tile *a) {                                         \
+        NQ(qtile_run)(a, IX_DTYPE_##T == IX_DTYPE_Q8_0, R);                                       \
+    }
+NQ_QTILE(Q8_0, 1) NQ_QTILE(Q8_0, 2) NQ_QTILE(Q8_0, 3) NQ_QTILE(Q8_0, 4)
+NQ_QTILE(Q4_0, 1) NQ_QTILE(Q4_0, 2) NQ_QTILE(Q4_0, 3) NQ_QTILE(Q4_0, 4)
+#undef NQ_QTILE
+static const ix__tile_fn NQ(k_qtiles)[2][NQ_RX] = {
+    {NQ(qtile_Q8_0_1), NQ(qtile_Q8_0_2), NQ(qtile_Q8_0_3), NQ(qtile_Q8_0_4)},
+    {NQ(qtile_Q4_0_1), NQ(qtile_Q4_0_2), NQ(qtile_Q4_0_3), NQ(qtile_Q4_0_4)}};
+
+/* ---- packed layout (ix_kernels_pack) -----------------------------------------
+ * A 16-byte quarter of a 64-byte plane is 4 W rows ("a quad"), 4 code bytes
+ * each, so its products with the X row's matching 4 bytes, summed per 32-bit
+ * lane, are 4 rows' partial dots with no reduction across lanes.
+ *   sdot: one sdot by element per quad and plane, the X bytes taken from a
+ *         register by lane index; 2 quads (8 rows) per pass, 4 X rows.
+ *   plain: the X dword broadcast by a load (ld1r rather than a dup: smull,
+ *         smlal and sadalp already take the vector ALU), then smull / smlal
+ *         over two planes in int16 (two products: no overflow) and sadalp
+ *         into two int32x4 whose pairwise sum is the quad's dots; 1 quad per
+ *         pass, since each X row needs twice the accumulators.
+ * Passes over the group's rows re-read X from L1; W is read once. Register
+ * counts chose these shapes (no spills in the disassembly); they have not
+ * been timed on an ARM core. */
+#define NQ_PK_RX 4
+#define NQ_PK_MCHUNK 128
+#if NQ_SDOT
+#define NQ_PK_QUADS 2
+#else
+#define NQ_PK_QUADS 1
+#endif
+
+#if NQ_SDOT
+/* sdot by element; the lane is an immediate, so a switch (folded away once
+ * the plane loop is unrolled) keeps -O0 builds compiling */
+static inline __attribute__((always_inline)) int32x4_t NQ(sdot_lane)(int32x4_t acc, int8x16_t w,
+                                                                    int8x16_t x, int lane) {
+    switch (lane) {
+    case 0: return vdotq_laneq_s32(acc, w, x, 0);
+    case 1: return vdotq_laneq_s32(acc, w, x, 1);
+    case 2: return vdotq_laneq_s32(acc, w, x, 2);
+    default: return vdotq_laneq_s32(acc, w, x, 3);
+    }
+}
+#else
+/* lo / hi (rows 0-1 / 2-3 of a quad, two lanes each) += va * xa + vb * xb */
+static inline __attribute__((always_inline)) void NQ(pair)(int32x4_t *lo, int32x4_t *hi, int8x16_t va,
+                                                          int8x16_t xa, int8x16_t vb, int8x16_t xb) {
+    int16x8_t pl = vmlal_s8(vmull_s8(vget_low_s8(va), vget_low_s8(xa)), vget_low_s8(vb), vget_low_s8(xb));
+    int16x8_t ph = vmlal_high_s8(vmull_high_s8(va, xa), vb, xb);
+    *lo = vpadalq_s16(*lo, pl);
+    *hi = vpadalq_s16(*hi, ph);
+}
+
+static inline __attribute__((always_inline)) int8x16_t NQ(bcast4)(const int8_t *p) {
+    return vreinterpretq_s8_s32(vld1q_dup_s32((const int32_t *)(const void *)p));
+}
+#endif
+
+static inline __attribute__((always_inline)) void NQ(pk_run)(const ix__pk_tile *a, bool q8, int rx) {
+    const size_t cb = q8 ? 512 : 256, nb = a->k / IX__QK;
+    const uint8x16_t nib = vdupq_n_u8(0x0f);
+    for (int h = 0; h < IX__PK / (4 * NQ_PK_QUADS); h++) { /* W rows 4 NQ_PK_QUADS h, ... */
+        float32x4_t acc[NQ_PK_RX][NQ_PK_QUADS];
+        for (int i = 0; i < rx; i++)
+            for (int q = 0; q < NQ_PK_QUADS; q++) acc[i][q] = vdupq_n_f32(0.0f);
+        for (size_t b = 0; b < nb; b++) {
+            const uint8_t *c = a->w + b * cb + (size_t)(16 * NQ_PK_QUADS * h);
+            const int8_t *xq[NQ_PK_RX];
+            const ix__q8a_blk *xb[NQ_PK_RX];
+            for (int i = 0; i < rx; i++) {
+                const uint8_t *xr = a->x + (size_t)i * a->xs;
+                xq[i] = (const int8_t *)xr + b * IX__QK;
+                xb[i] = (const ix__q8a_blk *)(const void *)(xr + a->blk_off) + b;
+            }
+            int32x4_t dot[NQ_PK_RX][NQ_PK_QUADS]; /* lane r: row 4q + r's exact dot */
+#if NQ_SDOT
+            int8x16_t xl[NQ_PK_RX], xh[NQ_PK_RX]; /* elements 0-15, 16-31 */
+            for (int i = 0; i < rx; i++) {
+                xl[i] = vld1q_s8(xq[i]);
+                xh[i] = vld1q_s8(xq[i] + 16);
+                for (int q = 0; q < NQ_PK_QUADS; q++) dot[i][q] = vdupq_n_s32(q8 ? 0 : xb[i]->neg8s);
+            }
+            /* unrolled: sdot's lane is then a constant and the switch folds
+             * (a plain bound: GCC drops the pragma on a ?: condition) */
+            const int planes = q8 ? 8 : 4;
+            IX__UNROLL(8)
+            for (int j = 0; j < planes; j++) /* plane j: elements 4j.. (Q4_0: and 16 + 4j..) */
+                for (int q = 0; q < NQ_PK_QUADS; q++) {
+                    uint8x16_t v = vld1q_u8(c + 64 * j + 16 * q);
+                    if (q8) {
+                        for (int i = 0; i < rx; i++)
+                            dot[i][q] = NQ(sdot_lane)(dot[i][q], vreinterpretq_s8_u8(v),
+                                                      j < 4 ? xl[i] : xh[i], j & 3);
+                    } else {
+                        int8x16_t lo = vreinterpretq_s8_u8(vandq_u8(v, nib));
+                        int8x16_t hi = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
+                        for (int i = 0; i < rx; i++) {
+                            dot[i][q] = NQ(sdot_lane)(dot[i][q], lo, xl[i], j);
+                            dot[i][q] = NQ(sdot_lane)(dot[i][q], hi, xh[i], j);
+                        }
+                    }
+                }
+#else
+            int32x4_t dlo[NQ_PK_RX][NQ_PK_QUADS], dhi[NQ_PK_RX][NQ_PK_QUADS];
+            for (int i = 0; i < rx; i++)
+                for (int q = 0; q < NQ_PK_QUADS; q++) dlo[i][q] = dhi[i][q] = vdupq_n_s32(0);
+            for (int j = 0; j < 4; j++) /* Q8_0: planes 2j and 2j + 1; Q4_0: plane j, both nibbles */
+                for (int q = 0; q < NQ_PK_QUADS; q++) {
+                    int8x16_t va, vb;
+                    if (q8) {
+                        va = vreinterpretq_s8_u8(vld1q_u8(c + 128 * j + 16 * q));
+                        vb = vreinterpretq_s8_u8(vld1q_u8(c + 128 * j + 64 + 16 * q));
+                    } else {
+                        uint8x16_t v = vld1q_u8(c + 64 * j + 16 * q);
+                        va = vreinterpretq_s8_u8(vandq_u8(v, nib));
+                        vb = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
+                    }
+                    for (int i = 0; i < rx; i++) {
+                        const int8_t *xa = xq[i] + (q8 ? 8 * j : 4 * j), *xc = q8 ? xa + 4 : xa + 16;
+                        NQ(pair)(&dlo[i][q], &dhi[i][q], va, NQ(bcast4)(xa), vb, NQ(bcast4)(xc));
+                    }
+                }
+            for (int i = 0; i < rx; i++)
+                for (int q = 0; q < NQ_PK_QUADS; q++) {
+                    dot[i][q] = vpaddq_s32(dlo[i][q], dhi[i][q]);
+                    if (!q8) dot[i][q] = vaddq_s32(dot[i][q], vdupq_n_s32(xb[i]->neg8s));
+                }
+#endif
+            const uint8_t *sc = a->scales + (b * IX__PK + (size_t)(4 * NQ_PK_QUADS * h)) * 2;
+            for (int q = 0; q < NQ_PK_QUADS; q++) {
+                const float32x4_t dw = vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(sc + 8 * q)));
+                for (int i = 0; i < rx; i++)
+                    acc[i][q] = vfmaq_f32(acc[i][q], vcvtq_f32_s32(dot[i][q]), vmulq_n_f32(dw, xb[i]->d));
+            }
+        }
+        for (int i = 0; i < rx; i++)
+            for (int q = 0; q < NQ_PK_QUADS; q++)
+                vst1q_f32(a->y + (size_t)i * a->ldy + 4 * (NQ_PK_QUADS * h + q), acc[i][q]);
+    }
+}
+
+#define NQ_PK(T, R)                                                                             \
+    static void NQ(pk_##T##_##R)(const ix__pk_tile *a) { NQ(pk_run)(a, IX_DTYPE_##T == IX_DTYPE_Q8_0, R); }
+NQ_PK(Q8_0, 1) NQ_PK(Q8_0, 2) NQ_PK(Q8_0, 3) NQ_PK(Q8_0, 4)
+NQ_PK(Q4_0, 1) NQ_PK(Q4_0, 2) NQ_PK(Q4_0, 3) NQ_PK(Q4_0, 4)
+#undef NQ_PK
+static const ix__pk_fn NQ(k_pk)[2][NQ_PK_RX] = {
+    {NQ(pk_Q8_0_1), NQ(pk_Q8_0_2), NQ(pk_Q8_0_3), NQ(pk_Q8_0_4)},
+    {NQ(pk_Q4_0_1), NQ(pk_Q4_0_2), NQ(pk_Q4_0_3), NQ(pk_Q4_0_4)}};
+
+/* The table entry: quantized weights here, float ones in matmul_float. */
+static void NQ(matmul_rows)(const ix_matmul *mm, size_t n0, size_t n1) {
+    if (!ix__w_quantized(mm->w_type)) {
+        matmul_float(mm, n0, n1);
+        return;
+    }
+    const int t = mm->w_type == IX_DTYPE_Q4_0;
+    if (mm->w_packed) ix__pk_walk(mm, n0, n1, NQ(k_pk)[t], NQ_PK_RX, NQ_PK_MCHUNK, NULL);
+    else ix__matmul_tiles(mm, n0, n1, NQ(k_qtiles)[t], NQ_RX, NQ_RW);
+}
+
+#undef NQ_RX
+#undef NQ_RW
+#undef NQ_PK_RX
+#undef NQ_PK_MCHUNK
+#undef NQ_PK_QUADS
