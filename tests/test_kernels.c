@@ -655,6 +655,16 @@ static void test_matmul_n(void **state) {
         bad[1] = mms[0];
         bad[1].scratch = c[1].scratch;
         assert_int_equal(ix_kernels_matmul_n(bad, 2, pool), IX_ERR_INVALID);
+        /* another x; and the F16 one first, so the quantized ones still compare scratch */
+        bad[1] = mms[0];
+        bad[1].x = c[1].x;
+        assert_int_equal(ix_kernels_matmul_n(bad, 2, pool), IX_ERR_INVALID);
+        ix_matmul three[3] = {mms[2], mms[0], mms[1]};
+        three[2].scratch = c[1].scratch;
+        assert_int_equal(ix_kernels_matmul_n(three, 3, pool), IX_ERR_INVALID);
+        three[2].scratch = c[0].scratch;
+        assert_int_equal(ix_kernels_matmul_n(three, 3, NULL), IX_OK);
+        for (int i = 0; i < 3; i++) assert_memory_equal(c[i].y, ref[i], M * Ns[i] * sizeof(float));
         ix_aligned_free(pw);
         for (int i = 0; i < 3; i++) {
             free(ref[i]);

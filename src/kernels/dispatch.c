@@ -418,13 +418,17 @@ static void mm_run_fn(void *ctx, int ith, int nth) {
 /* The matmuls of one input: same x (or x_ready), ldx, M, K and scratch. */
 static ix_status matmul_n_check(const ix_matmul *mms, size_t n) {
     if (!mms || n == 0 || n > IX_KERNELS_MATMUL_MAX) return IX_ERR_INVALID;
+    const void *scratch = NULL; /* the quantized members' shared q8a rows */
     for (size_t i = 0; i < n; i++) {
         ix_status st = ix_kernels_matmul_check(&mms[i]);
         if (st != IX_OK) return st;
         const ix_matmul *a = &mms[0], *b = &mms[i];
-        if (b->M != a->M || b->K != a->K || ix__mm_ldx(b) != ix__mm_ldx(a) ||
-            (ix__w_quantized(b->w_type) && b->scratch != mms[0].scratch))
+        if (b->x != a->x || b->M != a->M || b->K != a->K || ix__mm_ldx(b) != ix__mm_ldx(a))
             return IX_ERR_INVALID;
+        if (ix__w_quantized(b->w_type)) {
+            if (scratch && b->scratch != scratch) return IX_ERR_INVALID;
+            scratch = b->scratch;
+        }
     }
     return IX_OK;
 }
