@@ -9,9 +9,13 @@
  * cache, as a real forward pass over 22 layers would; prefill reuses one copy
  * (it is compute-bound). Each figure is the median of several timed runs.
  *
+ * -l packed: F16 / Q8_0 / Q4_0 weights in the packed 16-row layout the model
+ * loader gives them (decode then runs the four-group lockstep tiles); rows
+ * (the default): the GGUF row layout.
+ *
  * usage: kernels_bench [-t threads] [-i generic|avx2|avx512|avx512-bw|all]
  *                      [-w f32,f16,bf16,q8_0,q4_0] [-m decode|prefill|all]
- *                      [-r runs] [-s working-set MiB]
+ *                      [-r runs] [-s working-set MiB] [-l rows|packed]
  */
 #include "inferx/kernels.h"
 #include "kernels/kernels_int.h"
@@ -38,7 +42,7 @@ static const shape k_shapes[] = {
 typedef struct opts {
     int threads, runs;
     size_t set_mib;
-    bool decode, prefill;
+    bool decode, prefill, packed;
     bool isa[IX_ISA_COUNT + 1]; /* + the AVX-512BW (no VNNI) variant */
     bool wtype[5];
 } opts;
@@ -64,13 +68,22 @@ typedef struct bw_ctx {
     uint64_t sink[64];
 } bw_ctx;
 
+/* Each thread reads its share as READ_STREAMS parts side by side, as
+ * `inferx bench` does: one forward stream per core under-reports the memory
+ * system (docs/performance.md). The few words past the last whole step of
+ * each part are read after it. */
+#define READ_STREAMS 4
+
 static void read_fn(void *ctx, int ith, int nth) {
     bw_ctx *c = ctx;
     size_t per = c->n / (size_t)nth, lo = per * (size_t)ith, hi = ith == nth - 1 ? c->n : lo + per;
+    size_t part = (hi - lo) / READ_STREAMS / 8 * 8;
     /* eight independent chains so the loop is bound by loads, not adds */
     uint64_t a[8] = {0};
-    for (size_t i = lo; i + 8 <= hi; i += 8)
-        for (int j = 0; j < 8; j++) a[j] += c->buf[i + j];
+    for (size_t i = 0; i < part; i += 8)
+        for (size_t s = 0; s < READ_STREAMS; s++)
+            for (int j = 0; j < 8; j++) a[j] += c->buf[lo + s * part + i + (size_t)j];
+    for (size_t i = lo + READ_STREAMS * part; i < hi; i++) a[i % 8] += c->buf[i];
     c->sink[ith] = a[0] ^ a[1] ^ a[2] ^ a[3] ^ a[4] ^ a[5] ^ a[6] ^ a[7];
 }
 
@@ -161,12 +174,14 @@ static float rndf(void) {
 typedef struct wset {
     uint8_t *data;
     size_t row_bytes, bytes, copies;
+    bool packed; /* the copies are in ix_kernels_pack's layout */
 } wset;
 
-static wset make_wset(ix_dtype t, size_t N, size_t K, size_t min_bytes) {
+static wset make_wset(ix_dtype t, size_t N, size_t K, size_t min_bytes, bool packed) {
     wset s;
     s.row_bytes = ix__w_row_bytes(t, K);
-    s.bytes = s.row_bytes * N;
+    s.packed = packed && ix_kernels_packable(t, N, K);
+    s.bytes = s.packed ? ix_kernels_packed_bytes(t, N, K) : s.row_bytes * N;
     s.copies = (min_bytes + s.bytes - 1) / s.bytes;
     if (s.copies == 0) s.copies = 1;
     s.data = ix_aligned_alloc(64, s.bytes * s.copies);
@@ -175,9 +190,21 @@ static wset make_wset(ix_dtype t, size_t N, size_t K, size_t min_bytes) {
         exit(1);
     }
     float *row = malloc(K * sizeof *row);
+    uint8_t *rows = s.packed ? malloc(s.row_bytes * N) : s.data;
+    if (!row || !rows) {
+        fprintf(stderr, "kernels_bench: out of memory\n");
+        exit(1);
+    }
     for (size_t n = 0; n < N; n++) {
         for (size_t k = 0; k < K; k++) row[k] = rndf();
-        ix_kernels_quantize_row(t, row, s.data + n * s.row_bytes, K);
+        ix_kernels_quantize_row(t, row, rows + n * s.row_bytes, K);
+    }
+    if (s.packed) {
+        if (ix_kernels_pack(t, rows, 0, N, K, 0, N, s.data) != IX_OK) {
+            fprintf(stderr, "kernels_bench: packing failed\n");
+            exit(1);
+        }
+        free(rows);
     }
     free(row);
     for (size_t c = 1; c < s.copies; c++) memcpy(s.data + c * s.bytes, s.data, s.bytes);
@@ -199,7 +226,8 @@ static double thread_cpu_s(void) {
 static double time_matmul(const ix_kernel_table *kt, ix_pool *pool, ix_dtype t, const wset *ws,
                           size_t M, size_t N, size_t K, const float *x, float *y, void *scratch,
                           int runs, double *read_s, double *cpu_s) {
-    ix_matmul mm = {.w_type = t, .x = x, .y = y, .M = M, .N = N, .K = K, .scratch = scratch};
+    ix_matmul mm = {.w_type = t, .x = x, .y = y, .M = M, .N = N, .K = K, .scratch = scratch,
+                    .w_packed = ws->packed};
     mm.w = ws->data;
     uint64_t t0 = ix_time_ns();
     ix__kernels_matmul_with(kt, &mm, pool); /* warm-up and probe */
@@ -244,6 +272,10 @@ static bool parse_opts(int argc, char **argv, opts *o) {
         if (!strcmp(a, "-t")) o->threads = atoi(v);
         else if (!strcmp(a, "-r")) o->runs = atoi(v);
         else if (!strcmp(a, "-s")) o->set_mib = (size_t)atol(v);
+        else if (!strcmp(a, "-l")) {
+            if (strcmp(v, "rows") && strcmp(v, "packed")) return false;
+            o->packed = !strcmp(v, "packed");
+        }
         else if (!strcmp(a, "-m")) {
             o->decode = !strcmp(v, "decode") || !strcmp(v, "all");
             o->prefill = !strcmp(v, "prefill") || !strcmp(v, "all");
@@ -279,7 +311,8 @@ int main(int argc, char **argv) {
     opts o;
     if (!parse_opts(argc, argv, &o)) {
         fprintf(stderr, "usage: kernels_bench [-t threads] [-i generic|avx2|avx512|avx512-bw|all] "
-                        "[-w f32,f16,bf16,q8_0,q4_0] [-m decode|prefill|all] [-r runs] [-s MiB]\n");
+                        "[-w f32,f16,bf16,q8_0,q4_0] [-m decode|prefill|all] [-r runs] [-s MiB] "
+                        "[-l rows|packed]\n");
         return 2;
     }
     ix_pool *pool;
@@ -296,7 +329,9 @@ int main(int argc, char **argv) {
     printf("pool handoff (%d threads, 2 us of work each): %.2f us overhead per run, %.0f%% of worker "
            "slots run by workers\n",
            nth, ho, 100.0 * share);
-    printf("decode rows: %% of read = a plain read of the same weight bytes, timed next to each run\n\n");
+    printf("weights in the %s layout; decode lines: %% of read = a plain read of the same weight bytes, "
+           "timed next to each run\n\n",
+           o.packed ? "packed" : "row");
 
     size_t maxM = o.prefill ? 512 : 1, maxK = 5632, maxN = 32000;
     float *x = ix_aligned_alloc(64, maxM * maxK * sizeof *x);
@@ -329,7 +364,7 @@ int main(int argc, char **argv) {
                     if ((M == 1 && !o.decode) || (M > 1 && !o.prefill)) continue;
                     if (M > 1 && sh->per_layer == 0) continue; /* output head: decode only */
                     if (isa == IX_ISA_GENERIC && M > 1) continue;
-                    wset ws = make_wset(t, sh->N, sh->K, M == 1 ? o.set_mib << 20 : 0);
+                    wset ws = make_wset(t, sh->N, sh->K, M == 1 ? o.set_mib << 20 : 0, o.packed);
                     double rd = 0, cpu = 0;
                     double sec = time_matmul(kt, pool, t, &ws, M, sh->N, sh->K, x, y, scratch, o.runs,
                                              M == 1 ? &rd : NULL, &cpu);
