@@ -231,6 +231,7 @@ typedef struct bw_meter {
     ix_pool *pool;
     bw_job *job;
     double *bps; /* (cap) bytes per second of each pass */
+    size_t pass_bytes; /* what one pass reads (bw_bytes) */
     size_t n, cap;
 } bw_meter;
 
@@ -257,6 +258,7 @@ static bool bw_open(bw_meter *bm, ix_pool *pool, uint64_t mib, size_t max_sample
 #ifdef BENCH_X86
     bm->job->avx2 = ix_cpu_supports(IX_ISA_AVX2);
 #endif
+    bm->pass_bytes = bw_bytes(bm->job, ix_pool_n_threads(pool));
     ix_pool_run(pool, bw_fill, bm->job);
     ix_pool_run(pool, bw_read, bm->job);
     return true;
@@ -264,12 +266,12 @@ static bool bw_open(bw_meter *bm, ix_pool *pool, uint64_t mib, size_t max_sample
 
 static void bw_sample(bw_meter *bm, int passes) {
     /* a buffer too small to give every stream a page measures nothing */
-    if (!bm->job || !bm->job->buf || bw_bytes(bm->job, ix_pool_n_threads(bm->pool)) == 0) return;
+    if (!bm->job || !bm->job->buf || bm->pass_bytes == 0) return;
     for (int i = 0; i < passes && bm->n < bm->cap; i++) {
         uint64_t t0 = ix_time_ns();
         ix_pool_run(bm->pool, bw_read, bm->job);
         double s = (double)(ix_time_ns() - t0) * 1e-9;
-        bm->bps[bm->n++] = (double)bw_bytes(bm->job, ix_pool_n_threads(bm->pool)) / (s > 0 ? s : 1e-9);
+        bm->bps[bm->n++] = (double)bm->pass_bytes / (s > 0 ? s : 1e-9);
     }
 }
 

@@ -128,32 +128,25 @@ ix_pool *ix_model_ctx_pool(ix_model_ctx *c) { return c->pool; }
 
 /* ---- pieces ---------------------------------------------------------------- */
 
-/* y (M, w->ne1) = x (M, w->ne0) . W^T */
-static ix_matmul mm_of(ix_model_ctx *c, const ix__weight *w, const float *x, size_t M, float *y, bool x_ready) {
-    return (ix_matmul){
-        .w_type = w->type, .w = w->data, .x = x, .y = y,
-        .M = M, .N = (size_t)w->ne1, .K = (size_t)w->ne0,
-        .scratch = c->scratch, .x_ready = x_ready, .w_packed = w->packed,
-    };
-}
-
-static ix_status matmul(ix_model_ctx *c, const ix__weight *w, const float *x, size_t M, float *y,
-                        bool x_ready) {
-    ix_matmul mm = mm_of(c, w, x, M, y, x_ready);
-    ix_status s = ix_kernels_matmul(&mm, c->pool);
-    if (s != IX_OK) return ix_errf(&c->err, s, "matmul of %s weights failed", ix_dtype_name(w->type));
-    return IX_OK;
-}
-
 /* Matmuls of one input x (M rows) in one pool run (ix_kernels_matmul_n):
- * the threads meet once, not once per weight. */
+ * y[i] (M, w[i]->ne1) = x (M, w[i]->ne0) . W[i]^T; the threads meet once, not
+ * once per weight. */
 static ix_status matmul_n(ix_model_ctx *c, const ix__weight *const *w, float *const *y, size_t n,
                           const float *x, size_t M) {
     ix_matmul mms[IX_KERNELS_MATMUL_MAX];
-    for (size_t i = 0; i < n; i++) mms[i] = mm_of(c, w[i], x, M, y[i], false);
+    for (size_t i = 0; i < n; i++)
+        mms[i] = (ix_matmul){
+            .w_type = w[i]->type, .w = w[i]->data, .x = x, .y = y[i],
+            .M = M, .N = (size_t)w[i]->ne1, .K = (size_t)w[i]->ne0,
+            .scratch = c->scratch, .w_packed = w[i]->packed,
+        };
     ix_status s = ix_kernels_matmul_n(mms, n, c->pool);
     if (s != IX_OK) return ix_errf(&c->err, s, "matmul of %s weights failed", ix_dtype_name(w[0]->type));
     return IX_OK;
+}
+
+static ix_status matmul(ix_model_ctx *c, const ix__weight *w, const float *x, size_t M, float *y) {
+    return matmul_n(c, &w, &y, 1, x, M);
 }
 
 /* Address of K (or V with v = true) of (layer, block, kv head, slot). */
@@ -443,14 +436,14 @@ ix_status ix_model_forward(ix_model_ctx *c, const ix_batch *b, float *logits) {
             return s;
         if ((s = rows(c, b, ROW_QKV, il, NULL, &rp, T, 2 * (Q + 2 * KV))) != IX_OK) return s;
         attention(c, b, il);
-        if ((s = matmul(c, &l->wo, c->att, T, c->xb, false)) != IX_OK) return s;
+        if ((s = matmul(c, &l->wo, c->att, T, c->xb)) != IX_OK) return s;
         /* x += attention output; feed-forward: down(silu(gate(xb)) * up(xb)) */
         if ((s = rows(c, b, ROW_RESID_NORM, il, l->ffn_norm, NULL, T, E)) != IX_OK) return s;
         if ((s = matmul_n(c, (const ix__weight *const[]){&l->w_gate, &l->w_up}, (float *const[]){c->gate, c->up},
                           2, c->xb, T)) != IX_OK)
             return s;
         if ((s = rows(c, b, ROW_SILU, il, NULL, NULL, T, F)) != IX_OK) return s;
-        if ((s = matmul(c, &l->w_down, c->gate, T, c->xb, false)) != IX_OK) return s;
+        if ((s = matmul(c, &l->w_down, c->gate, T, c->xb)) != IX_OK) return s;
         /* x += feed-forward output, normed for the next layer (the last
          * layer's residual is needed only in the rows that give logits) */
         if (il + 1 < hp->n_layer &&
@@ -460,5 +453,5 @@ ix_status ix_model_forward(ix_model_ctx *c, const ix_batch *b, float *logits) {
 
     if (n_out == 0) return IX_OK;
     if ((s = rows(c, b, ROW_OUT_NORM, 0, m->out_norm, NULL, (size_t)n_out, E)) != IX_OK) return s;
-    return matmul(c, &m->output, c->xo, (size_t)n_out, logits, false);
+    return matmul(c, &m->output, c->xo, (size_t)n_out, logits);
 }
