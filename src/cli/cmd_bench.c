@@ -123,7 +123,7 @@ typedef struct bw_job {
 
 /* Each thread reads its share as BW_STREAMS equal parts side by side, 128
  * bytes of each part per step. One forward stream per core under-reports
- * what the memory system delivers: on the test VM (Zen 4, 2 vCPUs) one
+ * what the memory system delivers: on the test VM (Zen 5, 2 vCPUs) one
  * stream per thread read ~59 GB/s and two to eight streams 67-71 GB/s in
  * the same minutes, and the decode kernels, which read four weight groups
  * side by side, went past the one-stream figure. A bound must be one that no

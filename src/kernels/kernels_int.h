@@ -240,7 +240,7 @@ typedef void (*ix__pk_fn)(const ix__pk_tile *t);
 /* Groups a lockstep tile takes at once (one X row: decode). A core that
  * follows one forward stream at a time while it computes keeps too few
  * cache lines in flight to reach the memory bandwidth a plain read gets
- * (Zen 4, Q4_0: 0.65-0.7 of it); IX__PK_LOCK streams side by side reach
+ * (Zen 5, Q4_0: 0.65-0.7 of it); IX__PK_LOCK streams side by side reach
  * 0.8-0.9. The tile's arithmetic per group is that of the one-group tile,
  * so the bits are the same. */
 #define IX__PK_LOCK 4
@@ -312,7 +312,7 @@ typedef void (*ix__tile_fn)(const ix__tile *t);
  * bytes per step, which the hardware prefetchers follow poorly. So while a
  * tile runs over K it prefetches, into L2, the rows of the tile
  * IX__PF_TILES ahead (rw * ws bytes, one contiguous region when rows are
- * packed): step i of n touches its share. Measured on Zen 4/5 at decode: 1
+ * packed): step i of n touches its share. Measured on Zen 5 at decode: 1
  * tile ahead into L1 reached ~65% of a plain sequential read, 4 tiles into L2
  * ~70-80%, farther no better. Prefetches never fault, so running past the end
  * of W is harmless. */
