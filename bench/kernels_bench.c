@@ -13,7 +13,7 @@
  * loader gives them (decode then runs the four-group lockstep tiles); rows
  * (the default): the GGUF row layout.
  *
- * usage: kernels_bench [-t threads] [-i generic|avx2|avx512|avx512-bw|all]
+ * usage: kernels_bench [-t threads] [-i generic|avx2|avx2-novnni|avx512|avx512-bw|all]
  *                      [-w f32,f16,bf16,q8_0,q4_0] [-m decode|prefill|all]
  *                      [-r runs] [-s working-set MiB] [-l rows|packed]
  */
@@ -43,7 +43,8 @@ typedef struct opts {
     int threads, runs;
     size_t set_mib;
     bool decode, prefill, packed;
-    bool isa[IX_ISA_COUNT + 1]; /* + the AVX-512BW (no VNNI) variant */
+    /* + the variants without VNNI where the CPU has it: AVX-512BW, AVX2 */
+    bool isa[IX_ISA_COUNT + 2];
     bool wtype[5];
 } opts;
 
@@ -282,9 +283,11 @@ static bool parse_opts(int argc, char **argv, opts *o) {
         } else if (!strcmp(a, "-i")) {
             isa_given = true;
             if (!strcmp(v, "all")) {
-                for (int k = 1; k <= IX_ISA_COUNT; k++) o->isa[k] = true;
+                for (int k = 1; k <= IX_ISA_COUNT + 1; k++) o->isa[k] = true;
             } else if (!strcmp(v, "avx512-bw")) {
                 o->isa[IX_ISA_COUNT] = true;
+            } else if (!strcmp(v, "avx2-novnni")) {
+                o->isa[IX_ISA_COUNT + 1] = true;
             } else {
                 ix_isa isa;
                 if (ix_isa_parse(v, &isa) != IX_OK) return false;
@@ -301,7 +304,7 @@ static bool parse_opts(int argc, char **argv, opts *o) {
     if (o->runs < 1) o->runs = 1;
     if (o->runs > 31) o->runs = 31;
     if (!isa_given) /* every vector path; generic only on request (it is slow) */
-        for (int k = 1; k <= IX_ISA_COUNT; k++) o->isa[k] = true;
+        for (int k = 1; k <= IX_ISA_COUNT + 1; k++) o->isa[k] = true;
     if (!w_given)
         for (int k = 0; k < 5; k++) o->wtype[k] = true;
     return true;
@@ -310,7 +313,7 @@ static bool parse_opts(int argc, char **argv, opts *o) {
 int main(int argc, char **argv) {
     opts o;
     if (!parse_opts(argc, argv, &o)) {
-        fprintf(stderr, "usage: kernels_bench [-t threads] [-i generic|avx2|avx512|avx512-bw|all] "
+        fprintf(stderr, "usage: kernels_bench [-t threads] [-i generic|avx2|avx2-novnni|avx512|avx512-bw|all] "
                         "[-w f32,f16,bf16,q8_0,q4_0] [-m decode|prefill|all] [-r runs] [-s MiB] "
                         "[-l rows|packed]\n");
         return 2;
@@ -340,21 +343,24 @@ int main(int argc, char **argv) {
     if (!x || !y || !scratch) return 1;
     for (size_t i = 0; i < maxM * maxK; i++) x[i] = rndf();
 
-    for (int isa_i = 0; isa_i <= IX_ISA_COUNT; isa_i++) {
+    for (int isa_i = 0; isa_i <= IX_ISA_COUNT + 1; isa_i++) {
         if (!o.isa[isa_i]) continue;
-        bool bw_variant = isa_i == IX_ISA_COUNT;
-        ix_isa isa = bw_variant ? IX_ISA_AVX512 : (ix_isa)isa_i;
+        /* the tables without VNNI on a CPU that has it (else the same as the plain ISA) */
+        bool bw_variant = isa_i == IX_ISA_COUNT, avx2_plain = isa_i == IX_ISA_COUNT + 1;
+        ix_isa isa = bw_variant ? IX_ISA_AVX512 : avx2_plain ? IX_ISA_AVX2 : (ix_isa)isa_i;
         if (!ix_kernels_table(isa) || ix_cpu_force_isa(isa) != IX_OK) continue;
-        if (bw_variant && !ix_cpu_features_get()->avx512vnni) continue; /* same as avx512 */
+        if (bw_variant && !ix_cpu_features_get()->avx512vnni) continue;
+        if (avx2_plain && !ix_cpu_features_get()->avx_vnni) continue;
         ix_kernels_init();
         const ix_kernel_table *kt = ix_kernels();
 #if defined(IX_KERNELS_HAVE_X86)
         if (bw_variant) kt = ix__kernels_avx512(false);
+        if (avx2_plain) kt = ix__kernels_avx2(false);
 #endif
         for (int ti = 0; ti < 5; ti++) {
             if (!o.wtype[ti]) continue;
             ix_dtype t = k_types[ti];
-            if (bw_variant && !ix__w_quantized(t)) continue; /* float paths are shared */
+            if ((bw_variant || avx2_plain) && !ix__w_quantized(t)) continue; /* float paths are shared */
             double tok_time[2] = {0, 0};        /* decode, prefill-512: s per token */
             for (size_t si = 0; si < IX_ARRAY_LEN(k_shapes); si++) {
                 const shape *sh = &k_shapes[si];

@@ -54,13 +54,16 @@ static double nerr(const float *a, const double *b, size_t n) {
         }                                                                                     \
     } while (0)
 
-/* Every table this CPU can run; AVX-512 both with and without VNNI, NEON
- * both with and without dotprod. */
+/* Every table this CPU can run; AVX2 and AVX-512 both with and without
+ * VNNI, NEON both with and without dotprod. */
 static int tables(const ix_kernel_table **out) {
     int n = 0;
     out[n++] = ix__kernels_generic();
 #if defined(IX_KERNELS_HAVE_X86)
-    if (ix_cpu_supports(IX_ISA_AVX2)) out[n++] = ix__kernels_avx2();
+    if (ix_cpu_supports(IX_ISA_AVX2)) {
+        out[n++] = ix__kernels_avx2(false);
+        if (ix_cpu_features_get()->avx_vnni) out[n++] = ix__kernels_avx2(true);
+    }
     if (ix_cpu_supports(IX_ISA_AVX512)) {
         out[n++] = ix__kernels_avx512(false);
         if (ix_cpu_features_get()->avx512vnni) out[n++] = ix__kernels_avx512(true);

@@ -11,7 +11,18 @@
  * are unsigned (0..15) and their +8 offset is removed with the q8a block
  * sums; Q8_0 takes |w| and moves w's sign onto x (vpsignb), since
  * (w + 128) * x pairs could saturate int16.
+ *
+ * Built twice: as itself (table "avx2") and, through avx2_vnni.c with
+ * IX_AVX2_VNNI = 1 and -mavxvnni, as the table "avx2-vnni" for CPUs with
+ * AVX-VNNI (256-bit vpdpbusd, VEX-encoded; Alder Lake and later, Zen 5).
+ * There each vpmaddubsw + vpmaddwd (+ vpaddd) becomes one vpdpbusd over the
+ * same operands; no pair sum saturates in either form (|w| <= 128 against
+ * |x| <= 127, Q4_0 codes <= 15), so the int32 dots, and every bit after
+ * them, are the same. Nothing else differs between the two objects.
  */
+#ifndef IX_AVX2_VNNI
+#define IX_AVX2_VNNI 0
+#endif
 #include "kernels/kernels_int.h"
 
 #include <immintrin.h>
@@ -225,6 +236,14 @@ static inline __attribute__((always_inline)) void qtile_run(const ix__tile *a, i
             __m256i xl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)xq));
             __m256i xh = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(xq + 16)));
             __m256i iv;
+#if IX_AVX2_VNNI
+            if (q8)
+                iv = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), wl, _mm256_sign_epi8(xl, sl)),
+                                             wh, _mm256_sign_epi8(xh, sh));
+            else
+                iv = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(_mm256_set1_epi32(-2 * xb->s), wl, xl), wh, xh);
+            (void)ones;
+#else
             if (q8) {
                 __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(wl, _mm256_sign_epi8(xl, sl)), ones);
                 __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(wh, _mm256_sign_epi8(xh, sh)), ones);
@@ -233,6 +252,7 @@ static inline __attribute__((always_inline)) void qtile_run(const ix__tile *a, i
                 __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(wl, xl), _mm256_maddubs_epi16(wh, xh));
                 iv = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(-2 * xb->s));
             }
+#endif
             /* exact per-row dots in every lane of the row's half, then the
              * canonical convert and FMA (kernels_int.h) */
             iv = _mm256_add_epi32(iv, _mm256_shuffle_epi32(iv, 0xb1));
@@ -331,8 +351,12 @@ static const ix__tile_fn k_ftiles[3][F_RX] = {
 #define PK_MCHUNK 128
 
 static inline __attribute__((always_inline)) __m256i pk_dp(__m256i acc, __m256i w, const void *x, bool q8) {
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256i bx = _mm256_set1_epi32((int32_t)ix__load_u32(x));
+#if IX_AVX2_VNNI
+    if (!q8) return _mm256_dpbusd_avx_epi32(acc, w, bx);
+    return _mm256_dpbusd_avx_epi32(acc, _mm256_abs_epi8(w), _mm256_sign_epi8(bx, w));
+#endif
+    const __m256i ones = _mm256_set1_epi16(1);
     if (!q8) return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, bx), ones));
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(bx, w)), ones));
 }
@@ -446,7 +470,7 @@ static void rope_head(float *x, const float *cs, size_t n_rot, ix_rope_mode mode
 
 static const ix_kernel_table k_avx2 = {
     .isa = IX_ISA_AVX2,
-    .name = "avx2",
+    .name = IX_AVX2_VNNI ? "avx2-vnni" : "avx2",
     .fp16_to_fp32 = fp16_to_fp32,
     .fp32_to_fp16 = fp32_to_fp16,
     .bf16_to_fp32 = bf16_to_fp32,
@@ -461,4 +485,8 @@ static const ix_kernel_table k_avx2 = {
     .attn_add = v_attn_add,
 };
 
-const ix_kernel_table *ix__kernels_avx2(void) { return &k_avx2; }
+#if IX_AVX2_VNNI
+const ix_kernel_table *ix__kernels_avx2_vnni(void) { return &k_avx2; }
+#else
+const ix_kernel_table *ix__kernels_avx2(bool vnni) { return vnni ? ix__kernels_avx2_vnni() : &k_avx2; }
+#endif

@@ -22,7 +22,7 @@ const ix_kernel_table *ix_kernels_table(ix_isa isa) {
     switch (isa) {
     case IX_ISA_GENERIC: return ix__kernels_generic();
 #if defined(IX_KERNELS_HAVE_X86)
-    case IX_ISA_AVX2: return ix__kernels_avx2();
+    case IX_ISA_AVX2: return ix__kernels_avx2(ix_cpu_features_get()->avx_vnni);
     case IX_ISA_AVX512: return ix__kernels_avx512(ix_cpu_features_get()->avx512vnni);
 #endif
 #if defined(IX_KERNELS_HAVE_NEON)

@@ -19,7 +19,9 @@
  * Tests ask for each directly. */
 const ix_kernel_table *ix__kernels_generic(void);
 #if defined(IX_KERNELS_HAVE_X86)
-const ix_kernel_table *ix__kernels_avx2(void);
+/* vnni: the AVX-VNNI build of avx2.c (avx2_vnni.c), same bits */
+const ix_kernel_table *ix__kernels_avx2(bool vnni);
+const ix_kernel_table *ix__kernels_avx2_vnni(void);
 const ix_kernel_table *ix__kernels_avx512(bool vnni);
 #endif
 #if defined(IX_KERNELS_HAVE_NEON)
