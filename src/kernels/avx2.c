@@ -394,6 +394,60 @@ static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, b
     }
 }
 
+/* Decode's lockstep tile (one X row, IX__PK_LOCK groups): pk_run's
+ * arithmetic for rx = 1, but both halves of a group from each 64-byte line
+ * in one pass and two groups side by side, so each line is loaded once and
+ * two forward streams are in flight instead of one (the registers hold no
+ * more: 2 groups x 2 halves x (int dot + float sum)). Same bits as pk_run. */
+#define PK_LOCK_PF_BYTES 2048 /* per stream, as avx512.c's */
+
+/* Groups w and w + gstride (scales sc and sc + gstride) into y[0..31]. */
+static inline __attribute__((always_inline)) void pk_lock_pair(const ix__pk_tile *a, const uint8_t *w,
+                                                                const uint8_t *sc, float *y, bool q8) {
+    enum { G = 2 };
+    const size_t cb = q8 ? 512 : 256, nb = a->k / IX__QK, gs = a->gstride;
+    const __m256i nib = _mm256_set1_epi8(0x0f);
+    __m256 acc[G][2];
+    for (int g = 0; g < G; g++) acc[g][0] = acc[g][1] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *c = w + b * cb, *xq = a->x + b * IX__QK;
+        const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + a->blk_off) + b;
+        for (int g = 0; g < G; g++)
+            for (size_t o = 0; o < cb; o += 64) __builtin_prefetch(c + g * gs + PK_LOCK_PF_BYTES + o, 0, 3);
+        __m256i dot[G][2];
+        const __m256i d0 = _mm256_set1_epi32(q8 ? 0 : xb->neg8s);
+        for (int g = 0; g < G; g++) dot[g][0] = dot[g][1] = d0;
+        for (int j = 0; j < (q8 ? 8 : 4); j++)
+            for (int g = 0; g < G; g++)
+                for (int h = 0; h < 2; h++) {
+                    __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(c + g * gs + 64 * j + 32 * h));
+                    if (q8) {
+                        dot[g][h] = pk_dp(dot[g][h], v, xq + 4 * j, true);
+                    } else {
+                        dot[g][h] = pk_dp(dot[g][h], _mm256_and_si256(v, nib), xq + 4 * j, false);
+                        dot[g][h] = pk_dp(dot[g][h], _mm256_and_si256(_mm256_srli_epi16(v, 4), nib), xq + 4 * j + 16,
+                                          false);
+                    }
+                }
+        const __m256 xd = _mm256_set1_ps(xb->d);
+        for (int g = 0; g < G; g++)
+            for (int h = 0; h < 2; h++) {
+                const __m256 dw =
+                    _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(sc + g * gs + b * 2 * IX__PK + 16 * h)));
+                acc[g][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[g][h]), _mm256_mul_ps(dw, xd), acc[g][h]);
+            }
+    }
+    for (int g = 0; g < G; g++)
+        for (int h = 0; h < 2; h++) _mm256_storeu_ps(y + g * IX__PK + 8 * h, acc[g][h]);
+}
+
+static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile *a, bool q8) {
+    for (size_t p = 0; p < IX__PK_LOCK; p += 2)
+        pk_lock_pair(a, a->w + p * a->gstride, a->scales + p * a->gstride, a->y + p * IX__PK, q8);
+}
+static void pk_lock_q8(const ix__pk_tile *a) { pk_lock_run(a, true); }
+static void pk_lock_q4(const ix__pk_tile *a) { pk_lock_run(a, false); }
+
 #define PK_INST(T, R) static void pk_##T##_##R(const ix__pk_tile *a) { pk_run(a, IX_DTYPE_##T == IX_DTYPE_Q8_0, R); }
 PK_INST(Q8_0, 1) PK_INST(Q8_0, 2) PK_INST(Q8_0, 3) PK_INST(Q8_0, 4)
 PK_INST(Q4_0, 1) PK_INST(Q4_0, 2) PK_INST(Q4_0, 3) PK_INST(Q4_0, 4)
@@ -433,7 +487,9 @@ static const ix__pk_fn k_pkf[PKF_RX] = {pkf_1, pkf_2, pkf_3, pkf_4};
 static void matmul_rows(const ix_matmul *mm, size_t n0, size_t n1) {
     if (mm->w_packed) {
         if (mm->w_type == IX_DTYPE_F16) ix__pk_walk(mm, n0, n1, k_pkf, PKF_RX, PKF_MCHUNK, NULL);
-        else ix__pk_walk(mm, n0, n1, k_pk[mm->w_type == IX_DTYPE_Q4_0], PK_RX, PK_MCHUNK, NULL);
+        else
+            ix__pk_walk(mm, n0, n1, k_pk[mm->w_type == IX_DTYPE_Q4_0], PK_RX, PK_MCHUNK,
+                        mm->w_type == IX_DTYPE_Q4_0 ? pk_lock_q4 : pk_lock_q8);
         return;
     }
     switch (mm->w_type) {
