@@ -480,13 +480,38 @@ static inline __attribute__((always_inline)) void pkf_run(const ix__pk_tile *a, 
     }
 }
 
+/* The F16 lockstep tile: pkf_run's arithmetic for one X row (each half's
+ * sum one FMA chain over k, as there), IX__PK_LOCK groups side by side: four
+ * streams in flight and eight independent chains instead of two. */
+static void pkf_lock(const ix__pk_tile *a) {
+    enum { G = IX__PK_LOCK };
+    const size_t gs = a->gstride;
+    const float *x = (const float *)(const void *)a->x;
+    __m256 acc[G][2];
+    for (int g = 0; g < G; g++) acc[g][0] = acc[g][1] = _mm256_setzero_ps();
+    for (size_t k = 0; k < a->k; k++) {
+        const __m256 xv = _mm256_broadcast_ss(x + k);
+        for (int g = 0; g < G; g++) {
+            const uint8_t *w = a->w + g * gs + k * 32;
+            if (!(k & 1)) __builtin_prefetch(w + PK_LOCK_PF_BYTES, 0, 3); /* one per 64-byte line */
+            const __m128i *p = (const __m128i *)(const void *)w;
+            acc[g][0] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_load_si128(p)), xv, acc[g][0]);
+            acc[g][1] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_load_si128(p + 1)), xv, acc[g][1]);
+        }
+    }
+    for (int g = 0; g < G; g++) {
+        _mm256_storeu_ps(a->y + g * IX__PK, acc[g][0]);
+        _mm256_storeu_ps(a->y + g * IX__PK + 8, acc[g][1]);
+    }
+}
+
 #define PKF_INST(R) static void pkf_##R(const ix__pk_tile *a) { pkf_run(a, R); }
 PKF_INST(1) PKF_INST(2) PKF_INST(3) PKF_INST(4)
 static const ix__pk_fn k_pkf[PKF_RX] = {pkf_1, pkf_2, pkf_3, pkf_4};
 
 static void matmul_rows(const ix_matmul *mm, size_t n0, size_t n1) {
     if (mm->w_packed) {
-        if (mm->w_type == IX_DTYPE_F16) ix__pk_walk(mm, n0, n1, k_pkf, PKF_RX, PKF_MCHUNK, NULL);
+        if (mm->w_type == IX_DTYPE_F16) ix__pk_walk(mm, n0, n1, k_pkf, PKF_RX, PKF_MCHUNK, pkf_lock);
         else
             ix__pk_walk(mm, n0, n1, k_pk[mm->w_type == IX_DTYPE_Q4_0], PK_RX, PK_MCHUNK,
                         mm->w_type == IX_DTYPE_Q4_0 ? pk_lock_q4 : pk_lock_q8);
