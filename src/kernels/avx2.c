@@ -12,6 +12,10 @@
  * sums; Q8_0 takes |w| and moves w's sign onto x (vpsignb), since
  * (w + 128) * x pairs could saturate int16.
  *
+ * Decode (one X row) on packed weights goes to lockstep tiles that read
+ * several weight groups side by side, as avx512.c's do (pk_lock_pair,
+ * pkf_lock below).
+ *
  * Built twice: as itself (table "avx2") and, through avx2_vnni.c with
  * IX_AVX2_VNNI = 1 and -mavxvnni, as the table "avx2-vnni" for CPUs with
  * AVX-VNNI (256-bit vpdpbusd, VEX-encoded; Alder Lake and later, Zen 5).
@@ -355,10 +359,11 @@ static inline __attribute__((always_inline)) __m256i pk_dp(__m256i acc, __m256i 
 #if IX_AVX2_VNNI
     if (!q8) return _mm256_dpbusd_avx_epi32(acc, w, bx);
     return _mm256_dpbusd_avx_epi32(acc, _mm256_abs_epi8(w), _mm256_sign_epi8(bx, w));
-#endif
+#else
     const __m256i ones = _mm256_set1_epi16(1);
     if (!q8) return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, bx), ones));
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(bx, w)), ones));
+#endif
 }
 
 static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, bool q8, int rx) {
@@ -568,6 +573,11 @@ static const ix_kernel_table k_avx2 = {
 
 #if IX_AVX2_VNNI
 const ix_kernel_table *ix__kernels_avx2_vnni(void) { return &k_avx2; }
-#else
+#elif defined(IX_KERNELS_HAVE_AVX2_VNNI)
 const ix_kernel_table *ix__kernels_avx2(bool vnni) { return vnni ? ix__kernels_avx2_vnni() : &k_avx2; }
+#else /* the compiler has no -mavxvnni: this table serves both */
+const ix_kernel_table *ix__kernels_avx2(bool vnni) {
+    (void)vnni;
+    return &k_avx2;
+}
 #endif

@@ -19,7 +19,8 @@
  * Tests ask for each directly. */
 const ix_kernel_table *ix__kernels_generic(void);
 #if defined(IX_KERNELS_HAVE_X86)
-/* vnni: the AVX-VNNI build of avx2.c (avx2_vnni.c), same bits */
+/* vnni: the AVX-VNNI build of avx2.c (avx2_vnni.c), same bits; the plain
+ * table where the compiler could not build that one */
 const ix_kernel_table *ix__kernels_avx2(bool vnni);
 const ix_kernel_table *ix__kernels_avx2_vnni(void);
 const ix_kernel_table *ix__kernels_avx512(bool vnni);
