@@ -26,7 +26,7 @@ run() {
     expect "generated"
 }
 
-set -- f32 "ALL_F32 (0)" f16 "MOSTLY_F16 (1)" q8_0 "MOSTLY_Q8_0 (7)" q4_0 "MOSTLY_Q4_0 (2)"
+set -- f32 "ALL_F32 (0)" f16 "MOSTLY_F16 (1)" bf16 "MOSTLY_BF16 (32)" q8_0 "MOSTLY_Q8_0 (7)" q4_0 "MOSTLY_Q4_0 (2)"
 while [ $# -gt 0 ]; do
     t=$1 ft=$2
     shift 2

@@ -517,13 +517,13 @@ static void test_matmul_packed(void **state) {
     const size_t Ms[] = {1, 2, 5, 8, 9, 17, 150};
     const size_t Ns[] = {16, 48, 80}; /* 80: a decode lockstep run of groups, then one more */
     const size_t Ks[] = {32, 224, 1024};
-    const ix_dtype qt[] = {IX_DTYPE_Q8_0, IX_DTYPE_Q4_0, IX_DTYPE_F16};
+    const ix_dtype qt[] = {IX_DTYPE_Q8_0, IX_DTYPE_Q4_0, IX_DTYPE_F16, IX_DTYPE_BF16};
     for (size_t ti = 0; ti < IX_ARRAY_LEN(qt); ti++)
         for (size_t a = 0; a < IX_ARRAY_LEN(Ms); a++)
             for (size_t b = 0; b < IX_ARRAY_LEN(Ns); b++)
                 for (size_t k = 0; k < IX_ARRAY_LEN(Ks); k++) {
-                    bool q = qt[ti] != IX_DTYPE_F16;
-                    /* F16: odd K too (no blocks) */
+                    bool q = ix__w_quantized(qt[ti]);
+                    /* F16 / BF16: odd K too (no blocks) */
                     size_t M = Ms[a], N = Ns[b], K = q ? Ks[k] : Ks[k] + 1, pad = (a + k) % 2 ? 7 : 0;
                     if (M == 150 && K == 1024 && N > 16) continue; /* keep it cheap */
                     mm_case c;
@@ -544,7 +544,7 @@ static void test_matmul_packed(void **state) {
                     assert_int_equal(ix_kernels_matmul_check(&c.mm), IX_OK);
                     for (int i = 0; i < nt; i++) {
                         mm_run_table(t[i], &c, got);
-                        /* quantized: the canonical dot, bit for bit; F16 to rounding */
+                        /* quantized: the canonical dot, bit for bit; F16 / BF16 to rounding */
                         if (q && memcmp(got, ref, M * N * sizeof *got) != 0)
                             fail_msg("%s packed %s M=%zu N=%zu K=%zu differs from generic rows", t[i]->name,
                                      ix_dtype_name(qt[ti]), M, N, K);
@@ -584,6 +584,7 @@ static void test_matmul_packed(void **state) {
     assert_false(ix_kernels_packable(IX_DTYPE_Q4_0, 17, 64));
     assert_false(ix_kernels_packable(IX_DTYPE_F32, 16, 64));
     assert_true(ix_kernels_packable(IX_DTYPE_F16, 16, 33));
+    assert_true(ix_kernels_packable(IX_DTYPE_BF16, 16, 33));
     assert_false(ix_kernels_packable(IX_DTYPE_Q8_0, 16, 48));
     assert_int_equal(ix_kernels_packed_bytes(IX_DTYPE_F32, 16, 64), 0);
     assert_int_equal(ix_kernels_pack(IX_DTYPE_Q4_0, buf, 0, 17, 64, 0, 16, buf), IX_ERR_UNSUPPORTED);

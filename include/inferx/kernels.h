@@ -115,11 +115,12 @@ typedef struct ix_matmul {
  * to 64 bytes). Every path reads it and gives the same bits as from the row
  * layout. */
 #define IX_KERNELS_PACK_ROWS 16
-/* F16 weights pack the same way a element at a time: element k of 16 rows
- * side by side, so one vcvtph2ps gives a vector of 16 rows to FMA with a
- * broadcast X element (float results agree with the row layout to rounding).
- * Whether (type, N, K) can be packed: N % 16 == 0 and F16, or Q8_0 / Q4_0
- * with K % 32 == 0. */
+/* F16 and BF16 weights pack the same way an element at a time: element k of
+ * 16 rows side by side, so one vcvtph2ps (BF16: a widen and a shift) gives a
+ * vector of 16 rows to FMA with a broadcast X element (float results agree
+ * with the row layout to rounding).
+ * Whether (type, N, K) can be packed: N % 16 == 0 and F16 / BF16, or Q8_0 /
+ * Q4_0 with K % 32 == 0. */
 bool ix_kernels_packable(ix_dtype type, size_t N, size_t K);
 /* Bytes of the packed form (0 when not packable). */
 size_t ix_kernels_packed_bytes(ix_dtype type, size_t N, size_t K);

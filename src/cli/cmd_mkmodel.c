@@ -55,6 +55,7 @@ typedef struct wtype {
 static const wtype k_types[] = {
     {"f32", IX_DTYPE_F32, 0},
     {"f16", IX_DTYPE_F16, 1},
+    {"bf16", IX_DTYPE_BF16, 32},
     {"q8_0", IX_DTYPE_Q8_0, 7},
     {"q4_0", IX_DTYPE_Q4_0, 2},
 };
@@ -83,7 +84,7 @@ static void usage(FILE *f) {
             "                         4 KV heads, FFN 5632, ctx 2048; the default) or tiny\n"
             "                         (2 layers, dim 64, 4 heads, 2 KV heads, FFN 128, ctx 256)\n"
             "  --type T               weight type of the matmuls and the token embedding:\n"
-            "                         f32, f16 (default), q8_0, q4_0; norms and biases are f32\n"
+            "                         f32, f16 (default), bf16, q8_0, q4_0; norms and biases are f32\n"
             "  --vocab FILE           copy the tokenizer (every tokenizer.* key) from this GGUF,\n"
             "                         e.g. a vocab-only file; default: the bundled model's\n"
             "                         (%s)\n"
@@ -223,7 +224,7 @@ static int parse_args(int argc, char **argv, mk_opts *o) {
     for (size_t k = 0; k < IX_ARRAY_LEN(k_types); k++)
         if (!strcmp(type_name, k_types[k].name)) o->wt = &k_types[k];
     if (!o->wt) {
-        fprintf(stderr, "inferx mkmodel: --type must be f32, f16, q8_0 or q4_0, got '%s'\n", type_name);
+        fprintf(stderr, "inferx mkmodel: --type must be f32, f16, bf16, q8_0 or q4_0, got '%s'\n", type_name);
         return 2;
     }
     o->sh = *sh;

@@ -465,14 +465,19 @@ static const ix__pk_fn k_pk[2][PK_RX] = {{pk_Q8_0_1, pk_Q8_0_2, pk_Q8_0_3, pk_Q8
 #define PKF_RX 4
 #define PKF_MCHUNK 48
 
-static inline __attribute__((always_inline)) void pkf_run(const ix__pk_tile *a, int rx) {
+/* The 8 halves at p (16-byte aligned group data) as floats, exactly. */
+static inline __attribute__((always_inline)) __m256 pkf_ld(const uint8_t *p, bool bf) {
+    const __m128i h = _mm_load_si128((const __m128i *)(const void *)p);
+    return bf ? bf16x8(h) : _mm256_cvtph_ps(h);
+}
+
+static inline __attribute__((always_inline)) void pkf_run(const ix__pk_tile *a, int rx, bool bf) {
     const size_t ldx = a->xs / sizeof(float);
     const float *x = (const float *)(const void *)a->x;
     __m256 acc[PKF_RX][2];
     for (int i = 0; i < rx; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     for (size_t k = 0; k < a->k; k++) {
-        const __m128i *p = (const __m128i *)(const void *)(a->w + k * 32);
-        __m256 w0 = _mm256_cvtph_ps(_mm_load_si128(p)), w1 = _mm256_cvtph_ps(_mm_load_si128(p + 1));
+        __m256 w0 = pkf_ld(a->w + k * 32, bf), w1 = pkf_ld(a->w + k * 32 + 16, bf);
         for (int i = 0; i < rx; i++) {
             __m256 xv = _mm256_broadcast_ss(x + (size_t)i * ldx + k);
             acc[i][0] = _mm256_fmadd_ps(w0, xv, acc[i][0]);
@@ -485,10 +490,10 @@ static inline __attribute__((always_inline)) void pkf_run(const ix__pk_tile *a, 
     }
 }
 
-/* The F16 lockstep tile: pkf_run's arithmetic for one X row (each half's
+/* The F16 / BF16 lockstep tile: pkf_run's arithmetic for one X row (each half's
  * sum one FMA chain over k, as there), IX__PK_LOCK groups side by side: four
  * streams in flight and eight independent chains instead of two. */
-static void pkf_lock(const ix__pk_tile *a) {
+static inline __attribute__((always_inline)) void pkf_lock_run(const ix__pk_tile *a, bool bf) {
     enum { G = IX__PK_LOCK };
     const size_t gs = a->gstride;
     const float *x = (const float *)(const void *)a->x;
@@ -499,9 +504,8 @@ static void pkf_lock(const ix__pk_tile *a) {
         for (int g = 0; g < G; g++) {
             const uint8_t *w = a->w + g * gs + k * 32;
             if (!(k & 1)) __builtin_prefetch(w + PK_LOCK_PF_BYTES, 0, 3); /* one per 64-byte line */
-            const __m128i *p = (const __m128i *)(const void *)w;
-            acc[g][0] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_load_si128(p)), xv, acc[g][0]);
-            acc[g][1] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_load_si128(p + 1)), xv, acc[g][1]);
+            acc[g][0] = _mm256_fmadd_ps(pkf_ld(w, bf), xv, acc[g][0]);
+            acc[g][1] = _mm256_fmadd_ps(pkf_ld(w + 16, bf), xv, acc[g][1]);
         }
     }
     for (int g = 0; g < G; g++) {
@@ -510,13 +514,20 @@ static void pkf_lock(const ix__pk_tile *a) {
     }
 }
 
-#define PKF_INST(R) static void pkf_##R(const ix__pk_tile *a) { pkf_run(a, R); }
+static void pkf_lock(const ix__pk_tile *a) { pkf_lock_run(a, false); }
+static void pkbf_lock(const ix__pk_tile *a) { pkf_lock_run(a, true); }
+
+#define PKF_INST(R)                                                                            \
+    static void pkf_##R(const ix__pk_tile *a) { pkf_run(a, R, false); }                         \
+    static void pkbf_##R(const ix__pk_tile *a) { pkf_run(a, R, true); }
 PKF_INST(1) PKF_INST(2) PKF_INST(3) PKF_INST(4)
 static const ix__pk_fn k_pkf[PKF_RX] = {pkf_1, pkf_2, pkf_3, pkf_4};
+static const ix__pk_fn k_pkbf[PKF_RX] = {pkbf_1, pkbf_2, pkbf_3, pkbf_4};
 
 static void matmul_rows(const ix_matmul *mm, size_t n0, size_t n1) {
     if (mm->w_packed) {
         if (mm->w_type == IX_DTYPE_F16) ix__pk_walk(mm, n0, n1, k_pkf, PKF_RX, PKF_MCHUNK, pkf_lock);
+        else if (mm->w_type == IX_DTYPE_BF16) ix__pk_walk(mm, n0, n1, k_pkbf, PKF_RX, PKF_MCHUNK, pkbf_lock);
         else
             ix__pk_walk(mm, n0, n1, k_pk[mm->w_type == IX_DTYPE_Q4_0], PK_RX, PK_MCHUNK,
                         mm->w_type == IX_DTYPE_Q4_0 ? pk_lock_q4 : pk_lock_q8);

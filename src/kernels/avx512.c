@@ -620,14 +620,20 @@ static const ix__pk_fn k_pk[2][2][PK_RX] = {
     {PK_ROW(Q8_0, vnni), PK_ROW(Q4_0, vnni)},
 };
 
-/* F16 packed weights: element k of the group's 16 rows is one vcvtph2ps away
- * from a vector of the 16 rows, which each X row multiplies by its element k
+/* F16 / BF16 packed weights: element k of the group's 16 rows is one
+ * vcvtph2ps (BF16: a zero-extend and a shift) away from a vector of the 16 rows, which each X row multiplies by its element k
  * (a broadcast load) into its own accumulator: 16 outputs per FMA, one
  * convert per PKF_RX FMAs, no horizontal sums. */
 #define PKF_RX 12
 #define PKF_MCHUNK 48 /* f32 X rows per pass over W (384 KiB at K = 2048) */
 
-static inline __attribute__((always_inline)) void pkf_run(const ix__pk_tile *a, int rx) {
+/* The 16 halves at p (64-byte aligned group data) as floats, exactly. */
+static inline __attribute__((always_inline)) __m512 pkf_ld(const uint8_t *p, bool bf) {
+    const __m256i h = _mm256_load_si256((const __m256i *)(const void *)p);
+    return bf ? bf16x16(h) : _mm512_cvtph_ps(h);
+}
+
+static inline __attribute__((always_inline)) void pkf_run(const ix__pk_tile *a, int rx, bool bf) {
     /* two accumulators per row (even and odd k), so that few rows still
      * cover the FMA latency; for every rx alike, since a row's result must
      * not depend on how many rows share its tile (batch invariance) */
@@ -639,8 +645,7 @@ static inline __attribute__((always_inline)) void pkf_run(const ix__pk_tile *a, 
     size_t k = 0;
     for (; k + 2 <= K; k += 2) {
         __builtin_prefetch(wg + k * 32 + PK_PF_BYTES, 0, 3);
-        __m512 w0 = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(wg + k * 32)));
-        __m512 w1 = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(wg + k * 32 + 32)));
+        __m512 w0 = pkf_ld(wg + k * 32, bf), w1 = pkf_ld(wg + k * 32 + 32, bf);
         IX__UNROLL(12)
         for (int i = 0; i < rx; i++) {
             const float *xr = x + (size_t)i * ldx + k;
@@ -649,7 +654,7 @@ static inline __attribute__((always_inline)) void pkf_run(const ix__pk_tile *a, 
         }
     }
     if (k < K) {
-        __m512 w0 = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(wg + k * 32)));
+        __m512 w0 = pkf_ld(wg + k * 32, bf);
         for (int i = 0; i < rx; i++)
             acc[0][i] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[(size_t)i * ldx + k]), acc[0][i]);
     }
@@ -657,8 +662,8 @@ static inline __attribute__((always_inline)) void pkf_run(const ix__pk_tile *a, 
         _mm512_storeu_ps(a->y + (size_t)i * a->ldy, _mm512_add_ps(acc[0][i], acc[1][i]));
 }
 
-/* The F16 lockstep tile: pkf_run's arithmetic for one X row, per group. */
-static void pkf_lock(const ix__pk_tile *a) {
+/* The F16 / BF16 lockstep tile: pkf_run's arithmetic for one X row, per group. */
+static inline __attribute__((always_inline)) void pkf_lock_run(const ix__pk_tile *a, bool bf) {
     enum { G = IX__PK_LOCK };
     const uint8_t *wg = a->w;
     const size_t K = a->k, gs = a->gstride;
@@ -672,25 +677,30 @@ static void pkf_lock(const ix__pk_tile *a) {
         for (int g = 0; g < G; g++) {
             const uint8_t *w = wg + g * gs + k * 32;
             __builtin_prefetch(w + PK_LOCK_PF_BYTES, 0, 3);
-            acc[0][g] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)w)), x0, acc[0][g]);
-            acc[1][g] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(w + 32))), x1,
-                                        acc[1][g]);
+            acc[0][g] = _mm512_fmadd_ps(pkf_ld(w, bf), x0, acc[0][g]);
+            acc[1][g] = _mm512_fmadd_ps(pkf_ld(w + 32, bf), x1, acc[1][g]);
         }
     }
     if (k < K) {
         const __m512 x0 = _mm512_set1_ps(x[k]);
         for (int g = 0; g < G; g++)
-            acc[0][g] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(wg + g * gs + k * 32))),
-                                        x0, acc[0][g]);
+            acc[0][g] = _mm512_fmadd_ps(pkf_ld(wg + g * gs + k * 32, bf), x0, acc[0][g]);
     }
     for (int g = 0; g < G; g++) _mm512_storeu_ps(a->y + g * IX__PK, _mm512_add_ps(acc[0][g], acc[1][g]));
 }
 
-#define PKF_INST(R) static void pkf_##R(const ix__pk_tile *a) { pkf_run(a, R); }
+static void pkf_lock(const ix__pk_tile *a) { pkf_lock_run(a, false); }
+static void pkbf_lock(const ix__pk_tile *a) { pkf_lock_run(a, true); }
+
+#define PKF_INST(R)                                                                            \
+    static void pkf_##R(const ix__pk_tile *a) { pkf_run(a, R, false); }                         \
+    static void pkbf_##R(const ix__pk_tile *a) { pkf_run(a, R, true); }
 PKF_INST(1) PKF_INST(2) PKF_INST(3) PKF_INST(4) PKF_INST(5) PKF_INST(6)
 PKF_INST(7) PKF_INST(8) PKF_INST(9) PKF_INST(10) PKF_INST(11) PKF_INST(12)
 static const ix__pk_fn k_pkf[PKF_RX] = {pkf_1, pkf_2, pkf_3, pkf_4,  pkf_5,  pkf_6,
                                         pkf_7, pkf_8, pkf_9, pkf_10, pkf_11, pkf_12};
+static const ix__pk_fn k_pkbf[PKF_RX] = {pkbf_1, pkbf_2, pkbf_3, pkbf_4,  pkbf_5,  pkbf_6,
+                                         pkbf_7, pkbf_8, pkbf_9, pkbf_10, pkbf_11, pkbf_12};
 
 /* ---- float matmul tiles (F32 / F16 / BF16 weights widened in registers) -------------- */
 #define F_RX 4
@@ -770,7 +780,10 @@ static void matmul_rows(const ix_matmul *mm, size_t n0, size_t n1, bool vnni) {
         if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pkf, PKF_RX, PKF_MCHUNK, pkf_lock);
         else ix__matmul_tiles(mm, n0, n1, k_ftiles[1], F_RX, F_RW);
         break;
-    default: ix__matmul_tiles(mm, n0, n1, k_ftiles[2], F_RX, F_RW); break;
+    default:
+        if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pkbf, PKF_RX, PKF_MCHUNK, pkbf_lock);
+        else ix__matmul_tiles(mm, n0, n1, k_ftiles[2], F_RX, F_RW);
+        break;
     }
 }
 

@@ -179,13 +179,17 @@ static float dot_packed(ix_dtype t, const uint8_t *codes, const uint8_t *scales,
 
 static void matmul_rows(const ix_matmul *mm, size_t n0, size_t n1) {
     size_t ldx = ix__mm_ldx(mm), ldy = ix__mm_ldy(mm), nb = mm->K / IX__QK;
-    if (mm->w_packed && mm->w_type == IX_DTYPE_F16) {
+    if (mm->w_packed && (mm->w_type == IX_DTYPE_F16 || mm->w_type == IX_DTYPE_BF16)) {
+        const bool bf = mm->w_type == IX_DTYPE_BF16;
         for (size_t n = n0; n < n1; n++) {
             const uint8_t *h = ix__pk_codes(mm->w_type, mm->w, mm->K, n / IX__PK) + n % IX__PK * 2;
             for (size_t m = 0; m < mm->M; m++) {
                 const float *x = mm->x + m * ldx;
                 float sum = 0.0f;
-                for (size_t k = 0; k < mm->K; k++) sum += ix__fp16_to_fp32(ix__load_u16(h + k * 2 * IX__PK)) * x[k];
+                for (size_t k = 0; k < mm->K; k++) {
+                    uint16_t v = ix__load_u16(h + k * 2 * IX__PK);
+                    sum += (bf ? ix__bf16_to_fp32(v) : ix__fp16_to_fp32(v)) * x[k];
+                }
                 mm->y[m * ldy + n] = sum;
             }
         }

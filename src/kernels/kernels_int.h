@@ -198,8 +198,8 @@ static inline float ix__block_d(const void *p) { return ix__fp16_to_fp32(ix__loa
 
 /* ---- packed weights (ix_kernels_pack) ---------------------------------------
  * Group g (W rows 16g..16g+15) occupies ix__pk_group_bytes(t, K) bytes at
- * w + g * that, 64-byte aligned. F16: element k of the 16 rows side by side,
- * halves[K][16]. Q8_0 / Q4_0:
+ * w + g * that, 64-byte aligned. F16 / BF16: element k of the 16 rows side
+ * by side, halves[K][16]. Q8_0 / Q4_0:
  *     codes[K/32][CB]     CB = 256 (Q4_0) or 512 (Q8_0) bytes per block:
  *                         plane j (64 bytes at j * 64) holds, in 32-bit lane r,
  *                         bytes 4j..4j+3 of row r's block codes: Q4_0 planes
@@ -212,7 +212,7 @@ static inline float ix__block_d(const void *p) { return ix__fp16_to_fp32(ix__loa
 static inline size_t ix__pk_code_bytes(ix_dtype t) { return t == IX_DTYPE_Q8_0 ? 512 : 256; }
 
 static inline size_t ix__pk_group_bytes(ix_dtype t, size_t k) {
-    if (t == IX_DTYPE_F16) return ix__align64(k * 2 * IX__PK);
+    if (t == IX_DTYPE_F16 || t == IX_DTYPE_BF16) return ix__align64(k * 2 * IX__PK);
     size_t nb = k / IX__QK;
     return ix__align64(nb * (ix__pk_code_bytes(t) + 2 * IX__PK));
 }

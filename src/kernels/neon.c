@@ -299,7 +299,7 @@ static const ix__tile_fn k_ftiles[3][F_RX] = {{ftile_F32_1, ftile_F32_2, ftile_F
                                              {ftile_F16_1, ftile_F16_2, ftile_F16_3, ftile_F16_4},
                                              {ftile_BF16_1, ftile_BF16_2, ftile_BF16_3, ftile_BF16_4}};
 
-/* ---- F16 packed weights ---------------------------------------------------------------------
+/* ---- F16 / BF16 packed weights --------------------------------------------------------------
  * Element k of the group's 16 rows is 32 bytes: four fcvtl give 4 vectors of
  * 4 rows, each FMAed with X row i's element k taken by lane from a vector of
  * 4 consecutive elements (no broadcasts). Each X row keeps its 16 outputs in
@@ -308,8 +308,17 @@ static const ix__tile_fn k_ftiles[3][F_RX] = {{ftile_F32_1, ftile_F32_2, ftile_F
 #define PKF_RX 4
 #define PKF_MCHUNK 48
 
-/* the group's 16 rows at element k */
-static inline __attribute__((always_inline)) void pkf_w(const uint8_t *g, size_t k, float32x4_t w[4]) {
+/* the group's 16 rows at element k (BF16: widened by a shift, exactly) */
+static inline __attribute__((always_inline)) void pkf_w(const uint8_t *g, size_t k, float32x4_t w[4], bool bf) {
+    if (bf) {
+        uint16x8_t h0 = vld1q_u16((const uint16_t *)(const void *)(g + k * 32));
+        uint16x8_t h1 = vld1q_u16((const uint16_t *)(const void *)(g + k * 32 + 16));
+        w[0] = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h0), 16));
+        w[1] = vreinterpretq_f32_u32(vshll_high_n_u16(h0, 16));
+        w[2] = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h1), 16));
+        w[3] = vreinterpretq_f32_u32(vshll_high_n_u16(h1, 16));
+        return;
+    }
     float16x8_t h0 = vreinterpretq_f16_u8(vld1q_u8(g + k * 32));
     float16x8_t h1 = vreinterpretq_f16_u8(vld1q_u8(g + k * 32 + 16));
     w[0] = vcvt_f32_f16(vget_low_f16(h0));
@@ -331,7 +340,7 @@ static inline __attribute__((always_inline)) float32x4_t fma_lane(float32x4_t ac
 }
 
 /* The loops over rows and quads are unrolled by pragma, as in ftile_run. */
-static inline __attribute__((always_inline)) void pkf_run(const ix__pk_tile *a, int rx) {
+static inline __attribute__((always_inline)) void pkf_run(const ix__pk_tile *a, int rx, bool bf) {
     const size_t ldx = a->xs / sizeof(float);
     const float *x = (const float *)(const void *)a->x;
     float32x4_t acc[PKF_RX][4];
@@ -347,7 +356,7 @@ static inline __attribute__((always_inline)) void pkf_run(const ix__pk_tile *a, 
         IX__UNROLL(4)
         for (int l = 0; l < 4; l++) {
             float32x4_t w[4];
-            pkf_w(a->w, k + (size_t)l, w);
+            pkf_w(a->w, k + (size_t)l, w, bf);
             IX__UNROLL(4)
             for (int i = 0; i < rx; i++)
                 IX__UNROLL(4)
@@ -356,7 +365,7 @@ static inline __attribute__((always_inline)) void pkf_run(const ix__pk_tile *a, 
     }
     for (; k < a->k; k++) {
         float32x4_t w[4];
-        pkf_w(a->w, k, w);
+        pkf_w(a->w, k, w, bf);
         IX__UNROLL(4)
         for (int i = 0; i < rx; i++)
             IX__UNROLL(4)
@@ -368,15 +377,18 @@ static inline __attribute__((always_inline)) void pkf_run(const ix__pk_tile *a, 
         for (int q = 0; q < 4; q++) vst1q_f32(a->y + (size_t)i * a->ldy + 4 * q, acc[i][q]);
 }
 
-#define PKF(R) static void pkf_##R(const ix__pk_tile *a) { pkf_run(a, R); }
+#define PKF(R)                                                                                 \
+    static void pkf_##R(const ix__pk_tile *a) { pkf_run(a, R, false); }                         \
+    static void pkbf_##R(const ix__pk_tile *a) { pkf_run(a, R, true); }
 PKF(1) PKF(2) PKF(3) PKF(4)
 #undef PKF
 static const ix__pk_fn k_pkf[PKF_RX] = {pkf_1, pkf_2, pkf_3, pkf_4};
+static const ix__pk_fn k_pkbf[PKF_RX] = {pkbf_1, pkbf_2, pkbf_3, pkbf_4};
 
 /* F32 / F16 / BF16 weights, for both tables. */
 static void matmul_float(const ix_matmul *mm, size_t n0, size_t n1) {
-    if (mm->w_packed) { /* only F16 packs among the float types */
-        ix__pk_walk(mm, n0, n1, k_pkf, PKF_RX, PKF_MCHUNK, NULL);
+    if (mm->w_packed) { /* F16 and BF16 pack among the float types */
+        ix__pk_walk(mm, n0, n1, mm->w_type == IX_DTYPE_BF16 ? k_pkbf : k_pkf, PKF_RX, PKF_MCHUNK, NULL);
         return;
     }
     int t = mm->w_type == IX_DTYPE_F32 ? 0 : mm->w_type == IX_DTYPE_F16 ? 1 : 2;
