@@ -241,7 +241,7 @@ void ix_attn_finish(const ix_attn_acc *acc, float *out);
  * (the ix_kernels_* wrappers above check them). */
 typedef struct ix_kernel_table {
     ix_isa isa;
-    const char *name; /* "generic", "avx2", "avx512-vnni", "avx512-bw", "neon-dotprod", "neon" */
+    const char *name; /* "generic", "avx2-vnni", "avx2", "avx512-vnni", "avx512-bw", "neon-dotprod", "neon" */
 
     void (*fp16_to_fp32)(const uint16_t *src, float *dst, size_t n);
     void (*fp32_to_fp16)(const float *src, uint16_t *dst, size_t n);

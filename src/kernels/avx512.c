@@ -621,9 +621,10 @@ static const ix__pk_fn k_pk[2][2][PK_RX] = {
 };
 
 /* F16 / BF16 packed weights: element k of the group's 16 rows is one
- * vcvtph2ps (BF16: a zero-extend and a shift) away from a vector of the 16 rows, which each X row multiplies by its element k
- * (a broadcast load) into its own accumulator: 16 outputs per FMA, one
- * convert per PKF_RX FMAs, no horizontal sums. */
+ * vcvtph2ps (BF16: a zero-extend and a shift) away from a vector of the 16
+ * rows, which each X row multiplies by its element k (a broadcast load) into
+ * its own accumulator: 16 outputs per FMA, one convert per PKF_RX FMAs, no
+ * horizontal sums. */
 #define PKF_RX 12
 #define PKF_MCHUNK 48 /* f32 X rows per pass over W (384 KiB at K = 2048) */
 
@@ -776,14 +777,12 @@ static void matmul_rows(const ix_matmul *mm, size_t n0, size_t n1, bool vnni) {
         break;
     }
     case IX_DTYPE_F32: ix__matmul_tiles(mm, n0, n1, k_ftiles[0], F_RX, F_RW); break;
-    case IX_DTYPE_F16:
-        if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pkf, PKF_RX, PKF_MCHUNK, pkf_lock);
-        else ix__matmul_tiles(mm, n0, n1, k_ftiles[1], F_RX, F_RW);
+    default: { /* F16 / BF16 */
+        const bool bf = mm->w_type == IX_DTYPE_BF16;
+        if (mm->w_packed) ix__pk_walk(mm, n0, n1, bf ? k_pkbf : k_pkf, PKF_RX, PKF_MCHUNK, bf ? pkbf_lock : pkf_lock);
+        else ix__matmul_tiles(mm, n0, n1, k_ftiles[bf ? 2 : 1], F_RX, F_RW);
         break;
-    default:
-        if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pkbf, PKF_RX, PKF_MCHUNK, pkbf_lock);
-        else ix__matmul_tiles(mm, n0, n1, k_ftiles[2], F_RX, F_RW);
-        break;
+    }
     }
 }
 

@@ -156,7 +156,7 @@ ix_status ix_kernels_matmul_check(const ix_matmul *mm) {
 /* ---- packed weights ------------------------------------------------------------ */
 bool ix_kernels_packable(ix_dtype type, size_t N, size_t K) {
     if (N % IX__PK || K == 0) return false;
-    return type == IX_DTYPE_F16 || type == IX_DTYPE_BF16 || (ix__w_quantized(type) && K % IX__QK == 0);
+    return ix__pk_halves(type) || (ix__w_quantized(type) && K % IX__QK == 0);
 }
 
 size_t ix_kernels_packed_bytes(ix_dtype type, size_t N, size_t K) {
@@ -205,7 +205,7 @@ ix_status ix_kernels_pack(ix_dtype type, const void *w, size_t w_stride_bytes, s
     if (ws < row || n0 > n1 || n1 > N || n0 % IX__PK || n1 % IX__PK) return IX_ERR_INVALID;
     if (n0 == n1) return IX_OK;
     if (!w || !dst || ((uintptr_t)dst & 63)) return IX_ERR_INVALID;
-    if (type == IX_DTYPE_F16 || type == IX_DTYPE_BF16) {
+    if (ix__pk_halves(type)) {
         for (size_t g = n0 / IX__PK; g < n1 / IX__PK; g++) {
             uint8_t *out = (uint8_t *)ix__pk_codes(type, dst, K, g);
             const uint8_t *src = (const uint8_t *)w + g * IX__PK * ws;

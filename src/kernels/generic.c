@@ -179,7 +179,7 @@ static float dot_packed(ix_dtype t, const uint8_t *codes, const uint8_t *scales,
 
 static void matmul_rows(const ix_matmul *mm, size_t n0, size_t n1) {
     size_t ldx = ix__mm_ldx(mm), ldy = ix__mm_ldy(mm), nb = mm->K / IX__QK;
-    if (mm->w_packed && (mm->w_type == IX_DTYPE_F16 || mm->w_type == IX_DTYPE_BF16)) {
+    if (mm->w_packed && ix__pk_halves(mm->w_type)) {
         const bool bf = mm->w_type == IX_DTYPE_BF16;
         for (size_t n = n0; n < n1; n++) {
             const uint8_t *h = ix__pk_codes(mm->w_type, mm->w, mm->K, n / IX__PK) + n % IX__PK * 2;

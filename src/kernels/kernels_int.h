@@ -211,8 +211,11 @@ static inline float ix__block_d(const void *p) { return ix__fp16_to_fp32(ix__loa
 
 static inline size_t ix__pk_code_bytes(ix_dtype t) { return t == IX_DTYPE_Q8_0 ? 512 : 256; }
 
+/* The float types that pack an element at a time (halves[K][16]). */
+static inline bool ix__pk_halves(ix_dtype t) { return t == IX_DTYPE_F16 || t == IX_DTYPE_BF16; }
+
 static inline size_t ix__pk_group_bytes(ix_dtype t, size_t k) {
-    if (t == IX_DTYPE_F16 || t == IX_DTYPE_BF16) return ix__align64(k * 2 * IX__PK);
+    if (ix__pk_halves(t)) return ix__align64(k * 2 * IX__PK);
     size_t nb = k / IX__QK;
     return ix__align64(nb * (ix__pk_code_bytes(t) + 2 * IX__PK));
 }

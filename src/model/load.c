@@ -307,8 +307,9 @@ static void *pack_alloc(size_t n, size_t *mapped) {
 
 /* Repacks every packable matmul weight (Q8_0 / Q4_0 / F16 / BF16:
  * ix_kernels_pack) into one buffer, so the kernels read 16 rows per vector
- * load with no run-time transposes. Same results bit for bit; INFERX_REPACK=0 keeps the mapped GGUF
- * rows (to measure the difference). */
+ * load with no run-time transposes. Quantized results are the same bits,
+ * float ones agree to rounding; INFERX_REPACK=0 keeps the mapped GGUF rows
+ * (to measure the difference). */
 static ix_status repack_weights(loader *L) {
     ix_model *m = L->m;
     const char *env = getenv("INFERX_REPACK");
