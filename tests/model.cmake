@@ -1,2 +1,3 @@
 pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson)
 ix_add_test(test_model SOURCES test_model.c LIBS ix_model PkgConfig::JANSSON m TIMEOUT 600)
+ix_add_test(test_arch SOURCES test_arch.c LIBS ix_model PkgConfig::JANSSON m TIMEOUT 900)

@@ -174,6 +174,16 @@ void ix_kernels_softmax(float *x, size_t n);
 void ix_kernels_silu_mul(float *y, const float *gate, const float *up, size_t n);
 /* y[i] = a[i] + b[i]. y may alias either. */
 void ix_kernels_add(float *y, const float *a, const float *b, size_t n);
+/* y[i] = (x[i] - mean(x)) / sqrt(var(x) + eps) * w[i] + b[i]; w or b NULL
+ * means ones or zeros. y may be x. Mean and variance in double. */
+void ix_kernels_layernorm(float *y, const float *x, const float *w, const float *b, size_t n, float eps);
+/* GELU, tanh form (as GPT-2 and the GGUF reference compute it):
+ * gelu(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). y may be x. */
+void ix_kernels_gelu(float *y, const float *x, size_t n);
+/* y[i] = gelu(gate[i]) * up[i] (GeGLU). y may alias either. */
+void ix_kernels_gelu_mul(float *y, const float *gate, const float *up, size_t n);
+/* x[i] = cap * tanh(x[i] / cap), in place (Gemma 2's logit soft-capping). */
+void ix_kernels_softcap(float *x, size_t n, float cap);
 
 /* ---- RoPE -----------------------------------------------------------------
  * Rotates pair i (i < n_rot/2) of every head by pos * freq_scale * theta_i,
@@ -193,6 +203,14 @@ typedef struct ix_rope_params {
     float freq_base;           /* e.g. 10000 (Llama 2), 500000 (Llama 3) */
     float freq_scale;          /* linear position scaling; 1 = none */
     const float *freq_factors; /* (n_rot/2) frequency divisors, or NULL */
+    /* YaRN: with ext_factor > 0, pair i's angle blends the interpolated
+     * (freq_scale) and the original angle by a ramp over the pairs whose
+     * wavelength falls between n_ctx_orig / beta_fast and n_ctx_orig /
+     * beta_slow rotations, and the magnitude gains 1 + 0.1 ln(1/freq_scale).
+     * attn_factor multiplies cos and sin (0 means 1): YaRN's and Phi-3
+     * longrope's attention scaling. */
+    float ext_factor, attn_factor, beta_fast, beta_slow;
+    uint32_t n_ctx_orig;
 } ix_rope_params;
 
 /* x: (n_tokens, row_stride) floats; head h of token t is the head_dim floats
@@ -217,6 +235,7 @@ typedef struct ix_attn_acc {
     float max;    /* running max of the scaled scores; -INFINITY: none yet */
     float sum;    /* running sum of exp(score - max) */
     float scale;  /* multiplies q.k */
+    float softcap; /* > 0: a score s becomes softcap * tanh(s / softcap) (set after init) */
     uint32_t head_dim;
     float *o;     /* (head_dim) sum of exp(score - max) * v, caller-owned */
 } ix_attn_acc;

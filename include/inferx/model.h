@@ -1,6 +1,7 @@
 /*
- * inferx model: Llama-family transformers (llama, mistral-style sliding window,
- * qwen2) loaded from GGUF, run as one forward pass over a ragged batch whose
+ * inferx model: decoder-only transformers of the architectures in the
+ * architecture table (llama, mistral, qwen2, qwen3, phi3, gemma, gemma2,
+ * gpt2, starcoder2, stablelm, falcon) loaded from GGUF, run as one forward pass over a ragged batch whose
  * attention reads and writes K/V through the paged KV cache's block tables.
  *
  * A model (weights, hyperparameters, tokenizer) is immutable after loading and
@@ -21,10 +22,50 @@
 extern "C" {
 #endif
 
+/* Architectures: one row each of the architecture table (src/model/arch.c). */
 typedef enum ix_arch {
-    IX_ARCH_LLAMA = 0, /* llama, Llama 2/3, TinyLlama, SmolLM, Mistral */
-    IX_ARCH_QWEN2 = 1, /* Q/K/V biases, NeoX RoPE */
+    IX_ARCH_LLAMA = 0, /* llama: Llama 2/3/3.1/3.2, TinyLlama, SmolLM, Mistral-style window */
+    IX_ARCH_MISTRAL,   /* the same graph under its own name */
+    IX_ARCH_QWEN2,     /* Q/K/V biases, NeoX RoPE */
+    IX_ARCH_QWEN3,     /* per-head RMS norms of Q and K */
+    IX_ARCH_PHI3,      /* fused QKV and gate/up, longrope */
+    IX_ARCH_GEMMA,     /* embeddings x sqrt(dim), GeGLU, tied head */
+    IX_ARCH_GEMMA2,    /* + post-norms, softcaps, sliding window on alternate layers */
+    IX_ARCH_GPT2,      /* LayerNorm, learned positions, biases, GELU MLP */
+    IX_ARCH_STARCODER2,/* LayerNorm, biases, GELU MLP, GQA */
+    IX_ARCH_STABLELM,  /* LayerNorm, partial rotary */
+    IX_ARCH_FALCON,    /* parallel attention + MLP, fused QKV, MQA */
+    IX_ARCH_COUNT
 } ix_arch;
+
+typedef enum ix_norm_kind {
+    IX_NORM_RMS = 0,  /* x / rms(x) * w */
+    IX_NORM_LAYER = 1 /* (x - mean) / std * w + b */
+} ix_norm_kind;
+
+typedef enum ix_pos_kind {
+    IX_POS_ROPE = 0,   /* rotary (rope_mode, n_rot, scaling) */
+    IX_POS_LEARNED = 1 /* an added position_embd row (GPT-2) */
+} ix_pos_kind;
+
+typedef enum ix_ffn_kind {
+    IX_FFN_SWIGLU = 0, /* down(silu(gate x) * up x) */
+    IX_FFN_GEGLU = 1,  /* down(gelu(gate x) * up x) */
+    IX_FFN_GELU = 2    /* down(gelu(up x + b)) + b */
+} ix_ffn_kind;
+
+typedef enum ix_rope_scaling {
+    IX_ROPE_SCALING_NONE = 0,
+    IX_ROPE_SCALING_LINEAR,   /* positions / factor */
+    IX_ROPE_SCALING_YARN,     /* NTK-by-parts blend + attention factor */
+    IX_ROPE_SCALING_LLAMA3,   /* per-frequency divisors (rope_freqs or computed) */
+    IX_ROPE_SCALING_LONGROPE  /* Phi-3: long/short factor tensors + attention factor */
+} ix_rope_scaling;
+
+typedef enum ix_swa_kind {
+    IX_SWA_ALL = 0,      /* every layer slides (when sliding_window > 0) */
+    IX_SWA_ALTERNATE = 1 /* even layers slide, odd layers see everything (Gemma 2) */
+} ix_swa_kind;
 
 typedef struct ix_model_hparams {
     ix_arch arch;
@@ -38,15 +79,27 @@ typedef struct ix_model_hparams {
     int32_t head_dim;
     int32_t n_ff;
     float norm_eps;
+    /* recipe (from the architecture's row; see docs/model.md) */
+    ix_norm_kind norm;
+    ix_pos_kind pos;
+    ix_ffn_kind ffn;
+    bool parallel_blocks; /* attention and FFN both read the attention norm's output */
+    bool post_norms;      /* sub-layer outputs are normed before the residual add */
+    float embd_scale;     /* token embeddings are multiplied by this (1 or sqrt(n_embd)) */
+    float attn_scale;     /* multiplies q.k (1/sqrt(head_dim) unless the architecture says) */
+    float attn_softcap;   /* > 0: scores capped at +-attn_softcap by tanh */
+    float final_softcap;  /* > 0: logits capped likewise */
     /* RoPE */
     ix_rope_mode rope_mode;
     int32_t n_rot;
     float rope_freq_base;
-    float rope_freq_scale; /* linear scaling: 1 / factor */
-    bool rope_llama3;      /* Llama-3 frequency factors in use */
+    float rope_freq_scale; /* linear / yarn: 1 / factor */
+    ix_rope_scaling rope_scaling;
     float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    float rope_attn_factor; /* yarn / longrope magnitude (1: none) */
     int32_t rope_orig_ctx;
     int32_t sliding_window; /* 0: full attention */
+    ix_swa_kind swa;        /* which layers the window applies to */
     bool tied_embeddings;   /* output projection = token embedding */
     bool has_qkv_bias;
     ix_dtype weight_type;   /* type of most matmul weights (for display) */
@@ -71,6 +124,34 @@ uint64_t ix_model_n_params(const ix_model *m);
 /* KV cache parameters matching the model's shape (layers, KV heads, head
  * dim, sliding window, context); the caller sets the pool size and dtype. */
 void ix_model_kv_params(const ix_model *m, ix_kv_params *p);
+
+/* True when layer il attends through the sliding window. */
+bool ix_model_layer_slides(const ix_model_hparams *hp, int32_t il);
+
+/* ---- the architecture table ---------------------------------------------
+ * The same rows drive the loader, the forward pass, `inferx mkmodel --arch`
+ * and the tests. Thread-safe (constant data). */
+typedef struct ix_model_tensor_spec {
+    char name[64];  /* GGUF name, e.g. "blk.3.attn_q.weight" */
+    bool matrix;    /* a matmul weight or embedding (any weight type); else an F32 vector */
+    bool required;  /* false: the architecture works without it */
+    bool norm;      /* a norm's weight (near one), not a bias or matrix */
+    int64_t ne0, ne1; /* GGUF order: ne0 elements per row, ne1 rows (1 for vectors) */
+} ix_model_tensor_spec;
+
+/* Architecture names in table order (IX_ARCH_COUNT of them). */
+const char *ix_model_arch_name(ix_arch a);
+/* Sets hp->arch, arch_name and the recipe fields of the architecture named
+ * `name` (dimensions untouched). IX_ERR_UNSUPPORTED naming the supported
+ * ones when unknown. */
+ix_status ix_model_arch_init(ix_model_hparams *hp, const char *name, ix_errbuf *err);
+/* Calls fn for every tensor of hp's architecture at hp's dimensions (hp as
+ * filled by ix_model_arch_init plus the dimensions); stops early when fn
+ * returns false (then returns IX_ERR_INVALID). */
+ix_status ix_model_arch_tensors(const ix_model_hparams *hp,
+                                bool (*fn)(void *ctx, const ix_model_tensor_spec *t), void *ctx);
+/* Writes hp as `<arch>.*` metadata keys (those the loader reads). */
+ix_status ix_model_arch_write_hparams(ix_gguf_writer *w, const ix_model_hparams *hp);
 
 /* ---- execution --------------------------------------------------------- */
 typedef struct ix_model_ctx ix_model_ctx;

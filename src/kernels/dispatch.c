@@ -480,6 +480,33 @@ ix_status ix_kernels_matmul_n(const ix_matmul *mms, size_t n, ix_pool *pool) {
 void ix_kernels_rmsnorm(float *y, const float *x, const float *w, size_t n, float eps) {
     if (n) ix_kernels()->rmsnorm(y, x, w, n, eps);
 }
+void ix_kernels_layernorm(float *y, const float *x, const float *w, const float *b, size_t n, float eps) {
+    if (!n) return;
+    double sum = 0, sq = 0;
+    for (size_t i = 0; i < n; i++) sum += x[i];
+    double mean = sum / (double)n;
+    for (size_t i = 0; i < n; i++) sq += ((double)x[i] - mean) * ((double)x[i] - mean);
+    float inv = (float)(1.0 / sqrt(sq / (double)n + (double)eps)), m = (float)mean;
+    for (size_t i = 0; i < n; i++) {
+        float v = (x[i] - m) * inv;
+        y[i] = v * (w ? w[i] : 1.0f) + (b ? b[i] : 0.0f);
+    }
+}
+
+static inline float gelu1(float x) {
+    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(k * x * (1.0f + 0.044715f * x * x)));
+}
+void ix_kernels_gelu(float *y, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = gelu1(x[i]);
+}
+void ix_kernels_gelu_mul(float *y, const float *gate, const float *up, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = gelu1(gate[i]) * up[i];
+}
+void ix_kernels_softcap(float *x, size_t n, float cap) {
+    for (size_t i = 0; i < n; i++) x[i] = ix__softcap(x[i], cap);
+}
+
 void ix_kernels_softmax(float *x, size_t n) {
     if (n) ix_kernels()->softmax(x, n);
 }
@@ -491,17 +518,39 @@ void ix_kernels_add(float *y, const float *a, const float *b, size_t n) {
 }
 
 /* ---- RoPE ------------------------------------------------------------------------ */
+/* YaRN's pair range: the pair index whose wavelength makes n_rot_turns
+ * rotations over the original context. */
+static double yarn_corr_dim(const ix_rope_params *p, double n_rot_turns) {
+    return (double)p->n_rot * log((double)p->n_ctx_orig / (n_rot_turns * 2.0 * M_PI)) /
+           (2.0 * log((double)p->freq_base));
+}
+
 void ix__rope_angles(const ix_rope_params *p, int32_t pos, float *cs) {
     size_t half = p->n_rot / 2;
     /* theta_i = base^(-2i/n_rot): one pow, then a running product in double
      * (relative error ~i * 1e-16, far below f32 resolution). */
     double step = pow((double)p->freq_base, -2.0 / (double)p->n_rot), inv_freq = 1.0;
-    double t = (double)pos * (double)p->freq_scale;
+    double mscale = p->attn_factor > 0.0f ? (double)p->attn_factor : 1.0;
+    bool yarn = p->ext_factor > 0.0f && p->n_ctx_orig > 0;
+    double lo = 0, hi = 0;
+    if (yarn) {
+        lo = floor(yarn_corr_dim(p, p->beta_fast));
+        hi = ceil(yarn_corr_dim(p, p->beta_slow));
+        lo = lo > 0 ? lo : 0;
+        hi = hi < (double)p->n_rot - 1 ? hi : (double)p->n_rot - 1;
+        mscale *= 1.0 + 0.1 * log(1.0 / (double)p->freq_scale);
+    }
     for (size_t i = 0; i < half; i++, inv_freq *= step) {
-        double theta = t * inv_freq;
-        if (p->freq_factors) theta /= (double)p->freq_factors[i];
-        cs[i] = (float)cos(theta);
-        cs[half + i] = (float)sin(theta);
+        double extrap = (double)pos * inv_freq;
+        if (p->freq_factors) extrap /= (double)p->freq_factors[i];
+        double theta = extrap * (double)p->freq_scale;
+        if (yarn) {
+            double y = ((double)i - lo) / (hi - lo > 0.001 ? hi - lo : 0.001);
+            double ramp = (1.0 - (y < 0 ? 0 : y > 1 ? 1 : y)) * (double)p->ext_factor;
+            theta = theta * (1.0 - ramp) + extrap * ramp;
+        }
+        cs[i] = (float)(cos(theta) * mscale);
+        cs[half + i] = (float)(sin(theta) * mscale);
     }
 }
 
@@ -512,6 +561,9 @@ ix_status ix_kernels_rope(float *x, size_t row_stride, const int32_t *pos, size_
     if (p->n_rot % 2 || p->n_rot > p->head_dim || !(p->freq_base > 0.0f)) return IX_ERR_INVALID;
     if (p->n_rot > IX_ROPE_MAX_ROT) return IX_ERR_UNSUPPORTED;
     if (n_tokens > 1 && row_stride < n_heads * p->head_dim) return IX_ERR_INVALID;
+    if (p->ext_factor > 0.0f && (!(p->freq_scale > 0.0f) || !(p->beta_fast > 0.0f) ||
+                                 !(p->beta_slow > 0.0f) || p->n_ctx_orig == 0))
+        return IX_ERR_INVALID;
     if (p->n_rot == 0) return IX_OK;
     const ix_kernel_table *kt = ix_kernels();
     float cs[IX_ROPE_MAX_ROT]; /* (n_rot/2 cos, n_rot/2 sin) */
@@ -528,6 +580,7 @@ void ix_attn_init(ix_attn_acc *acc, float *o, size_t head_dim, float scale) {
     acc->max = -INFINITY;
     acc->sum = 0.0f;
     acc->scale = scale;
+    acc->softcap = 0.0f;
     acc->head_dim = (uint32_t)head_dim;
     acc->o = o;
     if (o && head_dim) memset(o, 0, head_dim * sizeof *o);

@@ -282,6 +282,7 @@ static void attn_add_one(ix_attn_acc *acc, const float *q, const void *k, size_t
             float dot = 0.0f;
             for (size_t i = 0; i < hd; i++) dot += q[i] * kv_at(k, k_stride, kv_type, t0 + t, i);
             s[t] = dot * acc->scale;
+            if (acc->softcap > 0.0f) s[t] = ix__softcap(s[t], acc->softcap);
             cmax = fmaxf(cmax, s[t]);
         }
         bool skip;

@@ -355,6 +355,10 @@ static inline float ix__attn_rebase(ix_attn_acc *acc, float chunk_max, bool *ski
     return alpha;
 }
 
+/* Soft-capping of a scaled attention score (monotonic: the cap of a chunk's
+ * max is the max of the capped scores, on every path). */
+static inline float ix__softcap(float s, float cap) { return cap * tanhf(s / cap); }
+
 /* The shared cos/sin table of RoPE (dispatch.c), identical for every path. */
 void ix__rope_angles(const ix_rope_params *p, int32_t pos, float *cs);
 /* Weight quantizers (generic.c): n % 32 == 0. */

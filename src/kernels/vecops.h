@@ -338,6 +338,12 @@ v_attn_run(ix_attn_acc *accs, const float *q, size_t nq, const uint8_t *k, size_
             }
             float cmax[V_ATTN_QB];
             for (size_t i = 0; i < nb; i++) cmax[i] = vf_hmax(m[i]);
+            if (accs[q0].softcap > 0.0f) /* Gemma 2: rare enough to stay scalar */
+                for (size_t i = 0; i < nb; i++) {
+                    float cap = accs[q0 + i].softcap;
+                    for (size_t j = 0; j < cnt; j++) p[i][j] = ix__softcap(p[i][j], cap);
+                    cmax[i] = ix__softcap(cmax[i], cap);
+                }
             int live = 0; /* queries of this chunk whose scores are not all -inf */
             for (size_t i = 0; i < nb; i++) {
                 ix_attn_acc *acc = accs + q0 + i;

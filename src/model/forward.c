@@ -1,14 +1,20 @@
 /*
- * The forward pass over a ragged batch (llama2.c-style, top to bottom).
+ * The forward pass over a ragged batch (llama2.c-style, top to bottom), for
+ * every architecture of the table: the recipe in the hyperparameters (norm
+ * kind, position encoding, FFN kind, wiring, scales, caps) picks each step;
+ * absent optional tensors (biases, q/k norms, post-norms) are skipped.
  *
  * All T tokens of the batch, from any number of sequences, go through each
  * layer together, so every weight matrix is read once per step whatever the
- * batch holds. Per layer: RMSNorm, Q/K/V projections (+ biases for qwen2),
- * RoPE at each token's own position, K/V written into the paged cache through
- * the token's block table, attention of each (token, KV head) -- all the query
- * heads of its group at once -- over its sequence's blocks up to its position
- * (causal, and windowed when the model slides), the output projection and the
- * SwiGLU FFN with residuals. Logits are computed only for the tokens the
+ * batch holds. Per layer: norm, Q/K/V projections (+ biases, per-head q/k
+ * norms), RoPE at each token's own position, K/V written into the paged cache
+ * through the token's block table, attention of each (token, KV head) -- all
+ * the query heads of its group at once -- over its sequence's blocks up to
+ * its position (causal, windowed on the layers that slide, soft-capped where
+ * the model says), the output projection, then the FFN either after the
+ * attention's residual (sequential) or from the same normed input (parallel:
+ * falcon), each sub-layer's output optionally normed again (gemma2) before it
+ * joins the residual stream. Logits are computed only for the tokens the
  * caller asks for. Matmuls, attention and the per-token row ops between them
  * all run on the context's worker pool.
  *
@@ -40,6 +46,7 @@ struct ix_model_ctx {
     float *gate; /* (T, n_ff) */
     float *up;   /* (T, n_ff) */
     float *xo;   /* (T, n_embd) normed rows that produce logits */
+    float *ya;   /* (T, n_embd) attention output of a parallel block */
     void *scratch; /* quantized activations for the int8 matmuls */
     const int32_t **tables; /* (T) each token's block table, for this forward */
     int32_t *out_rows;      /* (T) batch rows with logits */
@@ -54,7 +61,7 @@ static float *alloc_f32(size_t n) { return ix_aligned_alloc(64, (n ? n : 1) * si
 void ix_model_ctx_destroy(ix_model_ctx *c) {
     if (!c) return;
     ix_pool_destroy(c->pool);
-    float *bufs[] = {c->x, c->xb, c->q, c->k, c->v, c->att, c->gate, c->up, c->xo};
+    float *bufs[] = {c->x, c->xb, c->q, c->k, c->v, c->att, c->gate, c->up, c->xo, c->ya};
     for (size_t i = 0; i < IX_ARRAY_LEN(bufs); i++) ix_aligned_free(bufs[i]);
     ix_aligned_free(c->scratch);
     ix_free(c->tables);
@@ -98,6 +105,7 @@ ix_status ix_model_ctx_create(ix_model_ctx **out, const ix_model *m, ix_kv *kv,
     c->gate = alloc_f32(T * F);
     c->up = alloc_f32(T * F);
     c->xo = alloc_f32(T * E);
+    c->ya = alloc_f32(hp->parallel_blocks ? T * E : 0);
     c->tables = ix_malloc(T * sizeof *c->tables);
     c->out_rows = ix_malloc(T * sizeof *c->out_rows);
     /* Scratch for the widest quantized input of any weight type present. */
@@ -110,7 +118,7 @@ ix_status ix_model_ctx_create(ix_model_ctx **out, const ix_model *m, ix_kv *kv,
         sb = b > sb ? b : sb;
     }
     c->scratch = sb ? ix_aligned_alloc(64, sb) : NULL;
-    if (!c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->xo ||
+    if (!c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->xo || !c->ya ||
         !c->tables || !c->out_rows || (sb && !c->scratch)) {
         ix_model_ctx_destroy(c);
         return ix_errf(err, IX_ERR_NOMEM, "out of memory for activations of %d tokens", p->max_batch_tokens);
@@ -166,11 +174,12 @@ static inline unsigned char *kv_addr(const ix_model_ctx *c, unsigned char *base,
  * thread count. Batches too small to pay for waking the workers run on the
  * caller. */
 typedef enum row_op {
-    ROW_EMBED,      /* x = embedding row; xb = rmsnorm(x) * norm */
-    ROW_RESID_NORM, /* x += xb; xb = rmsnorm(x) * norm */
-    ROW_QKV,        /* q, k, v += biases; RoPE on q and k; k, v into the KV cache */
-    ROW_SILU,       /* gate = silu(gate) * up */
-    ROW_OUT_NORM,   /* row i of xo: x[r] += xb[r]; xo[i] = rmsnorm(x[r]) * norm, r = out_rows[i] */
+    ROW_EMBED,      /* x = embedding row (+ position row) * embd_scale; xb = norm(x) of layer 0 */
+    ROW_QKV,        /* q, k, v += biases; q/k head norms; RoPE on q and k; k, v into the KV cache */
+    ROW_ATTN_RESID, /* sequential block: x += post_norm(xb + bo); xb = ffn_norm(x) */
+    ROW_FFN_ACT,    /* gate = act(gate) * up, or up = gelu(up + b_up) */
+    ROW_FFN_RESID,  /* x += post_norm(xb + b_down) (+ ya + bo when parallel); xb = next attn_norm(x) */
+    ROW_OUT_NORM,   /* last layer's ROW_FFN_RESID on out rows r, then xo[i] = out_norm(x[r]) */
 } row_op;
 
 typedef struct row_job {
@@ -178,7 +187,6 @@ typedef struct row_job {
     const ix_batch *b;
     row_op op;
     int32_t layer;
-    const float *norm;          /* RMSNorm weights (EMBED, RESID_NORM, OUT_NORM) */
     const ix_rope_params *rope; /* QKV */
     size_t n_rows;
     _Atomic int status; /* first failure of a checked kernel call, else IX_OK */
@@ -223,51 +231,114 @@ static void add_bias(float *y, const float *bias, size_t t0, size_t t1, size_t n
     for (size_t t = t0; t < t1; t++) ix_kernels_add(y + t * n, y + t * n, bias, n);
 }
 
+/* The model's norm (RMS or LayerNorm with bias) of one row. */
+static void norm_row(const ix_model_hparams *hp, float *y, const float *x, const float *w, const float *b,
+                     size_t n) {
+    if (hp->norm == IX_NORM_LAYER) ix_kernels_layernorm(y, x, w, b, n, hp->norm_eps);
+    else ix_kernels_rmsnorm(y, x, w, n, hp->norm_eps);
+}
+
+/* Adds a sub-layer's output row o (+ bias, post-normed when the model has
+ * post-norms) to the residual row x. o is overwritten. */
+static void resid_add(const ix_model_hparams *hp, float *x, float *o, const float *bias,
+                      const float *post_norm, size_t E) {
+    if (bias) ix_kernels_add(o, o, bias, E);
+    if (post_norm) norm_row(hp, o, o, post_norm, NULL, E);
+    ix_kernels_add(x, x, o, E);
+}
+
+/* The end of layer l for batch row r: the FFN's output (in xb) and, in a
+ * parallel block, the attention's (in ya) join the residual stream. */
+static void ffn_resid_row(ix_model_ctx *c, const ix__layer *l, size_t r) {
+    const ix_model_hparams *hp = &c->m->hp;
+    size_t E = (size_t)hp->n_embd;
+    float *x = c->x + r * E;
+    if (hp->parallel_blocks) resid_add(hp, x, c->ya + r * E, l->bo, l->post_attn_norm, E);
+    resid_add(hp, x, c->xb + r * E, l->b_down, l->post_ffn_norm, E);
+}
+
 static void rows_run(row_job *j, size_t r0, size_t r1) {
     ix_model_ctx *c = j->c;
     const ix_model *m = c->m;
     const ix_model_hparams *hp = &m->hp;
     size_t E = (size_t)hp->n_embd, hd = (size_t)hp->head_dim, Q = (size_t)hp->n_head * hd,
            KV = (size_t)hp->n_head_kv * hd, F = (size_t)hp->n_ff;
+    const ix__layer *l = &m->layers[j->layer];
     switch (j->op) {
     case ROW_EMBED: {
-        uint64_t row_bytes;
+        uint64_t row_bytes, pos_bytes = 0;
         ix_dtype_row_bytes(m->tok_embd.type, E, &row_bytes);
+        if (m->pos_embd.data) ix_dtype_row_bytes(m->pos_embd.type, E, &pos_bytes);
         for (size_t t = r0; t < r1; t++) {
+            float *x = c->x + t * E;
             const unsigned char *row =
                 (const unsigned char *)m->tok_embd.data + (size_t)j->b->tokens[t] * row_bytes;
-            row_fail(j, ix_kernels_dequant_row(m->tok_embd.type, row, c->x + t * E, E));
-            ix_kernels_rmsnorm(c->xb + t * E, c->x + t * E, j->norm, E, hp->norm_eps);
+            row_fail(j, ix_kernels_dequant_row(m->tok_embd.type, row, x, E));
+            if (m->pos_embd.data) { /* learned positions, through xb as scratch */
+                row = (const unsigned char *)m->pos_embd.data + (size_t)j->b->pos[t] * pos_bytes;
+                row_fail(j, ix_kernels_dequant_row(m->pos_embd.type, row, c->xb + t * E, E));
+                ix_kernels_add(x, x, c->xb + t * E, E);
+            }
+            if (hp->embd_scale != 1.0f)
+                for (size_t i = 0; i < E; i++) x[i] *= hp->embd_scale;
+            norm_row(hp, c->xb + t * E, x, l->attn_norm, l->attn_norm_b, E);
         }
         break;
     }
-    case ROW_RESID_NORM:
-        for (size_t t = r0; t < r1; t++) {
-            ix_kernels_add(c->x + t * E, c->x + t * E, c->xb + t * E, E);
-            ix_kernels_rmsnorm(c->xb + t * E, c->x + t * E, j->norm, E, hp->norm_eps);
-        }
-        break;
-    case ROW_QKV: {
-        const ix__layer *l = &m->layers[j->layer];
+    case ROW_QKV:
         add_bias(c->q, l->bq, r0, r1, Q);
         add_bias(c->k, l->bk, r0, r1, KV);
         add_bias(c->v, l->bv, r0, r1, KV);
-        row_fail(j, ix_kernels_rope(c->q + r0 * Q, Q, j->b->pos + r0, r1 - r0, (size_t)hp->n_head,
-                                    j->rope));
-        row_fail(j, ix_kernels_rope(c->k + r0 * KV, KV, j->b->pos + r0, r1 - r0,
-                                    (size_t)hp->n_head_kv, j->rope));
+        for (size_t t = r0; t < r1 && l->q_norm; t++)
+            for (int32_t h = 0; h < hp->n_head; h++) {
+                float *qh = c->q + t * Q + (size_t)h * hd;
+                ix_kernels_rmsnorm(qh, qh, l->q_norm, hd, hp->norm_eps);
+            }
+        for (size_t t = r0; t < r1 && l->k_norm; t++)
+            for (int32_t h = 0; h < hp->n_head_kv; h++) {
+                float *kh = c->k + t * KV + (size_t)h * hd;
+                ix_kernels_rmsnorm(kh, kh, l->k_norm, hd, hp->norm_eps);
+            }
+        if (hp->pos == IX_POS_ROPE) {
+            row_fail(j, ix_kernels_rope(c->q + r0 * Q, Q, j->b->pos + r0, r1 - r0, (size_t)hp->n_head,
+                                        j->rope));
+            row_fail(j, ix_kernels_rope(c->k + r0 * KV, KV, j->b->pos + r0, r1 - r0,
+                                        (size_t)hp->n_head_kv, j->rope));
+        }
         store_kv(c, j->b, j->layer, r0, r1);
         break;
-    }
-    case ROW_SILU:
-        for (size_t t = r0; t < r1; t++)
-            ix_kernels_silu_mul(c->gate + t * F, c->gate + t * F, c->up + t * F, F);
+    case ROW_ATTN_RESID:
+        for (size_t t = r0; t < r1; t++) {
+            resid_add(hp, c->x + t * E, c->xb + t * E, l->bo, l->post_attn_norm, E);
+            norm_row(hp, c->xb + t * E, c->x + t * E, l->ffn_norm, l->ffn_norm_b, E);
+        }
         break;
+    case ROW_FFN_ACT:
+        for (size_t t = r0; t < r1; t++) {
+            float *g = c->gate + t * F, *u = c->up + t * F;
+            switch (hp->ffn) {
+            case IX_FFN_SWIGLU: ix_kernels_silu_mul(g, g, u, F); break;
+            case IX_FFN_GEGLU: ix_kernels_gelu_mul(g, g, u, F); break;
+            case IX_FFN_GELU:
+                if (l->b_up) ix_kernels_add(u, u, l->b_up, F);
+                ix_kernels_gelu(u, u, F);
+                break;
+            }
+        }
+        break;
+    case ROW_FFN_RESID: {
+        const ix__layer *next = &m->layers[j->layer + 1];
+        for (size_t t = r0; t < r1; t++) {
+            ffn_resid_row(c, l, t);
+            norm_row(hp, c->xb + t * E, c->x + t * E, next->attn_norm, next->attn_norm_b, E);
+        }
+        break;
+    }
     case ROW_OUT_NORM:
         for (size_t i = r0; i < r1; i++) {
             size_t r = (size_t)c->out_rows[i];
-            ix_kernels_add(c->x + r * E, c->x + r * E, c->xb + r * E, E);
-            ix_kernels_rmsnorm(c->xo + i * E, c->x + r * E, j->norm, E, hp->norm_eps);
+            ffn_resid_row(c, l, r);
+            norm_row(hp, c->xo + i * E, c->x + r * E, m->out_norm, m->out_norm_b, E);
         }
         break;
     }
@@ -282,10 +353,8 @@ static void rows_worker(void *ctx, int ith, int nth) {
 
 /* Runs one row op over n_rows rows of row_work units each (see above). */
 static ix_status rows(ix_model_ctx *c, const ix_batch *b, row_op op, int32_t layer,
-                      const float *norm, const ix_rope_params *rope, size_t n_rows,
-                      size_t row_work) {
-    row_job j = {
-        .c = c, .b = b, .op = op, .layer = layer, .norm = norm, .rope = rope, .n_rows = n_rows};
+                      const ix_rope_params *rope, size_t n_rows, size_t row_work) {
+    row_job j = {.c = c, .b = b, .op = op, .layer = layer, .rope = rope, .n_rows = n_rows};
     atomic_init(&j.status, IX_OK);
     if (n_rows * row_work >= ROWS_PARALLEL_MIN_WORK) ix_pool_run(c->pool, rows_worker, &j);
     else if (n_rows) rows_run(&j, 0, n_rows);
@@ -310,6 +379,7 @@ typedef struct attn_job {
     ix_model_ctx *c;
     const ix_batch *b;
     int32_t layer;
+    int32_t window;   /* this layer's sliding window; 0: none */
     int32_t qb;       /* query heads per item */
     int32_t n_slices; /* items per (token, KV head): ceil(group / qb) */
     int64_t n_items, grab;
@@ -331,13 +401,14 @@ static void attn_item(const attn_job *j, int64_t it) {
     int32_t h0 = kvh * group + slice * j->qb;
     int32_t nq = group - slice * j->qb < j->qb ? group - slice * j->qb : j->qb;
     int32_t p = b->pos[t];
-    int32_t lo =
-        hp->sliding_window > 0 && p - hp->sliding_window + 1 > 0 ? p - hp->sliding_window + 1 : 0;
+    int32_t lo = j->window > 0 && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
     const float *q = c->q + (size_t)t * Q + (size_t)h0 * hd; /* (nq, hd) */
     float *o = c->att + (size_t)t * Q + (size_t)h0 * hd;     /* (nq, hd) */
     ix_attn_acc accs[ATTN_MAX_Q];
-    float scale = 1.0f / sqrtf((float)hd);
-    for (int32_t i = 0; i < nq; i++) ix_attn_init(&accs[i], o + (size_t)i * hd, hd, scale);
+    for (int32_t i = 0; i < nq; i++) {
+        ix_attn_init(&accs[i], o + (size_t)i * hd, hd, hp->attn_scale);
+        accs[i].softcap = hp->attn_softcap;
+    }
     const ix_kernel_table *kt = ix_kernels();
     for (int32_t blk = lo / bs; blk <= p / bs; blk++) {
         int32_t first = blk * bs > lo ? 0 : lo - blk * bs;
@@ -374,6 +445,7 @@ static void attention(ix_model_ctx *c, const ix_batch *b, int32_t layer) {
     int32_t qb = (group + n_slices - 1) / n_slices;
     n_slices = (group + qb - 1) / qb;
     attn_job j = {.c = c, .b = b, .layer = layer, .qb = qb, .n_slices = n_slices,
+                  .window = ix_model_layer_slides(hp, layer) ? hp->sliding_window : 0,
                   .n_items = pairs * n_slices};
     j.grab = j.n_items / (16 * (int64_t)nth) > 1 ? j.n_items / (16 * (int64_t)nth) : 1;
     atomic_init(&j.next, 0);
@@ -399,6 +471,9 @@ static ix_status check_batch(ix_model_ctx *c, const ix_batch *b, int32_t *n_out)
             return ix_errf(&c->err, IX_ERR_RANGE,
                            "batch token %d: position %d has no KV slot (sequence %d holds %d)", t,
                            b->pos[t], b->seq[t], n_tok);
+        if (hp->pos == IX_POS_LEARNED && b->pos[t] >= hp->n_ctx_train)
+            return ix_errf(&c->err, IX_ERR_RANGE, "batch token %d: position %d is past the %d learned positions",
+                           t, b->pos[t], hp->n_ctx_train);
         int32_t nb;
         const int32_t *table = ix_kv_seq_block_table(c->kv, b->seq[t], &nb);
         if (!table || table[b->pos[t] / bs] == IX_KV_NO_BLOCK)
@@ -424,34 +499,54 @@ ix_status ix_model_forward(ix_model_ctx *c, const ix_batch *b, float *logits) {
     ix_rope_params rp = {
         .mode = hp->rope_mode, .head_dim = (uint32_t)hd, .n_rot = (uint32_t)hp->n_rot,
         .freq_base = hp->rope_freq_base, .freq_scale = hp->rope_freq_scale,
-        .freq_factors = m->rope_factors,
+        .freq_factors = m->rope_factors, .attn_factor = hp->rope_attn_factor,
+        .ext_factor = hp->rope_scaling == IX_ROPE_SCALING_YARN ? 1.0f : 0.0f,
+        .beta_fast = 32.0f, .beta_slow = 1.0f, .n_ctx_orig = (uint32_t)hp->rope_orig_ctx,
     };
-    /* x (T, E) = embedding rows; xb = rmsnorm(x) for layer 0 */
-    if ((s = rows(c, b, ROW_EMBED, 0, m->layers[0].attn_norm, NULL, T, E)) != IX_OK) return s;
+    /* x (T, E) = embeddings; xb = layer 0's attention norm of x */
+    if ((s = rows(c, b, ROW_EMBED, 0, NULL, T, E)) != IX_OK) return s;
     for (int32_t il = 0; il < hp->n_layer; il++) {
         const ix__layer *l = &m->layers[il];
-        /* attention; xb holds rmsnorm(x) * attn_norm */
+        /* attention; xb holds the normed residual */
         if ((s = matmul_n(c, (const ix__weight *const[]){&l->wq, &l->wk, &l->wv},
                           (float *const[]){c->q, c->k, c->v}, 3, c->xb, T)) != IX_OK)
             return s;
-        if ((s = rows(c, b, ROW_QKV, il, NULL, &rp, T, 2 * (Q + 2 * KV))) != IX_OK) return s;
+        if ((s = rows(c, b, ROW_QKV, il, &rp, T, 2 * (Q + 2 * KV))) != IX_OK) return s;
         attention(c, b, il);
-        if ((s = matmul(c, &l->wo, c->att, T, c->xb)) != IX_OK) return s;
-        /* x += attention output; feed-forward: down(silu(gate(xb)) * up(xb)) */
-        if ((s = rows(c, b, ROW_RESID_NORM, il, l->ffn_norm, NULL, T, E)) != IX_OK) return s;
-        if ((s = matmul_n(c, (const ix__weight *const[]){&l->w_gate, &l->w_up}, (float *const[]){c->gate, c->up},
-                          2, c->xb, T)) != IX_OK)
-            return s;
-        if ((s = rows(c, b, ROW_SILU, il, NULL, NULL, T, F)) != IX_OK) return s;
-        if ((s = matmul(c, &l->w_down, c->gate, T, c->xb)) != IX_OK) return s;
-        /* x += feed-forward output, normed for the next layer (the last
+        /* sequential: x += attention output, xb = ffn_norm(x); parallel: the
+         * FFN reads the same xb and the attention output waits in ya */
+        if (hp->parallel_blocks) {
+            if ((s = matmul(c, &l->wo, c->att, T, c->ya)) != IX_OK) return s;
+        } else {
+            if ((s = matmul(c, &l->wo, c->att, T, c->xb)) != IX_OK) return s;
+            if ((s = rows(c, b, ROW_ATTN_RESID, il, NULL, T, E)) != IX_OK) return s;
+        }
+        /* feed-forward: down(act(gate(xb)) * up(xb)) or down(gelu(up(xb))) */
+        const float *ffn_in;
+        if (l->w_gate.data) {
+            if ((s = matmul_n(c, (const ix__weight *const[]){&l->w_gate, &l->w_up},
+                              (float *const[]){c->gate, c->up}, 2, c->xb, T)) != IX_OK)
+                return s;
+            ffn_in = c->gate;
+        } else {
+            if ((s = matmul(c, &l->w_up, c->xb, T, c->up)) != IX_OK) return s;
+            ffn_in = c->up;
+        }
+        if ((s = rows(c, b, ROW_FFN_ACT, il, NULL, T, F)) != IX_OK) return s;
+        if ((s = matmul(c, &l->w_down, ffn_in, T, c->xb)) != IX_OK) return s;
+        /* x += the block's outputs, normed for the next layer (the last
          * layer's residual is needed only in the rows that give logits) */
-        if (il + 1 < hp->n_layer &&
-            (s = rows(c, b, ROW_RESID_NORM, il, m->layers[il + 1].attn_norm, NULL, T, E)) != IX_OK)
-            return s;
+        if (il + 1 < hp->n_layer && (s = rows(c, b, ROW_FFN_RESID, il, NULL, T, E)) != IX_OK) return s;
     }
 
     if (n_out == 0) return IX_OK;
-    if ((s = rows(c, b, ROW_OUT_NORM, 0, m->out_norm, NULL, (size_t)n_out, E)) != IX_OK) return s;
-    return matmul(c, &m->output, c->xo, (size_t)n_out, logits);
+    if ((s = rows(c, b, ROW_OUT_NORM, hp->n_layer - 1, NULL, (size_t)n_out, E)) != IX_OK) return s;
+    if ((s = matmul(c, &m->output, c->xo, (size_t)n_out, logits)) != IX_OK) return s;
+    size_t V = (size_t)hp->n_vocab;
+    for (int32_t i = 0; i < n_out && (m->output_b || hp->final_softcap > 0); i++) {
+        float *row = logits + (size_t)i * V;
+        if (m->output_b) ix_kernels_add(row, row, m->output_b, V);
+        if (hp->final_softcap > 0) ix_kernels_softcap(row, V, hp->final_softcap);
+    }
+    return IX_OK;
 }

@@ -1,8 +1,9 @@
 /*
- * Loading a Llama-family model: hyperparameters from `<arch>.*` metadata,
- * every tensor bound by name and checked for shape and type, RoPE frequency
- * factors (from a rope_freqs tensor or computed from Llama-3 rope.scaling
- * metadata), and the tokenizer.
+ * Loading a model: the architecture's row of the table (arch.c) says which
+ * `<arch>.*` keys and tensors it has; every tensor is bound by name and
+ * checked for shape and type, fused ones are split into row views, RoPE
+ * frequency factors are chosen (rope_freqs, computed Llama-3 factors or Phi-3
+ * longrope's long/short tensors), and the matmul weights are repacked.
  */
 #include <math.h>
 #include <stdio.h>
@@ -16,45 +17,14 @@ typedef struct loader {
     ix_model *m;
     const ix_gguf *g;
     ix_errbuf *err;
-    char arch[32];
 } loader;
-
-static ix_status get_u32(loader *L, const char *suffix, bool required, uint32_t def, int32_t *out) {
-    char key[128];
-    snprintf(key, sizeof key, "%s.%s", L->arch, suffix);
-    uint32_t v;
-    ix_status s = ix_gguf_get_u32(L->g, key, &v, L->err);
-    if (s == IX_ERR_NOT_FOUND && !required) {
-        v = def;
-    } else if (s == IX_ERR_NOT_FOUND) {
-        return ix_errf(L->err, IX_ERR_FORMAT, "required key '%s' is missing", key);
-    } else if (s != IX_OK) {
-        return s;
-    }
-    if (v > INT32_MAX) return ix_errf(L->err, IX_ERR_RANGE, "%s = %u is out of range", key, v);
-    *out = (int32_t)v;
-    return IX_OK;
-}
-
-static ix_status get_f32(loader *L, const char *suffix, float def, float *out) {
-    char key[128];
-    snprintf(key, sizeof key, "%s.%s", L->arch, suffix);
-    ix_status s = ix_gguf_get_f32(L->g, key, out, L->err);
-    if (s == IX_ERR_NOT_FOUND) {
-        *out = def;
-        return IX_OK;
-    }
-    if (s == IX_OK && !isfinite(*out))
-        return ix_errf(L->err, IX_ERR_RANGE, "%s is not a finite number", key);
-    return s;
-}
 
 static bool matmul_type_ok(ix_dtype t) {
     return t == IX_DTYPE_F32 || t == IX_DTYPE_F16 || t == IX_DTYPE_BF16 || t == IX_DTYPE_Q8_0 ||
            t == IX_DTYPE_Q4_0;
 }
 
-/* Binds a 2-D matmul weight (ne0 = in, ne1 = out). */
+/* Binds a 2-D weight (ne0 = in, ne1 = out); whole quantized blocks per row. */
 static ix_status bind_weight(loader *L, const char *name, int64_t ne0, int64_t ne1, bool required,
                              ix__weight *w) {
     const ix_gguf_tensor *t = ix_gguf_find_tensor(L->g, name);
@@ -75,11 +45,15 @@ static ix_status bind_weight(loader *L, const char *name, int64_t ne0, int64_t n
                        "Q8_0 and Q4_0",
                        name, tn ? tn : "unknown", (int)t->type);
     }
+    uint64_t rb;
+    if (!ix_dtype_row_bytes(t->type, (uint64_t)ne0, &rb))
+        return ix_errf(L->err, IX_ERR_FORMAT, "tensor '%s': rows of %lld elements do not fit %s blocks", name,
+                       (long long)ne0, ix_dtype_name(t->type));
     *w = (ix__weight){t->data, t->type, ne0, ne1, t->n_bytes, false};
     return IX_OK;
 }
 
-/* Binds a 1-D F32 vector (norm weights, biases). */
+/* Binds a 1-D F32 vector (norm weights, biases, rope factors). */
 static ix_status bind_vec(loader *L, const char *name, int64_t n, bool required, const float **out) {
     const ix_gguf_tensor *t = ix_gguf_find_tensor(L->g, name);
     *out = NULL;
@@ -105,86 +79,18 @@ static ix_status read_hparams(loader *L) {
     ix_status s = ix_gguf_get_str(L->g, "general.architecture", &arch, L->err);
     if (s == IX_ERR_NOT_FOUND) return ix_errf(L->err, IX_ERR_FORMAT, "general.architecture is missing");
     if (s != IX_OK) return s;
-    snprintf(L->arch, sizeof L->arch, "%.*s", (int)(arch.len < 31 ? arch.len : 31), arch.ptr);
-    snprintf(hp->arch_name, sizeof hp->arch_name, "%s", L->arch);
-    if (!strcmp(L->arch, "llama") || !strcmp(L->arch, "mistral")) {
-        hp->arch = IX_ARCH_LLAMA;
-        hp->rope_mode = IX_ROPE_NORM;
-    } else if (!strcmp(L->arch, "qwen2")) {
-        hp->arch = IX_ARCH_QWEN2;
-        hp->rope_mode = IX_ROPE_NEOX;
-    } else {
-        return ix_errf(L->err, IX_ERR_UNSUPPORTED,
-                       "architecture '%s' is not supported (supported: llama, mistral, qwen2)", L->arch);
-    }
-    if ((s = get_u32(L, "embedding_length", true, 0, &hp->n_embd)) != IX_OK) return s;
-    if ((s = get_u32(L, "block_count", true, 0, &hp->n_layer)) != IX_OK) return s;
-    if ((s = get_u32(L, "feed_forward_length", true, 0, &hp->n_ff)) != IX_OK) return s;
-    if ((s = get_u32(L, "attention.head_count", true, 0, &hp->n_head)) != IX_OK) return s;
-    if ((s = get_u32(L, "attention.head_count_kv", false, (uint32_t)hp->n_head, &hp->n_head_kv)) != IX_OK)
-        return s;
-    if ((s = get_u32(L, "context_length", false, 2048, &hp->n_ctx_train)) != IX_OK) return s;
-    if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_ff <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 ||
-        hp->n_ctx_train <= 0)
-        return ix_errf(L->err, IX_ERR_FORMAT, "model dimensions must be positive");
-    if (hp->n_head % hp->n_head_kv != 0)
-        return ix_errf(L->err, IX_ERR_FORMAT, "head_count %d is not a multiple of head_count_kv %d",
-                       hp->n_head, hp->n_head_kv);
-    int32_t def_hd = hp->n_embd / hp->n_head;
-    if ((s = get_u32(L, "attention.key_length", false, (uint32_t)def_hd, &hp->head_dim)) != IX_OK) return s;
-    int32_t vlen;
-    if ((s = get_u32(L, "attention.value_length", false, (uint32_t)hp->head_dim, &vlen)) != IX_OK) return s;
-    if (hp->head_dim <= 0 || hp->head_dim % 2 || vlen != hp->head_dim || hp->head_dim > 1024)
-        return ix_errf(L->err, IX_ERR_UNSUPPORTED, "head dimension %d (value %d) is not supported",
-                       hp->head_dim, vlen);
-    if ((s = get_u32(L, "rope.dimension_count", false, (uint32_t)hp->head_dim, &hp->n_rot)) != IX_OK)
-        return s;
-    if (hp->n_rot <= 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
-        return ix_errf(L->err, IX_ERR_FORMAT, "rope.dimension_count %d is invalid for head dim %d",
-                       hp->n_rot, hp->head_dim);
-    if ((s = get_f32(L, "attention.layer_norm_rms_epsilon", 1e-5f, &hp->norm_eps)) != IX_OK) return s;
-    if ((s = get_f32(L, "rope.freq_base", 10000.0f, &hp->rope_freq_base)) != IX_OK) return s;
-    if (!(hp->norm_eps > 0) || !(hp->rope_freq_base > 0))
-        return ix_errf(L->err, IX_ERR_RANGE, "norm epsilon and rope.freq_base must be positive");
-    if ((s = get_u32(L, "attention.sliding_window", false, 0, &hp->sliding_window)) != IX_OK) return s;
-
-    /* RoPE scaling: linear (positions divided by the factor) or llama3. */
-    hp->rope_freq_scale = 1.0f;
-    char key[128];
-    snprintf(key, sizeof key, "%s.rope.scaling.type", L->arch);
-    ix_str type = {"", 0};
-    s = ix_gguf_get_str(L->g, key, &type, L->err);
-    if (s != IX_OK && s != IX_ERR_NOT_FOUND) return s;
-    if ((s = get_f32(L, "rope.scaling.factor", 1.0f, &hp->rope_factor)) != IX_OK) return s;
-    if (!(hp->rope_factor > 0)) return ix_errf(L->err, IX_ERR_RANGE, "rope.scaling.factor must be > 0");
-    if (ix_str_eq(type, "linear")) {
-        hp->rope_freq_scale = 1.0f / hp->rope_factor;
-    } else if (ix_str_eq(type, "llama3")) {
-        hp->rope_llama3 = true;
-        if ((s = get_f32(L, "rope.scaling.low_freq_factor", 1.0f, &hp->rope_low_freq_factor)) != IX_OK)
-            return s;
-        if ((s = get_f32(L, "rope.scaling.high_freq_factor", 4.0f, &hp->rope_high_freq_factor)) != IX_OK)
-            return s;
-        if ((s = get_u32(L, "rope.scaling.original_context_length", false, 8192, &hp->rope_orig_ctx)) != IX_OK)
-            return s;
-        if (!(hp->rope_high_freq_factor > hp->rope_low_freq_factor) || hp->rope_orig_ctx <= 0)
-            return ix_errf(L->err, IX_ERR_RANGE, "llama3 rope scaling needs high_freq_factor > "
-                                                 "low_freq_factor and an original context");
-    } else if (type.len && !ix_str_eq(type, "none")) {
-        return ix_errf(L->err, IX_ERR_UNSUPPORTED, "rope scaling type '%.*s' is not supported",
-                       (int)type.len, type.ptr);
-    }
-    return IX_OK;
+    char name[32];
+    snprintf(name, sizeof name, "%.*s", (int)(arch.len < 31 ? arch.len : 31), arch.ptr);
+    if ((s = ix_model_arch_init(hp, name, L->err)) != IX_OK) return s;
+    return ix__read_hparams(hp, L->g, L->err);
 }
 
 /* Llama-3 frequency factors: wavelengths longer than orig_ctx / low_freq_factor
  * are slowed by `factor`, shorter than orig_ctx / high_freq_factor are kept,
  * and the band between is interpolated. */
-static ix_status llama3_factors(ix_model *m) {
+static void llama3_factors(ix_model *m) {
     const ix_model_hparams *hp = &m->hp;
     int32_t n = hp->n_rot / 2;
-    m->rope_factors = ix_malloc((size_t)n * sizeof(float));
-    if (!m->rope_factors) return IX_ERR_NOMEM;
     double low_wavelen = hp->rope_orig_ctx / hp->rope_low_freq_factor;
     double high_wavelen = hp->rope_orig_ctx / hp->rope_high_freq_factor;
     for (int32_t i = 0; i < n; i++) {
@@ -202,70 +108,105 @@ static ix_status llama3_factors(ix_model *m) {
         }
         m->rope_factors[i] = (float)(freq / new_freq);
     }
+}
+
+/* A row range of a bound weight as a weight of its own (fused tensors). */
+static ix__weight row_view(const ix__weight *w, int64_t row0, int64_t n_rows) {
+    uint64_t rb = 0;
+    ix_dtype_row_bytes(w->type, (uint64_t)w->ne0, &rb);
+    return (ix__weight){(const unsigned char *)w->data + (uint64_t)row0 * rb, w->type, w->ne0, n_rows,
+                        (uint64_t)n_rows * rb, false};
+}
+
+/* Binds one role (global when il < 0) where the table says it lives. */
+static ix_status bind_role(loader *L, int r, int32_t il, bool required) {
+    const ix__role_row *row = &ix__roles[r];
+    char name[96];
+    void *base = il < 0 ? (void *)L->m : (void *)&L->m->layers[il];
+    if (il < 0) snprintf(name, sizeof name, "%s", row->name);
+    else snprintf(name, sizeof name, "blk.%d.%s", (int)il, row->name);
+    int64_t ne0 = ix__dim_value(&L->m->hp, row->ne0), ne1 = ix__dim_value(&L->m->hp, row->ne1);
+    if (row->matrix) return bind_weight(L, name, ne0, ne1, required, (ix__weight *)((char *)base + row->offset));
+    return bind_vec(L, name, ne0, required, (const float **)((char *)base + row->offset));
+}
+
+/* Fused tensors into the separate views the forward pass reads. */
+static void split_fused(ix_model *m, ix__layer *l) {
+    const ix_model_hparams *hp = &m->hp;
+    int64_t Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim;
+    if (l->wqkv.data) {
+        l->wq = row_view(&l->wqkv, 0, Q);
+        l->wk = row_view(&l->wqkv, Q, KV);
+        l->wv = row_view(&l->wqkv, Q + KV, KV);
+    }
+    if (l->bqkv) {
+        l->bq = l->bqkv;
+        l->bk = l->bqkv + Q;
+        l->bv = l->bqkv + Q + KV;
+    }
+    if (l->w_gate_up.data) {
+        l->w_gate = row_view(&l->w_gate_up, 0, hp->n_ff);
+        l->w_up = row_view(&l->w_gate_up, hp->n_ff, hp->n_ff);
+    }
+}
+
+/* The frequency divisors RoPE uses: rope_freqs (Llama 3.1 converters) over
+ * computed llama3 factors; Phi-3 longrope's long factors when the model is
+ * served past its original context, else the short ones. */
+static ix_status rope_factors(loader *L) {
+    ix_model *m = L->m;
+    const ix_model_hparams *hp = &m->hp;
+    size_t n = (size_t)(hp->n_rot / 2);
+    const float *src = m->rope_freqs;
+    if (hp->rope_scaling == IX_ROPE_SCALING_LONGROPE)
+        src = hp->n_ctx_train > hp->rope_orig_ctx ? m->rope_long : m->rope_short;
+    if (!src && hp->rope_scaling != IX_ROPE_SCALING_LLAMA3) return IX_OK;
+    m->rope_factors = ix_malloc(n * sizeof(float));
+    if (!m->rope_factors) return ix_errf(L->err, IX_ERR_NOMEM, "out of memory");
+    if (src) memcpy(m->rope_factors, src, n * sizeof(float));
+    else llama3_factors(m);
+    for (size_t i = 0; i < n; i++)
+        if (!(m->rope_factors[i] > 0) || !isfinite(m->rope_factors[i]))
+            return ix_errf(L->err, IX_ERR_RANGE, "rope frequency factor %zu is not a positive number", i);
     return IX_OK;
 }
 
 static ix_status bind_tensors(loader *L) {
     ix_model *m = L->m;
     ix_model_hparams *hp = &m->hp;
-    int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim,
-            KV = (int64_t)hp->n_head_kv * hp->head_dim, F = hp->n_ff;
-    const ix_gguf_tensor *emb = ix_gguf_find_tensor(L->g, "token_embd.weight");
-    if (!emb) return ix_errf(L->err, IX_ERR_FORMAT, "tensor 'token_embd.weight' is missing");
-    int32_t n_vocab = ix_tokenizer_n_vocab(m->tok);
-    hp->n_vocab = n_vocab;
+    const ix__arch_row *a = ix__arch_row_of(hp->arch);
+    hp->n_vocab = ix_tokenizer_n_vocab(m->tok);
+    m->layers = ix_calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!m->layers) return ix_errf(L->err, IX_ERR_NOMEM, "out of memory");
     ix_status s;
-    if ((s = bind_weight(L, "token_embd.weight", E, n_vocab, true, &m->tok_embd)) != IX_OK) return s;
-    if ((s = bind_vec(L, "output_norm.weight", E, true, &m->out_norm)) != IX_OK) return s;
-    if ((s = bind_weight(L, "output.weight", E, n_vocab, false, &m->output)) != IX_OK) return s;
+    for (int32_t il = -1; il < hp->n_layer; il++)
+        for (int r = il < 0 ? 0 : IX__R_FIRST_LAYER; r < (il < 0 ? IX__R_FIRST_LAYER : IX__R_COUNT); r++) {
+            uint64_t bit = IX__ROLE(r);
+            if (((a->req | a->opt) & bit) && (s = bind_role(L, r, il, (a->req & bit) != 0)) != IX_OK) return s;
+        }
     if (!m->output.data) {
         m->output = m->tok_embd;
         hp->tied_embeddings = true;
     }
-    m->layers = ix_calloc((size_t)hp->n_layer, sizeof *m->layers);
-    if (!m->layers) return ix_errf(L->err, IX_ERR_NOMEM, "out of memory");
-    bool bias = hp->arch == IX_ARCH_QWEN2;
-    hp->has_qkv_bias = bias;
-    for (int32_t i = 0; i < hp->n_layer; i++) {
-        ix__layer *l = &m->layers[i];
-        char n[96];
-#define NAME(suffix) (snprintf(n, sizeof n, "blk.%d." suffix, (int)i), n)
-        if ((s = bind_vec(L, NAME("attn_norm.weight"), E, true, &l->attn_norm)) != IX_OK) return s;
-        if ((s = bind_weight(L, NAME("attn_q.weight"), E, Q, true, &l->wq)) != IX_OK) return s;
-        if ((s = bind_weight(L, NAME("attn_k.weight"), E, KV, true, &l->wk)) != IX_OK) return s;
-        if ((s = bind_weight(L, NAME("attn_v.weight"), E, KV, true, &l->wv)) != IX_OK) return s;
-        if ((s = bind_vec(L, NAME("attn_q.bias"), Q, bias, &l->bq)) != IX_OK) return s;
-        if ((s = bind_vec(L, NAME("attn_k.bias"), KV, bias, &l->bk)) != IX_OK) return s;
-        if ((s = bind_vec(L, NAME("attn_v.bias"), KV, bias, &l->bv)) != IX_OK) return s;
-        if ((s = bind_weight(L, NAME("attn_output.weight"), Q, E, true, &l->wo)) != IX_OK) return s;
-        if ((s = bind_vec(L, NAME("ffn_norm.weight"), E, true, &l->ffn_norm)) != IX_OK) return s;
-        if ((s = bind_weight(L, NAME("ffn_gate.weight"), E, F, true, &l->w_gate)) != IX_OK) return s;
-        if ((s = bind_weight(L, NAME("ffn_up.weight"), E, F, true, &l->w_up)) != IX_OK) return s;
-        if ((s = bind_weight(L, NAME("ffn_down.weight"), F, E, true, &l->w_down)) != IX_OK) return s;
-#undef NAME
+    if (hp->pos == IX_POS_LEARNED && !m->pos_embd.data)
+        return ix_errf(L->err, IX_ERR_FORMAT, "tensor 'position_embd.weight' is missing");
+    if (hp->rope_scaling == IX_ROPE_SCALING_LONGROPE && (!m->rope_long || !m->rope_short))
+        return ix_errf(L->err, IX_ERR_FORMAT, "longrope scaling needs rope_factors_long and rope_factors_short");
+    /* one wiring per model: a block without ffn_norm is parallel (stablelm) */
+    if (!hp->parallel_blocks && !m->layers[0].ffn_norm) hp->parallel_blocks = true;
+    for (int32_t il = 0; il < hp->n_layer; il++) {
+        ix__layer *l = &m->layers[il];
+        split_fused(m, l);
+        if (hp->parallel_blocks != !l->ffn_norm && !a->parallel)
+            return ix_errf(L->err, IX_ERR_FORMAT, "layer %d: ffn_norm is %s, unlike layer 0", (int)il,
+                           l->ffn_norm ? "present" : "missing");
+        hp->has_qkv_bias |= l->bq != NULL;
         const ix__weight *ws[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
-        for (size_t k = 0; k < IX_ARRAY_LEN(ws); k++) {
-            /* Quantized rows must be whole blocks. */
-            uint64_t rb;
-            if (!ix_dtype_row_bytes(ws[k]->type, (uint64_t)ws[k]->ne0, &rb))
-                return ix_errf(L->err, IX_ERR_FORMAT, "layer %d: rows of %lld elements do not fit %s blocks",
-                               (int)i, (long long)ws[k]->ne0, ix_dtype_name(ws[k]->type));
-            m->decode_bytes += ws[k]->n_bytes;
-        }
+        for (size_t k = 0; k < IX_ARRAY_LEN(ws); k++) m->decode_bytes += ws[k]->n_bytes;
     }
     m->decode_bytes += m->output.n_bytes;
     hp->weight_type = m->layers[0].wq.type;
-
-    /* rope_freqs.weight (written by converters for Llama 3.1) wins over metadata. */
-    const float *ff;
-    if ((s = bind_vec(L, "rope_freqs.weight", hp->n_rot / 2, false, &ff)) != IX_OK) return s;
-    if (ff) {
-        m->rope_factors = ix_malloc((size_t)(hp->n_rot / 2) * sizeof(float));
-        if (!m->rope_factors) return ix_errf(L->err, IX_ERR_NOMEM, "out of memory");
-        memcpy(m->rope_factors, ff, (size_t)(hp->n_rot / 2) * sizeof(float));
-    } else if (hp->rope_llama3 && llama3_factors(m) != IX_OK) {
-        return ix_errf(L->err, IX_ERR_NOMEM, "out of memory");
-    }
+    if (hp->pos == IX_POS_ROPE && (s = rope_factors(L)) != IX_OK) return s;
     for (uint64_t i = 0; i < ix_gguf_n_tensors(L->g); i++)
         m->n_params += ix_gguf_tensor_at(L->g, i)->n_elements;
     return IX_OK;
@@ -278,7 +219,8 @@ static size_t matmul_weights(ix_model *m, ix__weight **ws) {
     for (int32_t i = 0; i < m->hp.n_layer; i++) {
         ix__layer *l = &m->layers[i];
         ix__weight *lw[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
-        for (size_t k = 0; k < IX_ARRAY_LEN(lw); k++) ws[n++] = lw[k];
+        for (size_t k = 0; k < IX_ARRAY_LEN(lw); k++)
+            if (lw[k]->data) ws[n++] = lw[k];
     }
     if (!m->hp.tied_embeddings) ws[n++] = &m->output;
     return n;
@@ -352,7 +294,7 @@ ix_status ix_model_load(ix_model **out, const char *path, ix_errbuf *err) {
     *out = NULL;
     ix_model *m = ix_calloc(1, sizeof *m);
     if (!m) return ix_errf(err, IX_ERR_NOMEM, "out of memory");
-    loader L = {m, NULL, err, ""};
+    loader L = {m, NULL, err};
     ix_status s = ix_gguf_open(&m->gguf, path, err);
     if (s != IX_OK) goto fail;
     L.g = m->gguf;
@@ -387,6 +329,7 @@ void ix_model_kv_params(const ix_model *m, ix_kv_params *p) {
     p->n_layer = m->hp.n_layer;
     p->n_kv_head = m->hp.n_head_kv;
     p->head_dim = m->hp.head_dim;
-    p->sliding_window = m->hp.sliding_window;
+    /* the cache may drop blocks behind the window only when no layer reads them */
+    p->sliding_window = m->hp.swa == IX_SWA_ALL ? m->hp.sliding_window : 0;
     p->max_seq_len = m->hp.n_ctx_train;
 }

@@ -1,7 +1,18 @@
-/* Model internals shared by load.c (hyperparameters, tensor binding) and
- * forward.c (the ragged-batch forward pass). */
+/* Model internals shared by arch.c (the architecture table), load.c
+ * (hyperparameters, tensor binding) and forward.c (the ragged-batch forward
+ * pass).
+ *
+ * An architecture is one row of k_archs (arch.c): its recipe (norm, position
+ * encoding, FFN, wiring, scales) and which tensor roles it has, required or
+ * optional. A tensor role (ix__role) is one row of k_roles: its GGUF name,
+ * its shape in symbolic dimensions and where the loader binds it. Fused
+ * tensors (attn_qkv, Phi-3's gate+up) are bound and then split into row
+ * views, so the forward pass sees separate Q/K/V and gate/up weights whatever
+ * the file stores. */
 #ifndef IX_MODEL_INT_H
 #define IX_MODEL_INT_H
+
+#include <stddef.h>
 
 #include "inferx/model.h"
 
@@ -14,25 +25,90 @@ typedef struct ix__weight {
     bool packed; /* data is in ix_kernels_pack's layout, in ix_model.packed */
 } ix__weight;
 
+/* One layer. Absent optional tensors are NULL / data NULL; the forward pass
+ * skips what is absent (a missing bias adds nothing, a missing gate means a
+ * plain MLP). */
 typedef struct ix__layer {
-    const float *attn_norm; /* (n_embd) */
-    ix__weight wq, wk, wv;  /* (n_head*hd | n_kv*hd rows, n_embd) */
-    const float *bq, *bk, *bv; /* qwen2 biases, else NULL */
-    ix__weight wo;          /* (n_embd rows, n_head*hd) */
-    const float *ffn_norm;  /* (n_embd) */
-    ix__weight w_gate, w_up; /* (n_ff rows, n_embd) */
-    ix__weight w_down;      /* (n_embd rows, n_ff) */
+    const float *attn_norm, *attn_norm_b; /* (n_embd) */
+    ix__weight wq, wk, wv;                /* (n_head*hd | n_kv*hd rows, n_embd) */
+    const float *bq, *bk, *bv;            /* (n_head*hd | n_kv*hd) */
+    const float *q_norm, *k_norm;         /* (head_dim) per-head RMS norms (qwen3) */
+    ix__weight wo;                        /* (n_embd rows, n_head*hd) */
+    const float *bo;                      /* (n_embd) */
+    const float *post_attn_norm;          /* (n_embd) gemma2 */
+    const float *ffn_norm, *ffn_norm_b;   /* (n_embd); NULL: parallel block */
+    ix__weight w_gate, w_up;              /* (n_ff rows, n_embd); gate absent: plain MLP */
+    const float *b_up;                    /* (n_ff) */
+    ix__weight w_down;                    /* (n_embd rows, n_ff) */
+    const float *b_down;                  /* (n_embd) */
+    const float *post_ffn_norm;           /* (n_embd) gemma2 */
+    /* fused tensors as stored; split into the views above at load */
+    ix__weight wqkv, w_gate_up;
+    const float *bqkv;
 } ix__layer;
+
+/* Tensor roles (rows of k_roles in arch.c). Global roles first. */
+typedef enum ix__role {
+    IX__R_TOK_EMBD, IX__R_POS_EMBD, IX__R_OUT_NORM, IX__R_OUT_NORM_B, IX__R_OUTPUT, IX__R_OUTPUT_B,
+    IX__R_ROPE_FREQS, IX__R_ROPE_LONG, IX__R_ROPE_SHORT,
+    IX__R_ATTN_NORM, IX__R_ATTN_NORM_B, IX__R_ATTN_Q, IX__R_ATTN_K, IX__R_ATTN_V, IX__R_ATTN_QKV,
+    IX__R_ATTN_Q_B, IX__R_ATTN_K_B, IX__R_ATTN_V_B, IX__R_ATTN_QKV_B, IX__R_ATTN_Q_NORM,
+    IX__R_ATTN_K_NORM, IX__R_ATTN_OUT, IX__R_ATTN_OUT_B, IX__R_POST_ATTN_NORM, IX__R_FFN_NORM,
+    IX__R_FFN_NORM_B, IX__R_FFN_GATE, IX__R_FFN_UP, IX__R_FFN_GATE_UP, IX__R_FFN_UP_B, IX__R_FFN_DOWN,
+    IX__R_FFN_DOWN_B, IX__R_POST_FFN_NORM,
+    IX__R_COUNT
+} ix__role;
+#define IX__R_FIRST_LAYER IX__R_ATTN_NORM
+
+/* Symbolic dimensions of a role's shape. */
+typedef enum ix__dim {
+    IX__D_1, IX__D_EMBD, IX__D_Q, IX__D_KV, IX__D_QKV, IX__D_FF, IX__D_FF2, IX__D_HEAD, IX__D_VOCAB,
+    IX__D_CTX, IX__D_ROT_HALF
+} ix__dim;
+
+typedef struct ix__role_row {
+    const char *name;    /* GGUF name; per-layer roles are "blk.%d." + name */
+    bool matrix, norm;   /* see ix_model_tensor_spec */
+    ix__dim ne0, ne1;
+    size_t offset;       /* of the ix__weight / const float * in ix_model or ix__layer */
+} ix__role_row;
+
+#define IX__ROLE(r) ((uint64_t)1 << (r))
+
+/* One architecture: its recipe and its tensors. */
+typedef struct ix__arch_row {
+    const char *name; /* general.architecture */
+    ix_norm_kind norm;
+    ix_pos_kind pos;
+    ix_rope_mode rope_mode;
+    ix_ffn_kind ffn;
+    bool parallel;   /* always parallel (falcon); stablelm is parallel when ffn_norm is absent */
+    bool embd_scale; /* x sqrt(n_embd) */
+    bool softcaps;   /* reads the softcap keys */
+    bool post_norms;
+    ix_swa_kind swa;
+    uint64_t req, opt; /* IX__ROLE sets */
+} ix__arch_row;
+
+extern const ix__role_row ix__roles[IX__R_COUNT];
+const ix__arch_row *ix__arch_row_of(ix_arch a);
+/* Resolves a symbolic dimension for hp (n_vocab and n_ctx_train included). */
+int64_t ix__dim_value(const ix_model_hparams *hp, ix__dim d);
+/* Reads `<arch>.*` keys into hp (after ix_model_arch_init); checks ranges. */
+ix_status ix__read_hparams(ix_model_hparams *hp, const ix_gguf *g, ix_errbuf *err);
 
 struct ix_model {
     ix_gguf *gguf;
     ix_tokenizer *tok;
     ix_model_hparams hp;
     ix__weight tok_embd;     /* (n_vocab rows, n_embd) */
-    const float *out_norm;   /* (n_embd) */
+    ix__weight pos_embd;     /* (n_ctx_train rows, n_embd) learned positions, or data NULL */
+    const float *out_norm, *out_norm_b; /* (n_embd) */
     ix__weight output;       /* (n_vocab rows, n_embd); = tok_embd when tied */
+    const float *output_b;   /* (n_vocab) */
+    const float *rope_freqs, *rope_long, *rope_short; /* (n_rot/2) as in the file */
     ix__layer *layers;       /* (n_layer) */
-    float *rope_factors;     /* (n_rot/2) Llama-3 frequency divisors, or NULL */
+    float *rope_factors;     /* (n_rot/2) frequency divisors in use, or NULL */
     uint64_t decode_bytes, n_params;
     void *packed;            /* the packed copies of the matmul weights (mmap'd) */
     uint64_t packed_bytes;   /* bytes mapped there */
