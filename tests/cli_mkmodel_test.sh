@@ -57,6 +57,20 @@ expect "blk.2.attn_q.bias"
 printf '%s\n' "$out" | grep -q " output\.weight " && fail "--tied wrote output.weight"
 run "$tmp/qwen2.gguf"
 
+# Every architecture of the table: written from the table, loaded, run.
+for a in llama mistral qwen2 qwen3 phi3 gemma gemma2 gpt2 starcoder2 stablelm falcon; do
+    mk -o "$tmp/arch-$a.gguf" --shape tiny --arch $a --type q8_0
+    out=$("$bin" info "$tmp/arch-$a.gguf") || fail "info $a"
+    expect "architecture:  $a"
+    run "$tmp/arch-$a.gguf"
+done
+mk -o "$tmp/phi3-long.gguf" --shape tiny --arch phi3 --rope-scaling longrope --rope-orig-ctx 64
+out=$("$bin" info "$tmp/phi3-long.gguf") || fail "info phi3 longrope"
+expect "rope_factors_long.weight"
+run "$tmp/phi3-long.gguf"
+mk -o "$tmp/yarn.gguf" --shape tiny --rope-scaling yarn --rope-factor 4 --rope-orig-ctx 64
+run "$tmp/yarn.gguf"
+
 mk -o "$tmp/synth.gguf" --shape tiny --vocab-size 300 --heads 8 --kv-heads 8
 out=$("$bin" info "$tmp/synth.gguf") || fail "info synth"
 expect "vocab size:    300"
@@ -92,8 +106,11 @@ expect_exit 2 mkmodel -o "$o" --shape tiny --kv-heads 3
 expect_exit 2 mkmodel -o "$o" --shape tiny --rope-factor 2
 expect_exit 2 mkmodel -o "$o" --shape tiny --rope-base -1
 expect_exit 2 mkmodel -o "$o" --shape tiny --rope-base nan
-expect_exit 2 mkmodel -o "$o" --shape tiny --rope-scaling yarn
-expect_exit 2 mkmodel -o "$o" --shape tiny --arch gpt2
+expect_exit 2 mkmodel -o "$o" --shape tiny --rope-scaling bogus
+expect_exit 2 mkmodel -o "$o" --shape tiny --arch gpt5
+expect "supported: llama"
+expect_exit 1 mkmodel -o "$o" --shape tiny --arch phi3 --tied
+expect "output.weight"
 expect_exit 2 mkmodel -o "$o" --shape tiny --vocab-size 100
 expect_exit 2 mkmodel -o "$o" --shape tiny --vocab-size 300 --vocab "$src/models/target-f16.gguf"
 expect_exit 2 mkmodel -o "$o" --bogus

@@ -131,11 +131,18 @@ bool ix_model_layer_slides(const ix_model_hparams *hp, int32_t il);
 /* ---- the architecture table ---------------------------------------------
  * The same rows drive the loader, the forward pass, `inferx mkmodel --arch`
  * and the tests. Thread-safe (constant data). */
+typedef enum ix_tensor_group {
+    IX_TENSOR_MATRIX = 0, /* matmul weights and embeddings (any weight type) */
+    IX_TENSOR_OUTPUT,     /* the output head (absent: tied to the token embedding) */
+    IX_TENSOR_NORM,       /* F32 norm weights (near one) */
+    IX_TENSOR_BIAS,       /* F32 biases */
+    IX_TENSOR_ROPE        /* F32 RoPE frequency divisors (rope_freqs, longrope factors) */
+} ix_tensor_group;
+
 typedef struct ix_model_tensor_spec {
     char name[64];  /* GGUF name, e.g. "blk.3.attn_q.weight" */
-    bool matrix;    /* a matmul weight or embedding (any weight type); else an F32 vector */
+    ix_tensor_group group;
     bool required;  /* false: the architecture works without it */
-    bool norm;      /* a norm's weight (near one), not a bias or matrix */
     int64_t ne0, ne1; /* GGUF order: ne0 elements per row, ne1 rows (1 for vectors) */
 } ix_model_tensor_spec;
 

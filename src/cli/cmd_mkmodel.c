@@ -32,6 +32,7 @@
 #include "cli/cli.h"
 #include "inferx/gguf.h"
 #include "inferx/kernels.h"
+#include "inferx/model.h"
 
 typedef struct shape {
     const char *name;
@@ -91,17 +92,20 @@ static void usage(FILE *f) {
             "  --vocab-size N         without --vocab: synthesize a byte-fallback SentencePiece\n"
             "                         vocabulary of N >= 259 tokens instead of copying one\n"
             "  --seed S               weight seed (default 1); same seed, same weights\n"
-            "  --arch A               llama (default) or qwen2 (adds Q/K/V biases, NeoX RoPE)\n"
+            "  --arch A               an architecture of the table: llama (default), mistral, qwen2,\n"
+            "                         qwen3, phi3, gemma, gemma2, gpt2, starcoder2, stablelm, falcon\n"
+            "                         (its required tensors, plus output.weight unless --tied)\n"
             "  --layers N, --embd N, --heads N, --kv-heads N, --ff N, --ctx N\n"
             "                         override the shape's dimensions\n"
             "  --rope-base F          RoPE frequency base (default 10000)\n"
-            "  --eps F                RMSNorm epsilon (default 1e-5)\n"
+            "  --eps F                norm epsilon (default 1e-5)\n"
             "  --sliding-window N     attend to the last N positions only (0 = off)\n"
-            "  --rope-scaling S       none (default), linear or llama3\n"
-            "  --rope-factor F        scaling factor (linear, llama3; default 8 for llama3)\n"
+            "  --rope-scaling S       none (default), linear, llama3, yarn or longrope (phi3:\n"
+            "                         writes rope_factors_long/short)\n"
+            "  --rope-factor F        scaling factor (default 8 for llama3, else 1)\n"
             "  --rope-low-freq F      llama3 low_freq_factor (default 1)\n"
             "  --rope-high-freq F     llama3 high_freq_factor (default 4)\n"
-            "  --rope-orig-ctx N      llama3 original context length (default 8192)\n"
+            "  --rope-orig-ctx N      original context length of llama3, yarn, longrope (default 8192)\n"
             "  --tied                 no output.weight: the output head is the token embedding\n"
             "  -h, --help             show this help\n",
             ix_cli_default_model());
@@ -179,8 +183,10 @@ static int parse_args(int argc, char **argv, mk_opts *o) {
             ok = ix_cli_parse_u64(a, v, &o->seed);
         } else if (!strcmp(a, "--arch")) {
             o->arch = v;
-            if (strcmp(v, "llama") && strcmp(v, "qwen2")) {
-                fprintf(stderr, "inferx mkmodel: --arch must be llama or qwen2, got '%s'\n", v);
+            ix_model_hparams probe = {0};
+            ix_errbuf e = {{0}};
+            if (ix_model_arch_init(&probe, v, &e) != IX_OK) {
+                fprintf(stderr, "inferx mkmodel: --arch: %s\n", e.msg);
                 ok = false;
             }
         } else if (!strcmp(a, "--rope-base")) {
@@ -191,8 +197,10 @@ static int parse_args(int argc, char **argv, mk_opts *o) {
             ok = parse_dim(a, v, 0, 1 << 24, &o->sliding_window);
         } else if (!strcmp(a, "--rope-scaling")) {
             o->rope_scaling = v;
-            if (strcmp(v, "none") && strcmp(v, "linear") && strcmp(v, "llama3")) {
-                fprintf(stderr, "inferx mkmodel: --rope-scaling must be none, linear or llama3, got '%s'\n", v);
+            if (strcmp(v, "none") && strcmp(v, "linear") && strcmp(v, "llama3") && strcmp(v, "yarn") &&
+                strcmp(v, "longrope")) {
+                fprintf(stderr,
+                        "inferx mkmodel: --rope-scaling must be none, linear, llama3, yarn or longrope, got '%s'\n", v);
                 ok = false;
             }
         } else if (!strcmp(a, "--rope-factor")) {
@@ -254,7 +262,7 @@ static int parse_args(int argc, char **argv, mk_opts *o) {
         return 2;
     }
     if (!strcmp(o->rope_scaling, "none") && have_factor) {
-        fprintf(stderr, "inferx mkmodel: --rope-factor needs --rope-scaling linear or llama3\n");
+        fprintf(stderr, "inferx mkmodel: --rope-factor needs a --rope-scaling other than none\n");
         return 2;
     }
     if (!have_factor) o->rope_factor = !strcmp(o->rope_scaling, "llama3") ? 8.0f : 1.0f;
@@ -348,41 +356,46 @@ static bool synth_tokenizer(ix_gguf_writer *w, int32_t n) {
 
 /* ---- metadata -------------------------------------------------------------- */
 
-static bool set_hparams(ix_gguf_writer *w, const mk_opts *o, int32_t n_vocab) {
+/* The model's hyperparameters as the architecture table reads them. */
+static ix_model_hparams model_hparams(const mk_opts *o, int32_t n_vocab) {
     const shape *s = &o->sh;
+    ix_model_hparams hp = {0};
+    ix_model_arch_init(&hp, o->arch, NULL); /* checked by parse_args */
+    hp.n_vocab = n_vocab;
+    hp.n_ctx_train = s->n_ctx;
+    hp.n_embd = s->n_embd;
+    hp.n_layer = s->n_layer;
+    hp.n_ff = s->n_ff;
+    hp.n_head = s->n_head;
+    hp.n_head_kv = s->n_head_kv;
+    hp.head_dim = s->n_embd / s->n_head;
+    hp.norm_eps = s->norm_eps;
+    hp.sliding_window = o->sliding_window;
+    if (hp.pos == IX_POS_ROPE) {
+        hp.n_rot = hp.head_dim;
+        hp.rope_freq_base = s->rope_base;
+        static const char *const scalings[] = {"none", "linear", "yarn", "llama3", "longrope"};
+        for (size_t i = 0; i < IX_ARRAY_LEN(scalings); i++)
+            if (!strcmp(o->rope_scaling, scalings[i])) hp.rope_scaling = (ix_rope_scaling)i;
+        hp.rope_factor = o->rope_factor;
+        hp.rope_low_freq_factor = o->rope_low;
+        hp.rope_high_freq_factor = o->rope_high;
+        hp.rope_orig_ctx = o->rope_orig_ctx;
+    }
+    return hp;
+}
+
+static bool set_hparams(ix_gguf_writer *w, const mk_opts *o, const ix_model_hparams *hp) {
     char key[96], name[96];
     ix_status st = IX_OK;
-#define ARCH_KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, o->arch), key)
-    snprintf(name, sizeof name, "random-%s-%s-seed%llu", s->name, o->wt->name, (unsigned long long)o->seed);
-    if (!st) st = ix_gguf_writer_set_str(w, "general.architecture", o->arch);
+    snprintf(name, sizeof name, "random-%s-%s-seed%llu", o->sh.name, o->wt->name, (unsigned long long)o->seed);
+    if (!st) st = ix_model_arch_write_hparams(w, hp);
     if (!st) st = ix_gguf_writer_set_str(w, "general.name", name);
     if (!st) st = ix_gguf_writer_set_str(w, "general.description",
                                          "random weights written by inferx mkmodel (not a trained model)");
     if (!st) st = ix_gguf_writer_set_u32(w, "general.file_type", o->wt->file_type);
-    if (!st) st = ix_gguf_writer_set_u32(w, ARCH_KEY("vocab_size"), (uint32_t)n_vocab);
-    if (!st) st = ix_gguf_writer_set_u32(w, ARCH_KEY("context_length"), (uint32_t)s->n_ctx);
-    if (!st) st = ix_gguf_writer_set_u32(w, ARCH_KEY("embedding_length"), (uint32_t)s->n_embd);
-    if (!st) st = ix_gguf_writer_set_u32(w, ARCH_KEY("block_count"), (uint32_t)s->n_layer);
-    if (!st) st = ix_gguf_writer_set_u32(w, ARCH_KEY("feed_forward_length"), (uint32_t)s->n_ff);
-    if (!st) st = ix_gguf_writer_set_u32(w, ARCH_KEY("attention.head_count"), (uint32_t)s->n_head);
-    if (!st) st = ix_gguf_writer_set_u32(w, ARCH_KEY("attention.head_count_kv"), (uint32_t)s->n_head_kv);
-    if (!st) st = ix_gguf_writer_set_u32(w, ARCH_KEY("rope.dimension_count"), (uint32_t)(s->n_embd / s->n_head));
-    if (!st) st = ix_gguf_writer_set_f32(w, ARCH_KEY("attention.layer_norm_rms_epsilon"), s->norm_eps);
-    if (!st) st = ix_gguf_writer_set_f32(w, ARCH_KEY("rope.freq_base"), s->rope_base);
-    if (!st && o->sliding_window > 0)
-        st = ix_gguf_writer_set_u32(w, ARCH_KEY("attention.sliding_window"), (uint32_t)o->sliding_window);
-    if (!st && strcmp(o->rope_scaling, "none")) {
-        st = ix_gguf_writer_set_str(w, ARCH_KEY("rope.scaling.type"), o->rope_scaling);
-        if (!st) st = ix_gguf_writer_set_f32(w, ARCH_KEY("rope.scaling.factor"), o->rope_factor);
-    }
-    if (!st && !strcmp(o->rope_scaling, "llama3")) {
-        st = ix_gguf_writer_set_f32(w, ARCH_KEY("rope.scaling.low_freq_factor"), o->rope_low);
-        if (!st) st = ix_gguf_writer_set_f32(w, ARCH_KEY("rope.scaling.high_freq_factor"), o->rope_high);
-        if (!st)
-            st = ix_gguf_writer_set_u32(w, ARCH_KEY("rope.scaling.original_context_length"),
-                                        (uint32_t)o->rope_orig_ctx);
-    }
-#undef ARCH_KEY
+    snprintf(key, sizeof key, "%s.vocab_size", o->arch);
+    if (!st) st = ix_gguf_writer_set_u32(w, key, (uint32_t)hp->n_vocab);
     if (st) fprintf(stderr, "inferx mkmodel: metadata: %s\n", ix_gguf_writer_errmsg(w));
     return !st;
 }
@@ -392,7 +405,7 @@ static bool set_hparams(ix_gguf_writer *w, const mk_opts *o, int32_t n_vocab) {
 typedef enum tkind { T_MATRIX, T_NORM, T_BIAS } tkind;
 
 typedef struct tspec {
-    char name[48];
+    char name[64];
     tkind kind;
     ix_dtype type;
     int64_t ne0, ne1; /* ne1 rows of ne0 elements; ne1 = 1 for vectors */
@@ -400,60 +413,59 @@ typedef struct tspec {
     uint64_t offset; /* in the spool file */
 } tspec;
 
-/* Appends one tensor to the plan; false if a size overflows. */
-static bool plan_add(tspec *t, size_t *n, tkind kind, ix_dtype type, int64_t ne0, int64_t ne1,
-                     int layer, const char *name) {
-    tspec *s = &t[(*n)++];
-    if (layer < 0) snprintf(s->name, sizeof s->name, "%s", name);
-    else snprintf(s->name, sizeof s->name, "blk.%d.%s", layer, name);
-    s->kind = kind;
-    s->type = kind == T_MATRIX ? type : IX_DTYPE_F32;
-    s->ne0 = ne0;
-    s->ne1 = ne1;
-    return ix_dtype_row_bytes(s->type, (uint64_t)ne0, &s->row_bytes) &&
-           !ix_mul_overflow_u64(s->row_bytes, (uint64_t)ne1, &s->n_bytes);
+typedef struct plan {
+    const mk_opts *o;
+    tspec *t;
+    size_t n, cap;
+    bool ok;
+} plan;
+
+/* One tensor of the table: required ones, the output head unless --tied,
+ * longrope's factor tensors when that scaling is asked for. */
+static bool plan_add(void *ctx, const ix_model_tensor_spec *spec) {
+    plan *p = ctx;
+    bool want = spec->required || (spec->group == IX_TENSOR_OUTPUT && !p->o->tied) ||
+                (spec->group == IX_TENSOR_ROPE && !strcmp(p->o->rope_scaling, "longrope"));
+    if (spec->group == IX_TENSOR_OUTPUT && spec->required && p->o->tied) {
+        fprintf(stderr, "inferx mkmodel: --tied: %s needs its own %s\n", p->o->arch, spec->name);
+        return p->ok = false;
+    }
+    if (!want) return true;
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? 2 * p->cap : 64;
+        tspec *t = realloc(p->t, cap * sizeof *t);
+        if (!t) return p->ok = false;
+        p->t = t;
+        p->cap = cap;
+    }
+    tspec *s = &p->t[p->n++];
+    memset(s, 0, sizeof *s);
+    snprintf(s->name, sizeof s->name, "%s", spec->name);
+    bool matrix = spec->group == IX_TENSOR_MATRIX || spec->group == IX_TENSOR_OUTPUT;
+    s->kind = matrix ? T_MATRIX : spec->group == IX_TENSOR_BIAS ? T_BIAS : T_NORM;
+    s->type = matrix ? p->o->wt->type : IX_DTYPE_F32;
+    s->ne0 = spec->ne0;
+    s->ne1 = spec->ne1;
+    return p->ok = ix_dtype_row_bytes(s->type, (uint64_t)s->ne0, &s->row_bytes) &&
+                   !ix_mul_overflow_u64(s->row_bytes, (uint64_t)s->ne1, &s->n_bytes);
 }
 
 /* The tensors of the model in file order; *n_out set. NULL on overflow or out of memory. */
-static tspec *plan_tensors(const mk_opts *o, int32_t n_vocab, size_t *n_out) {
-    const shape *s = &o->sh;
-    bool bias = !strcmp(o->arch, "qwen2");
-    int64_t E = s->n_embd, hd = s->n_embd / s->n_head, Q = s->n_head * hd, KV = s->n_head_kv * hd,
-            F = s->n_ff;
-    size_t cap = 3 + (size_t)s->n_layer * 12, n = 0;
-    tspec *t = calloc(cap, sizeof *t);
-    if (!t) return NULL;
-    ix_dtype w = o->wt->type;
-    bool ok = plan_add(t, &n, T_MATRIX, w, E, n_vocab, -1, "token_embd.weight") &&
-              plan_add(t, &n, T_NORM, w, E, 1, -1, "output_norm.weight");
-    if (ok && !o->tied) ok = plan_add(t, &n, T_MATRIX, w, E, n_vocab, -1, "output.weight");
-    for (int i = 0; ok && i < s->n_layer; i++) {
-        ok = plan_add(t, &n, T_NORM, w, E, 1, i, "attn_norm.weight") &&
-             plan_add(t, &n, T_MATRIX, w, E, Q, i, "attn_q.weight") &&
-             plan_add(t, &n, T_MATRIX, w, E, KV, i, "attn_k.weight") &&
-             plan_add(t, &n, T_MATRIX, w, E, KV, i, "attn_v.weight");
-        if (ok && bias)
-            ok = plan_add(t, &n, T_BIAS, w, Q, 1, i, "attn_q.bias") &&
-                 plan_add(t, &n, T_BIAS, w, KV, 1, i, "attn_k.bias") &&
-                 plan_add(t, &n, T_BIAS, w, KV, 1, i, "attn_v.bias");
-        ok = ok && plan_add(t, &n, T_MATRIX, w, Q, E, i, "attn_output.weight") &&
-             plan_add(t, &n, T_NORM, w, E, 1, i, "ffn_norm.weight") &&
-             plan_add(t, &n, T_MATRIX, w, E, F, i, "ffn_gate.weight") &&
-             plan_add(t, &n, T_MATRIX, w, E, F, i, "ffn_up.weight") &&
-             plan_add(t, &n, T_MATRIX, w, F, E, i, "ffn_down.weight");
-    }
+static tspec *plan_tensors(const mk_opts *o, const ix_model_hparams *hp, size_t *n_out) {
+    plan p = {.o = o, .ok = true};
+    bool ok = ix_model_arch_tensors(hp, plan_add, &p) == IX_OK && p.ok;
     uint64_t off = 0;
-    for (size_t i = 0; ok && i < n; i++) {
-        t[i].offset = off;
-        ok = !ix_add_overflow_u64(off, t[i].n_bytes, &off);
+    for (size_t i = 0; ok && i < p.n; i++) {
+        p.t[i].offset = off;
+        ok = !ix_add_overflow_u64(off, p.t[i].n_bytes, &off);
     }
     if (!ok) {
-        fprintf(stderr, "inferx mkmodel: the model is too large\n");
-        free(t);
+        if (p.ok) fprintf(stderr, "inferx mkmodel: the model is too large\n");
+        free(p.t);
         return NULL;
     }
-    *n_out = n;
-    return t;
+    *n_out = p.n;
+    return p.t;
 }
 
 /* xorshift64* seeded through splitmix64, so nearby seeds give unrelated streams. */
@@ -545,8 +557,9 @@ int ix_cli_mkmodel(int argc, char **argv) {
         }
         if (!copy_tokenizer(w, vocab, vpath, &n_vocab)) goto done;
     }
-    if (!set_hparams(w, &o, n_vocab)) goto done;
-    if (!(t = plan_tensors(&o, n_vocab, &n_t))) goto done;
+    ix_model_hparams hp = model_hparams(&o, n_vocab);
+    if (!set_hparams(w, &o, &hp)) goto done;
+    if (!(t = plan_tensors(&o, &hp, &n_t))) goto done;
 
     /* The spool lives next to the output (same file system, which needs the
      * room anyway) and is unlinked at once: nothing is left behind, even if

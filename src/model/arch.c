@@ -14,42 +14,47 @@
 #define L_OFF(f) offsetof(ix__layer, f)
 #define M_OFF(f) offsetof(struct ix_model, f)
 
-/* Name, matrix, norm weight, shape (ne0, ne1), bound field. */
+#define G_MAT IX_TENSOR_MATRIX
+#define G_OUT IX_TENSOR_OUTPUT
+#define G_NORM IX_TENSOR_NORM
+#define G_BIAS IX_TENSOR_BIAS
+#define G_ROPE IX_TENSOR_ROPE
+/* Name, group, shape (ne0, ne1), bound field. */
 const ix__role_row ix__roles[IX__R_COUNT] = {
-    [IX__R_TOK_EMBD] = {"token_embd.weight", true, false, IX__D_EMBD, IX__D_VOCAB, M_OFF(tok_embd)},
-    [IX__R_POS_EMBD] = {"position_embd.weight", true, false, IX__D_EMBD, IX__D_CTX, M_OFF(pos_embd)},
-    [IX__R_OUT_NORM] = {"output_norm.weight", false, true, IX__D_EMBD, IX__D_1, M_OFF(out_norm)},
-    [IX__R_OUT_NORM_B] = {"output_norm.bias", false, false, IX__D_EMBD, IX__D_1, M_OFF(out_norm_b)},
-    [IX__R_OUTPUT] = {"output.weight", true, false, IX__D_EMBD, IX__D_VOCAB, M_OFF(output)},
-    [IX__R_OUTPUT_B] = {"output.bias", false, false, IX__D_VOCAB, IX__D_1, M_OFF(output_b)},
-    [IX__R_ROPE_FREQS] = {"rope_freqs.weight", false, true, IX__D_ROT_HALF, IX__D_1, M_OFF(rope_freqs)},
-    [IX__R_ROPE_LONG] = {"rope_factors_long.weight", false, true, IX__D_ROT_HALF, IX__D_1, M_OFF(rope_long)},
-    [IX__R_ROPE_SHORT] = {"rope_factors_short.weight", false, true, IX__D_ROT_HALF, IX__D_1, M_OFF(rope_short)},
-    [IX__R_ATTN_NORM] = {"attn_norm.weight", false, true, IX__D_EMBD, IX__D_1, L_OFF(attn_norm)},
-    [IX__R_ATTN_NORM_B] = {"attn_norm.bias", false, false, IX__D_EMBD, IX__D_1, L_OFF(attn_norm_b)},
-    [IX__R_ATTN_Q] = {"attn_q.weight", true, false, IX__D_EMBD, IX__D_Q, L_OFF(wq)},
-    [IX__R_ATTN_K] = {"attn_k.weight", true, false, IX__D_EMBD, IX__D_KV, L_OFF(wk)},
-    [IX__R_ATTN_V] = {"attn_v.weight", true, false, IX__D_EMBD, IX__D_KV, L_OFF(wv)},
-    [IX__R_ATTN_QKV] = {"attn_qkv.weight", true, false, IX__D_EMBD, IX__D_QKV, L_OFF(wqkv)},
-    [IX__R_ATTN_Q_B] = {"attn_q.bias", false, false, IX__D_Q, IX__D_1, L_OFF(bq)},
-    [IX__R_ATTN_K_B] = {"attn_k.bias", false, false, IX__D_KV, IX__D_1, L_OFF(bk)},
-    [IX__R_ATTN_V_B] = {"attn_v.bias", false, false, IX__D_KV, IX__D_1, L_OFF(bv)},
-    [IX__R_ATTN_QKV_B] = {"attn_qkv.bias", false, false, IX__D_QKV, IX__D_1, L_OFF(bqkv)},
-    [IX__R_ATTN_Q_NORM] = {"attn_q_norm.weight", false, true, IX__D_HEAD, IX__D_1, L_OFF(q_norm)},
-    [IX__R_ATTN_K_NORM] = {"attn_k_norm.weight", false, true, IX__D_HEAD, IX__D_1, L_OFF(k_norm)},
-    [IX__R_ATTN_OUT] = {"attn_output.weight", true, false, IX__D_Q, IX__D_EMBD, L_OFF(wo)},
-    [IX__R_ATTN_OUT_B] = {"attn_output.bias", false, false, IX__D_EMBD, IX__D_1, L_OFF(bo)},
-    [IX__R_POST_ATTN_NORM] = {"post_attention_norm.weight", false, true, IX__D_EMBD, IX__D_1, L_OFF(post_attn_norm)},
-    [IX__R_FFN_NORM] = {"ffn_norm.weight", false, true, IX__D_EMBD, IX__D_1, L_OFF(ffn_norm)},
-    [IX__R_FFN_NORM_B] = {"ffn_norm.bias", false, false, IX__D_EMBD, IX__D_1, L_OFF(ffn_norm_b)},
-    [IX__R_FFN_GATE] = {"ffn_gate.weight", true, false, IX__D_EMBD, IX__D_FF, L_OFF(w_gate)},
-    [IX__R_FFN_UP] = {"ffn_up.weight", true, false, IX__D_EMBD, IX__D_FF, L_OFF(w_up)},
+    [IX__R_TOK_EMBD] = {"token_embd.weight", G_MAT, IX__D_EMBD, IX__D_VOCAB, M_OFF(tok_embd)},
+    [IX__R_POS_EMBD] = {"position_embd.weight", G_MAT, IX__D_EMBD, IX__D_CTX, M_OFF(pos_embd)},
+    [IX__R_OUT_NORM] = {"output_norm.weight", G_NORM, IX__D_EMBD, IX__D_1, M_OFF(out_norm)},
+    [IX__R_OUT_NORM_B] = {"output_norm.bias", G_BIAS, IX__D_EMBD, IX__D_1, M_OFF(out_norm_b)},
+    [IX__R_OUTPUT] = {"output.weight", G_OUT, IX__D_EMBD, IX__D_VOCAB, M_OFF(output)},
+    [IX__R_OUTPUT_B] = {"output.bias", G_BIAS, IX__D_VOCAB, IX__D_1, M_OFF(output_b)},
+    [IX__R_ROPE_FREQS] = {"rope_freqs.weight", G_ROPE, IX__D_ROT_HALF, IX__D_1, M_OFF(rope_freqs)},
+    [IX__R_ROPE_LONG] = {"rope_factors_long.weight", G_ROPE, IX__D_ROT_HALF, IX__D_1, M_OFF(rope_long)},
+    [IX__R_ROPE_SHORT] = {"rope_factors_short.weight", G_ROPE, IX__D_ROT_HALF, IX__D_1, M_OFF(rope_short)},
+    [IX__R_ATTN_NORM] = {"attn_norm.weight", G_NORM, IX__D_EMBD, IX__D_1, L_OFF(attn_norm)},
+    [IX__R_ATTN_NORM_B] = {"attn_norm.bias", G_BIAS, IX__D_EMBD, IX__D_1, L_OFF(attn_norm_b)},
+    [IX__R_ATTN_Q] = {"attn_q.weight", G_MAT, IX__D_EMBD, IX__D_Q, L_OFF(wq)},
+    [IX__R_ATTN_K] = {"attn_k.weight", G_MAT, IX__D_EMBD, IX__D_KV, L_OFF(wk)},
+    [IX__R_ATTN_V] = {"attn_v.weight", G_MAT, IX__D_EMBD, IX__D_KV, L_OFF(wv)},
+    [IX__R_ATTN_QKV] = {"attn_qkv.weight", G_MAT, IX__D_EMBD, IX__D_QKV, L_OFF(wqkv)},
+    [IX__R_ATTN_Q_B] = {"attn_q.bias", G_BIAS, IX__D_Q, IX__D_1, L_OFF(bq)},
+    [IX__R_ATTN_K_B] = {"attn_k.bias", G_BIAS, IX__D_KV, IX__D_1, L_OFF(bk)},
+    [IX__R_ATTN_V_B] = {"attn_v.bias", G_BIAS, IX__D_KV, IX__D_1, L_OFF(bv)},
+    [IX__R_ATTN_QKV_B] = {"attn_qkv.bias", G_BIAS, IX__D_QKV, IX__D_1, L_OFF(bqkv)},
+    [IX__R_ATTN_Q_NORM] = {"attn_q_norm.weight", G_NORM, IX__D_HEAD, IX__D_1, L_OFF(q_norm)},
+    [IX__R_ATTN_K_NORM] = {"attn_k_norm.weight", G_NORM, IX__D_HEAD, IX__D_1, L_OFF(k_norm)},
+    [IX__R_ATTN_OUT] = {"attn_output.weight", G_MAT, IX__D_Q, IX__D_EMBD, L_OFF(wo)},
+    [IX__R_ATTN_OUT_B] = {"attn_output.bias", G_BIAS, IX__D_EMBD, IX__D_1, L_OFF(bo)},
+    [IX__R_POST_ATTN_NORM] = {"post_attention_norm.weight", G_NORM, IX__D_EMBD, IX__D_1, L_OFF(post_attn_norm)},
+    [IX__R_FFN_NORM] = {"ffn_norm.weight", G_NORM, IX__D_EMBD, IX__D_1, L_OFF(ffn_norm)},
+    [IX__R_FFN_NORM_B] = {"ffn_norm.bias", G_BIAS, IX__D_EMBD, IX__D_1, L_OFF(ffn_norm_b)},
+    [IX__R_FFN_GATE] = {"ffn_gate.weight", G_MAT, IX__D_EMBD, IX__D_FF, L_OFF(w_gate)},
+    [IX__R_FFN_UP] = {"ffn_up.weight", G_MAT, IX__D_EMBD, IX__D_FF, L_OFF(w_up)},
     /* Phi-3 stores gate and up as one ffn_up of twice the rows, gate first */
-    [IX__R_FFN_GATE_UP] = {"ffn_up.weight", true, false, IX__D_EMBD, IX__D_FF2, L_OFF(w_gate_up)},
-    [IX__R_FFN_UP_B] = {"ffn_up.bias", false, false, IX__D_FF, IX__D_1, L_OFF(b_up)},
-    [IX__R_FFN_DOWN] = {"ffn_down.weight", true, false, IX__D_FF, IX__D_EMBD, L_OFF(w_down)},
-    [IX__R_FFN_DOWN_B] = {"ffn_down.bias", false, false, IX__D_EMBD, IX__D_1, L_OFF(b_down)},
-    [IX__R_POST_FFN_NORM] = {"post_ffw_norm.weight", false, true, IX__D_EMBD, IX__D_1, L_OFF(post_ffn_norm)},
+    [IX__R_FFN_GATE_UP] = {"ffn_up.weight", G_MAT, IX__D_EMBD, IX__D_FF2, L_OFF(w_gate_up)},
+    [IX__R_FFN_UP_B] = {"ffn_up.bias", G_BIAS, IX__D_FF, IX__D_1, L_OFF(b_up)},
+    [IX__R_FFN_DOWN] = {"ffn_down.weight", G_MAT, IX__D_FF, IX__D_EMBD, L_OFF(w_down)},
+    [IX__R_FFN_DOWN_B] = {"ffn_down.bias", G_BIAS, IX__D_EMBD, IX__D_1, L_OFF(b_down)},
+    [IX__R_POST_FFN_NORM] = {"post_ffw_norm.weight", G_NORM, IX__D_EMBD, IX__D_1, L_OFF(post_ffn_norm)},
 };
 
 #define R(x) IX__ROLE(IX__R_##x)
@@ -159,8 +164,8 @@ ix_status ix_model_arch_tensors(const ix_model_hparams *hp,
             uint64_t bit = IX__ROLE(r);
             if (!((a->req | a->opt) & bit)) continue;
             const ix__role_row *row = &ix__roles[r];
-            ix_model_tensor_spec t = {.matrix = row->matrix, .required = (a->req & bit) != 0,
-                                      .norm = row->norm, .ne0 = ix__dim_value(hp, row->ne0),
+            ix_model_tensor_spec t = {.group = row->group, .required = (a->req & bit) != 0,
+                                      .ne0 = ix__dim_value(hp, row->ne0),
                                       .ne1 = ix__dim_value(hp, row->ne1)};
             if (il < 0) snprintf(t.name, sizeof t.name, "%s", row->name);
             else snprintf(t.name, sizeof t.name, "blk.%d.%s", (int)il, row->name);

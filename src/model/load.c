@@ -126,7 +126,7 @@ static ix_status bind_role(loader *L, int r, int32_t il, bool required) {
     if (il < 0) snprintf(name, sizeof name, "%s", row->name);
     else snprintf(name, sizeof name, "blk.%d.%s", (int)il, row->name);
     int64_t ne0 = ix__dim_value(&L->m->hp, row->ne0), ne1 = ix__dim_value(&L->m->hp, row->ne1);
-    if (row->matrix) return bind_weight(L, name, ne0, ne1, required, (ix__weight *)((char *)base + row->offset));
+    if (row->group == IX_TENSOR_MATRIX || row->group == IX_TENSOR_OUTPUT) return bind_weight(L, name, ne0, ne1, required, (ix__weight *)((char *)base + row->offset));
     return bind_vec(L, name, ne0, required, (const float **)((char *)base + row->offset));
 }
 

@@ -68,7 +68,7 @@ typedef enum ix__dim {
 
 typedef struct ix__role_row {
     const char *name;    /* GGUF name; per-layer roles are "blk.%d." + name */
-    bool matrix, norm;   /* see ix_model_tensor_spec */
+    ix_tensor_group group;
     ix__dim ne0, ne1;
     size_t offset;       /* of the ix__weight / const float * in ix_model or ix__layer */
 } ix__role_row;
