@@ -13,6 +13,7 @@
 
 #include "cli/cli.h"
 #include "inferx/gguf.h"
+#include "inferx/model.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: inferx info [MODEL.gguf] [--ctx N] [--batch B]\n"
@@ -245,6 +246,22 @@ static void print_kv_cache(opt_u64 layers, opt_u64 kv_heads, opt_u64 k_dim, opt_
     printf("                 f32 %s, f16 %s, int8 %s\n", t[0], t[1], t[2]);
 }
 
+/* The architecture table's recipe, or why inferx cannot run the file. */
+static void print_recipe(ix_str arch) {
+    char name[32];
+    snprintf(name, sizeof name, "%.*s", (int)(arch.len < 31 ? arch.len : 31), arch.ptr);
+    ix_model_hparams hp = {0};
+    if (!arch.len || ix_model_arch_init(&hp, name, NULL) != IX_OK) {
+        printf(" (not an architecture inferx runs)");
+        return;
+    }
+    static const char *const ffn[] = {"swiglu", "geglu", "gelu mlp"};
+    printf(" (%s, %s, %s, %s%s%s)", hp.norm == IX_NORM_RMS ? "rmsnorm" : "layernorm",
+           hp.pos == IX_POS_LEARNED ? "learned positions" : hp.rope_mode == IX_ROPE_NEOX ? "rope neox" : "rope",
+           ffn[hp.ffn], hp.parallel_blocks ? "parallel" : "sequential", hp.post_norms ? ", post-norms" : "",
+           hp.swa == IX_SWA_ALTERNATE ? ", alternating window" : "");
+}
+
 static void print_info(const ix_gguf *g, const char *path, uint64_t ctx_opt, bool ctx_given, uint64_t batch) {
     char a[NUM_BUF], b[NUM_BUF];
     printf("file:          %s\n", path);
@@ -262,6 +279,7 @@ static void print_info(const ix_gguf *g, const char *path, uint64_t ctx_opt, boo
     ix_gguf_get_str(g, "general.architecture", &arch, NULL);
     printf("architecture:  ");
     print_key_str(g, "general.architecture");
+    print_recipe(arch);
     printf("\nname:          ");
     print_key_str(g, "general.name");
     printf("\n");
