@@ -188,8 +188,6 @@ static ix_status bind_tensors(loader *L) {
         m->output = m->tok_embd;
         hp->tied_embeddings = true;
     }
-    if (hp->pos == IX_POS_LEARNED && !m->pos_embd.data)
-        return ix_errf(L->err, IX_ERR_FORMAT, "tensor 'position_embd.weight' is missing");
     if (hp->rope_scaling == IX_ROPE_SCALING_LONGROPE && (!m->rope_long || !m->rope_short))
         return ix_errf(L->err, IX_ERR_FORMAT, "longrope scaling needs rope_factors_long and rope_factors_short");
     /* one wiring per model: a block without ffn_norm is parallel (stablelm) */
