@@ -97,43 +97,56 @@ static void check_case(const split_case *c) {
 
 static void test_names(void **state) {
     (void)state;
+    /* kind, and the defaults llama.cpp's load gives the name */
+    enum { C = IX__PRE_CLEAN_SPACES, L3 = IX__PRE_ADD_BOS | IX__PRE_IGNORE_MERGES | C };
     static const struct {
         const char *name;
         ix__pretok_kind kind;
+        unsigned defaults;
     } known[] = {
-        {"default", IX__PRETOK_DEFAULT},
-        {"gpt-2", IX__PRETOK_GPT2},
-        {"gpt2", IX__PRETOK_GPT2},
-        {"mpt", IX__PRETOK_GPT2},
-        {"olmo", IX__PRETOK_GPT2},
-        {"phi-2", IX__PRETOK_GPT2},
-        {"jina-v2-es", IX__PRETOK_GPT2},
-        {"jina-v1-en", IX__PRETOK_GPT2},
-        {"roberta-bpe", IX__PRETOK_GPT2},
-        {"llama3", IX__PRETOK_LLAMA3},
-        {"llama-bpe", IX__PRETOK_LLAMA3},
-        {"llama-v3", IX__PRETOK_LLAMA3},
-        {"smaug-bpe", IX__PRETOK_LLAMA3},
-        {"dbrx", IX__PRETOK_LLAMA3},
-        {"falcon3", IX__PRETOK_LLAMA3},
-        {"chatglm-bpe", IX__PRETOK_LLAMA3},
-        {"qwen2", IX__PRETOK_QWEN2},
-        {"stablelm2", IX__PRETOK_QWEN2},
-        {"deepseek-r1-qwen", IX__PRETOK_QWEN2},
-        {"megrez", IX__PRETOK_QWEN2},
-        {"deepseek-llm", IX__PRETOK_DEEPSEEK_LLM},
-        {"deepseek-coder", IX__PRETOK_DEEPSEEK_CODER},
-        {"falcon", IX__PRETOK_FALCON},
-        {"starcoder", IX__PRETOK_STARCODER},
-        {"refact", IX__PRETOK_STARCODER},
-        {"smollm", IX__PRETOK_STARCODER},
-        {"codeshell", IX__PRETOK_STARCODER},
-        {"command-r", IX__PRETOK_STARCODER},
+        {"default", IX__PRETOK_DEFAULT, C},
+        {"gpt-2", IX__PRETOK_GPT2, C},
+        {"gpt2", IX__PRETOK_GPT2, C},
+        {"mpt", IX__PRETOK_GPT2, C},
+        {"olmo", IX__PRETOK_GPT2, C},
+        {"phi-2", IX__PRETOK_GPT2, C},
+        {"jina-v2-es", IX__PRETOK_GPT2, C},
+        {"jina-v1-en", IX__PRETOK_GPT2, C},
+        {"roberta-bpe", IX__PRETOK_GPT2, C},
+        {"trillion", IX__PRETOK_GPT2, 0},
+        {"granite-docling", IX__PRETOK_GPT2, 0},
+        {"llama3", IX__PRETOK_LLAMA3, L3},
+        {"llama-bpe", IX__PRETOK_LLAMA3, L3},
+        {"llama-v3", IX__PRETOK_LLAMA3, L3},
+        {"falcon-h1", IX__PRETOK_LLAMA3, L3},
+        {"jina-v5-nano", IX__PRETOK_LLAMA3, L3},
+        {"smaug-bpe", IX__PRETOK_LLAMA3, C},
+        {"dbrx", IX__PRETOK_LLAMA3, C},
+        {"falcon3", IX__PRETOK_LLAMA3, L3},
+        {"chatglm-bpe", IX__PRETOK_LLAMA3, C | IX__PRE_NO_BOS_ID},
+        {"glm4", IX__PRETOK_LLAMA3, C | IX__PRE_NO_BOS_ID},
+        {"qwen2", IX__PRETOK_QWEN2, 0},
+        {"stablelm2", IX__PRETOK_QWEN2, C},
+        {"deepseek-r1-qwen", IX__PRETOK_QWEN2, 0},
+        {"megrez", IX__PRETOK_QWEN2, C},
+        {"grok-2", IX__PRETOK_QWEN2, 0},
+        {"deepseek-llm", IX__PRETOK_DEEPSEEK_LLM, 0},
+        {"deepseek-coder", IX__PRETOK_DEEPSEEK_CODER, 0},
+        {"falcon", IX__PRETOK_FALCON, C},
+        {"starcoder", IX__PRETOK_STARCODER, C},
+        {"refact", IX__PRETOK_STARCODER, C},
+        {"smollm", IX__PRETOK_STARCODER, 0},
+        {"codeshell", IX__PRETOK_STARCODER, C},
+        {"command-r", IX__PRETOK_STARCODER, 0},
     };
     for (size_t i = 0; i < IX_ARRAY_LEN(known); i++) {
         ix__pretok_kind k = IX__PRETOK_COUNT;
-        assert_int_equal(ix__pretok_from_name(known[i].name, strlen(known[i].name), &k), IX_OK);
+        unsigned defaults = ~0u;
+        assert_int_equal(ix__pretok_from_name(known[i].name, strlen(known[i].name), &k, &defaults),
+                         IX_OK);
         assert_int_equal(k, known[i].kind);
+        if (defaults != known[i].defaults)
+            fail_msg("%s: defaults %#x, want %#x", known[i].name, defaults, known[i].defaults);
     }
     /* llama.cpp names whose rules are none of ours, near misses, other case */
     static const char *const unknown[] = {
@@ -143,19 +156,21 @@ static void test_names(void **state) {
     };
     for (size_t i = 0; i < IX_ARRAY_LEN(unknown); i++) {
         ix__pretok_kind k = IX__PRETOK_COUNT;
-        assert_int_equal(ix__pretok_from_name(unknown[i], strlen(unknown[i]), &k),
+        assert_int_equal(ix__pretok_from_name(unknown[i], strlen(unknown[i]), &k, NULL),
                          IX_ERR_UNSUPPORTED);
         assert_int_equal(k, IX__PRETOK_COUNT);
     }
     /* length-delimited, as GGUF strings are */
     ix__pretok_kind k;
-    assert_int_equal(ix__pretok_from_name("gpt-2xyz", 5, &k), IX_OK);
+    unsigned defaults = 0;
+    assert_int_equal(ix__pretok_from_name("gpt-2xyz", 5, &k, NULL), IX_OK);
     assert_int_equal(k, IX__PRETOK_GPT2);
-    assert_int_equal(ix__pretok_from_name("qwen2", 4, &k), IX_ERR_UNSUPPORTED);
-    assert_int_equal(ix__pretok_from_name(NULL, 0, &k), IX_OK);
+    assert_int_equal(ix__pretok_from_name("qwen2", 4, &k, NULL), IX_ERR_UNSUPPORTED);
+    assert_int_equal(ix__pretok_from_name(NULL, 0, &k, &defaults), IX_OK);
     assert_int_equal(k, IX__PRETOK_DEFAULT);
-    assert_int_equal(ix__pretok_from_name(NULL, 3, &k), IX_ERR_INVALID);
-    assert_int_equal(ix__pretok_from_name("gpt-2", 5, NULL), IX_ERR_INVALID);
+    assert_int_equal(defaults, IX__PRE_CLEAN_SPACES);
+    assert_int_equal(ix__pretok_from_name(NULL, 3, &k, NULL), IX_ERR_INVALID);
+    assert_int_equal(ix__pretok_from_name("gpt-2", 5, NULL, NULL), IX_ERR_INVALID);
 
     for (int i = 0; i < IX__PRETOK_COUNT; i++) {
         const char *name = ix__pretok_kind_name((ix__pretok_kind)i);

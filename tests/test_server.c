@@ -1337,7 +1337,9 @@ static void test_chat_tokens_phi3(void **state) {
     int n_end = 0;
     for (size_t i = 0; i < ids.n; i++) n_end += ids.ids[i] == end;
     assert_int_equal(n_end, 1);
-    assert_true(ids.ids[ids.n - 3] == asst || ids.ids[ids.n - 2] == asst); /* then "\n" */
+    /* Phi-3's markers eat the newline after them (llama.cpp's rstrip), so
+     * the generation prompt's marker ends the prompt. */
+    assert_int_equal(ids.ids[ids.n - 1], asst);
     json_decref(m);
     ix_token_vec_free(&ids);
     /* Content that spells a control marker does not become it. */

@@ -64,6 +64,7 @@ ix_token ix_tokenizer_eos(const ix_tokenizer *t);
 ix_token ix_tokenizer_eot(const ix_tokenizer *t);
 ix_token ix_tokenizer_unk(const ix_tokenizer *t);
 ix_token ix_tokenizer_pad(const ix_tokenizer *t);
+/* Whether IX_TOK_ADD_SPECIAL adds BOS / EOS (see there). */
 bool ix_tokenizer_add_bos(const ix_tokenizer *t);
 bool ix_tokenizer_add_eos(const ix_tokenizer *t);
 /* End of generation: EOS, EOT, or another token the vocabulary marks so. */
@@ -74,8 +75,21 @@ ix_token_type ix_tokenizer_token_type(const ix_tokenizer *t, ix_token id);
 /* Exact lookup of a vocabulary entry; IX_TOKEN_NONE if absent. */
 ix_token ix_tokenizer_find(const ix_tokenizer *t, const char *piece, size_t len);
 
+/* For callers that put special tokens between pieces of text themselves:
+ * the part of text[0..len) that encoding keeps between special tokens
+ * `before` and `after` (IX_TOKEN_NONE: the start / end of the text). Some
+ * special tokens swallow the whitespace (' ', \t, \n, \v, \f, \r) right
+ * after or before them: llama.cpp's rstrip / lstrip token attributes, which
+ * GGUF files do not carry; it sets them by model name (every Phi-3 chat
+ * marker strips what follows it), and so do we. Out-of-range ids strip
+ * nothing. The result points into text. */
+ix_str ix_tokenizer_trim_between(const ix_tokenizer *t, ix_token before, const char *text,
+                                 size_t len, ix_token after);
+
 enum {
-    /* Add BOS / EOS as the vocabulary's add_bos_token / add_eos_token say. */
+    /* Add BOS / EOS as the vocabulary's add_bos_token / add_eos_token keys
+     * say; without a key, as llama.cpp defaults it (BOS for SPM and for the
+     * LLaMA-3 pre-tokenizer names, never EOS). */
     IX_TOK_ADD_SPECIAL = 1u << 0,
     /* Recognise control / special token text ("<s>", "<|eot_id|>") in the
      * input; without it such text is tokenized as plain characters. */
@@ -94,6 +108,13 @@ enum {
     /* Keep the SPM dummy-prefix space of the first token (default: removed, so
      * decode(encode(text)) == text). */
     IX_DETOK_KEEP_LEADING_SPACE = 1u << 1,
+    /* ix_tokenizer_decode only: when the vocabulary asks for it (most BPE
+     * pre-tokenizers, as in llama.cpp), drop the spaces that
+     * clean_up_tokenization_spaces drops (" ." -> ".", " 's" -> "'s", ...) as
+     * llama.cpp's llama_detokenize does. Its generated text (token by token)
+     * is not cleaned, hence off by default. ix_detok_create refuses it
+     * (IX_ERR_INVALID): the rule needs text that has not arrived yet. */
+    IX_DETOK_CLEAN_SPACES = 1u << 2,
 };
 
 /* Appends the text of ids to out. Out-of-range ids are IX_ERR_RANGE. */

@@ -24,8 +24,9 @@
  * The prompt is rendered as text pieces, each either plain text (template
  * text or message content) or one of the template's markers. Tokenization
  * does what Hugging Face and llama.cpp do with a rendered template -- split
- * at the special tokens, encode each stretch of text between them in one
- * piece -- except that only the markers can become special tokens (when
+ * at the special tokens (which may swallow the whitespace beside them, as
+ * Phi-3's do), encode each stretch of text between them in one piece --
+ * except that only the markers can become special tokens (when
  * the vocabulary has them as control or user-defined tokens; "[INST]" is
  * plain text in Llama-2's): message content is never searched for control
  * tokens, so a user who types "<|im_end|>" gets those characters. */
@@ -375,17 +376,23 @@ ix_status ix__chat_render(ixs_chat_format f, const ix_tokenizer *t, json_t *mess
     ix_status st = o.oom ? IX_ERR_NOMEM : IX_OK;
     if (st == IX_OK && ix_tokenizer_add_bos(t) && ix_tokenizer_bos(t) != IX_TOKEN_NONE)
         st = ix_token_vec_push(out, ix_tokenizer_bos(t));
-    size_t start = 0; /* of the text not yet encoded */
-    for (size_t i = 0; st == IX_OK && i < o.n; i++) {
-        const piece *p = &o.p[i];
-        ix_token id = p->marker ? special_id(t, o.text.data + p->off, p->len) : IX_TOKEN_NONE;
-        if (id == IX_TOKEN_NONE) continue;
-        if (p->off > start) st = ix_tokenizer_encode(t, o.text.data + start, p->off - start, 0, out, err);
-        if (st == IX_OK) st = ix_token_vec_push(out, id);
-        start = p->off + p->len;
+    size_t start = 0;              /* of the text not yet encoded */
+    ix_token prev = IX_TOKEN_NONE; /* the special token before it */
+    for (size_t i = 0; st == IX_OK && i <= o.n; i++) {
+        const piece *p = i < o.n ? &o.p[i] : NULL; /* NULL: the end */
+        ix_token id = p && p->marker ? special_id(t, o.text.data + p->off, p->len) : IX_TOKEN_NONE;
+        if (p && id == IX_TOKEN_NONE) continue;
+        /* A marker may swallow the whitespace beside it, as in
+         * ix_tokenizer_encode (Phi-3's eat the newline after them). */
+        size_t end = p ? p->off : o.text.len;
+        ix_str text = {"", 0};
+        if (end > start)
+            text = ix_tokenizer_trim_between(t, prev, o.text.data + start, end - start, id);
+        if (text.len) st = ix_tokenizer_encode(t, text.ptr, text.len, 0, out, err);
+        if (st == IX_OK && p) st = ix_token_vec_push(out, id);
+        if (p) start = p->off + p->len;
+        prev = id;
     }
-    if (st == IX_OK && o.text.len > start)
-        st = ix_tokenizer_encode(t, o.text.data + start, o.text.len - start, 0, out, err);
     prompt_free(&o);
     if (st == IX_OK) return IX_OK;
     out->n = n0;

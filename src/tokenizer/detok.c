@@ -8,8 +8,6 @@
 
 #include "tokenizer/tok_int.h"
 
-bool ix__detok_is_boundary(const ix_tokenizer *t, ix_token id);
-
 struct ix_detok {
     const ix_tokenizer *t;
     unsigned flags;
@@ -20,6 +18,9 @@ struct ix_detok {
 };
 
 ix_status ix_detok_create(ix_detok **out, const ix_tokenizer *t, unsigned flags) {
+    *out = NULL;
+    /* Cleaning spaces looks ahead up to two bytes past a space: not a stream. */
+    if (flags & IX_DETOK_CLEAN_SPACES) return IX_ERR_INVALID;
     ix_detok *d = ix_calloc(1, sizeof *d);
     *out = d;
     if (!d) return IX_ERR_NOMEM;

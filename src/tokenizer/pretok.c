@@ -40,83 +40,96 @@
 /* ---- names ----------------------------------------------------------------
  * Every tokenizer.ggml.pre value llama.cpp accepts whose regex list is exactly
  * one of our kinds (llama_vocab::impl::load). Names whose list differs, even by
- * one rule (jais-2, laguna, seed-coder, bailingmoe, ...), are not here. */
+ * one rule (jais-2, laguna, seed-coder, bailingmoe, ...), are not here.
+ *
+ * Each row also carries the defaults that load gives the name: every BPE
+ * vocabulary starts with clean_spaces true, and the names that set it false
+ * say so by leaving out CLEAN; only the LLaMA-3 names (tekken and chameleon,
+ * which we do not support, too) add BOS and skip merges for whole-word hits.
+ * The same load also sets add_sep for jina-v1-en, jina-v2-code and
+ * roberta-bpe; its BPE encoder never reads that flag, so neither do we. */
 typedef struct pretok_name {
     const char *name;
     ix__pretok_kind kind;
+    unsigned defaults;
 } pretok_name;
 
+#define CLEAN IX__PRE_CLEAN_SPACES
+#define LLAMA3 (IX__PRE_ADD_BOS | IX__PRE_IGNORE_MERGES | IX__PRE_CLEAN_SPACES)
+
 static const pretok_name k_names[] = {
-    {"default", IX__PRETOK_DEFAULT},
+    {"default", IX__PRETOK_DEFAULT, CLEAN},
     /* LLAMA_VOCAB_PRE_TYPE_GPT2, MPT, OLMO, JAIS, TRILLION, GRANITE_DOCLING */
-    {"gpt-2", IX__PRETOK_GPT2},
-    {"gpt2", IX__PRETOK_GPT2}, /* not a llama.cpp name; accepted as an alias */
-    {"phi-2", IX__PRETOK_GPT2},
-    {"jina-es", IX__PRETOK_GPT2},
-    {"jina-de", IX__PRETOK_GPT2},
-    {"gigachat", IX__PRETOK_GPT2},
-    {"jina-v2-es", IX__PRETOK_GPT2},
-    {"jina-v2-de", IX__PRETOK_GPT2},
-    {"a.x-4.0", IX__PRETOK_GPT2},
-    {"mellum", IX__PRETOK_GPT2},
-    {"modern-bert", IX__PRETOK_GPT2},
-    {"jina-v1-en", IX__PRETOK_GPT2},
-    {"jina-v2-code", IX__PRETOK_GPT2},
-    {"roberta-bpe", IX__PRETOK_GPT2},
-    {"exaone4", IX__PRETOK_GPT2},
-    {"mpt", IX__PRETOK_GPT2},
-    {"olmo", IX__PRETOK_GPT2},
-    {"jais", IX__PRETOK_GPT2},
-    {"trillion", IX__PRETOK_GPT2},
-    {"granite-docling", IX__PRETOK_GPT2},
+    {"gpt-2", IX__PRETOK_GPT2, CLEAN},
+    {"gpt2", IX__PRETOK_GPT2, CLEAN}, /* not a llama.cpp name; an alias of gpt-2 */
+    {"phi-2", IX__PRETOK_GPT2, CLEAN},
+    {"jina-es", IX__PRETOK_GPT2, CLEAN},
+    {"jina-de", IX__PRETOK_GPT2, CLEAN},
+    {"gigachat", IX__PRETOK_GPT2, CLEAN},
+    {"jina-v2-es", IX__PRETOK_GPT2, CLEAN},
+    {"jina-v2-de", IX__PRETOK_GPT2, CLEAN},
+    {"a.x-4.0", IX__PRETOK_GPT2, CLEAN},
+    {"mellum", IX__PRETOK_GPT2, CLEAN},
+    {"modern-bert", IX__PRETOK_GPT2, CLEAN},
+    {"jina-v1-en", IX__PRETOK_GPT2, CLEAN},
+    {"jina-v2-code", IX__PRETOK_GPT2, CLEAN},
+    {"roberta-bpe", IX__PRETOK_GPT2, CLEAN},
+    {"exaone4", IX__PRETOK_GPT2, CLEAN},
+    {"mpt", IX__PRETOK_GPT2, CLEAN},
+    {"olmo", IX__PRETOK_GPT2, CLEAN},
+    {"jais", IX__PRETOK_GPT2, CLEAN},
+    {"trillion", IX__PRETOK_GPT2, 0},
+    {"granite-docling", IX__PRETOK_GPT2, 0},
     /* LLAMA_VOCAB_PRE_TYPE_LLAMA3, DBRX, SMAUG, CHATGLM4 */
-    {"llama3", IX__PRETOK_LLAMA3},
-    {"llama-v3", IX__PRETOK_LLAMA3},
-    {"llama-bpe", IX__PRETOK_LLAMA3},
-    {"falcon3", IX__PRETOK_LLAMA3},
-    {"falcon-h1", IX__PRETOK_LLAMA3},
-    {"pixtral", IX__PRETOK_LLAMA3},
-    {"midm-2.0", IX__PRETOK_LLAMA3},
-    {"lfm2", IX__PRETOK_LLAMA3},
-    {"jina-v5-nano", IX__PRETOK_LLAMA3},
-    {"dbrx", IX__PRETOK_LLAMA3},
-    {"smaug-bpe", IX__PRETOK_LLAMA3},
-    {"glm4", IX__PRETOK_LLAMA3},
-    {"chatglm-bpe", IX__PRETOK_LLAMA3},
+    {"llama3", IX__PRETOK_LLAMA3, LLAMA3},
+    {"llama-v3", IX__PRETOK_LLAMA3, LLAMA3},
+    {"llama-bpe", IX__PRETOK_LLAMA3, LLAMA3},
+    {"falcon3", IX__PRETOK_LLAMA3, LLAMA3},
+    {"falcon-h1", IX__PRETOK_LLAMA3, LLAMA3},
+    {"pixtral", IX__PRETOK_LLAMA3, LLAMA3},
+    {"midm-2.0", IX__PRETOK_LLAMA3, LLAMA3},
+    {"lfm2", IX__PRETOK_LLAMA3, LLAMA3},
+    {"jina-v5-nano", IX__PRETOK_LLAMA3, LLAMA3},
+    {"dbrx", IX__PRETOK_LLAMA3, CLEAN},
+    {"smaug-bpe", IX__PRETOK_LLAMA3, CLEAN},
+    {"glm4", IX__PRETOK_LLAMA3, CLEAN | IX__PRE_NO_BOS_ID},
+    {"chatglm-bpe", IX__PRETOK_LLAMA3, CLEAN | IX__PRE_NO_BOS_ID},
     /* LLAMA_VOCAB_PRE_TYPE_QWEN2, STABLELM2, HUNYUAN, SOLAR_OPEN, GROK_2 */
-    {"qwen2", IX__PRETOK_QWEN2},
-    {"deepseek-r1-qwen", IX__PRETOK_QWEN2},
-    {"kormo", IX__PRETOK_QWEN2},
-    {"f2llmv2", IX__PRETOK_QWEN2},
-    {"megrez", IX__PRETOK_QWEN2},
-    {"stablelm2", IX__PRETOK_QWEN2},
-    {"hunyuan", IX__PRETOK_QWEN2},
-    {"solar-open", IX__PRETOK_QWEN2},
-    {"grok-2", IX__PRETOK_QWEN2},
-    {"deepseek-llm", IX__PRETOK_DEEPSEEK_LLM},
-    {"deepseek-coder", IX__PRETOK_DEEPSEEK_CODER},
-    {"falcon", IX__PRETOK_FALCON},
+    {"qwen2", IX__PRETOK_QWEN2, 0},
+    {"deepseek-r1-qwen", IX__PRETOK_QWEN2, 0},
+    {"kormo", IX__PRETOK_QWEN2, 0},
+    {"f2llmv2", IX__PRETOK_QWEN2, 0},
+    {"megrez", IX__PRETOK_QWEN2, CLEAN},
+    {"stablelm2", IX__PRETOK_QWEN2, CLEAN},
+    {"hunyuan", IX__PRETOK_QWEN2, 0},
+    {"solar-open", IX__PRETOK_QWEN2, 0},
+    {"grok-2", IX__PRETOK_QWEN2, 0},
+    {"deepseek-llm", IX__PRETOK_DEEPSEEK_LLM, 0},
+    {"deepseek-coder", IX__PRETOK_DEEPSEEK_CODER, 0},
+    {"falcon", IX__PRETOK_FALCON, CLEAN},
     /* LLAMA_VOCAB_PRE_TYPE_STARCODER, REFACT, COMMAND_R, SMOLLM, CODESHELL,
      * EXAONE, MINERVA, MELLUM2 */
-    {"starcoder", IX__PRETOK_STARCODER},
-    {"refact", IX__PRETOK_STARCODER},
-    {"command-r", IX__PRETOK_STARCODER},
-    {"smollm", IX__PRETOK_STARCODER},
-    {"codeshell", IX__PRETOK_STARCODER},
-    {"exaone", IX__PRETOK_STARCODER},
-    {"minerva-7b", IX__PRETOK_STARCODER},
-    {"mellum2", IX__PRETOK_STARCODER},
+    {"starcoder", IX__PRETOK_STARCODER, CLEAN},
+    {"refact", IX__PRETOK_STARCODER, CLEAN},
+    {"command-r", IX__PRETOK_STARCODER, 0},
+    {"smollm", IX__PRETOK_STARCODER, 0},
+    {"codeshell", IX__PRETOK_STARCODER, CLEAN},
+    {"exaone", IX__PRETOK_STARCODER, CLEAN},
+    {"minerva-7b", IX__PRETOK_STARCODER, CLEAN},
+    {"mellum2", IX__PRETOK_STARCODER, CLEAN},
 };
 
-ix_status ix__pretok_from_name(const char *name, size_t len, ix__pretok_kind *out) {
+#undef CLEAN
+#undef LLAMA3
+
+ix_status ix__pretok_from_name(const char *name, size_t len, ix__pretok_kind *out,
+                               unsigned *defaults) {
     if (!out || (!name && len)) return IX_ERR_INVALID;
-    if (len == 0) {
-        *out = IX__PRETOK_DEFAULT;
-        return IX_OK;
-    }
+    if (len == 0) name = "default", len = 7;
     for (size_t i = 0; i < IX_ARRAY_LEN(k_names); i++) {
         if (strlen(k_names[i].name) == len && memcmp(k_names[i].name, name, len) == 0) {
             *out = k_names[i].kind;
+            if (defaults) *defaults = k_names[i].defaults;
             return IX_OK;
         }
     }

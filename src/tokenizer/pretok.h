@@ -32,10 +32,23 @@ typedef enum ix__pretok_kind {
     IX__PRETOK_COUNT
 } ix__pretok_kind;
 
-/* Maps a tokenizer.ggml.pre name (name[0..len), case-sensitive) to its rules.
- * IX_ERR_UNSUPPORTED for a name we do not know (the caller reports it). An
- * empty name gives IX__PRETOK_DEFAULT, as a missing key does in llama.cpp. */
-ix_status ix__pretok_from_name(const char *name, size_t len, ix__pretok_kind *out);
+/* What else a name sets in llama.cpp (llama_vocab::impl::load) besides the
+ * split rules: the defaults a BPE vocabulary gets when its GGUF file has no key
+ * saying otherwise. Without IX__PRE_CLEAN_SPACES clean_spaces is false. */
+enum {
+    IX__PRE_ADD_BOS = 1u << 0,       /* add_bos_token defaults to true */
+    IX__PRE_IGNORE_MERGES = 1u << 1, /* a word that is a vocabulary piece is one token */
+    IX__PRE_CLEAN_SPACES = 1u << 2,  /* clean_up_tokenization_spaces when decoding */
+    IX__PRE_NO_BOS_ID = 1u << 3,     /* no default BOS id (the BPE default is 11) */
+};
+
+/* Maps a tokenizer.ggml.pre name (name[0..len), case-sensitive) to its rules
+ * and, when defaults is not NULL, its IX__PRE_* defaults. IX_ERR_UNSUPPORTED
+ * for a name we do not know (the caller reports it). An empty name gives
+ * IX__PRETOK_DEFAULT and the defaults of "default", as a missing key does in
+ * llama.cpp. */
+ix_status ix__pretok_from_name(const char *name, size_t len, ix__pretok_kind *out,
+                               unsigned *defaults);
 const char *ix__pretok_kind_name(ix__pretok_kind k);
 
 /* Word boundaries: a list of (offset, length) pieces covering the text in

@@ -26,7 +26,7 @@ struct ix_tokenizer {
     char model_name[32];
     char pre_name[64];
     ix__pretok_kind pre;
-    bool ignore_merges; /* llama3: a word already in the vocabulary is one token */
+    bool ignore_merges; /* BPE: a word already in the vocabulary is one token */
 
     int32_t n_vocab;
     char *arena;          /* every piece, NUL-terminated, back to back */
@@ -59,7 +59,16 @@ struct ix_tokenizer {
 
     ix_token bos, eos, eot, unk, pad, eom;
     bool add_bos, add_eos, add_space_prefix;
-    uint8_t *eog; /* (n_vocab) 1 for end-of-generation tokens */
+    bool clean_spaces; /* IX_DETOK_CLEAN_SPACES applies (llama.cpp's clean_spaces) */
+    uint8_t *eog;      /* (n_vocab) 1 for end-of-generation tokens */
+    uint8_t *strip;    /* (n_vocab) IX__STRIP_* of special tokens, by model name */
+};
+
+/* Whitespace a special token swallows when it is cut out of the text
+ * (llama.cpp's LSTRIP / RSTRIP token attributes). */
+enum {
+    IX__STRIP_LEFT = 1u << 0,  /* the whitespace just before it */
+    IX__STRIP_RIGHT = 1u << 1, /* the whitespace just after it */
 };
 
 static inline const char *ix__piece(const ix_tokenizer *t, ix_token id) {
@@ -69,6 +78,12 @@ static inline const char *ix__piece(const ix_tokenizer *t, ix_token id) {
 /* Vocabulary lookup of an arbitrary byte string; -1 if absent. */
 ix_token ix__vocab_lookup(const ix_tokenizer *t, const char *s, size_t len);
 uint64_t ix__hash_bytes(const char *s, size_t len);
+
+/* Whether the decoder is at a boundary after token id: id is a special token
+ * after which the SPM encoder put a dummy-prefix space, which decoding drops
+ * again. Not one with IX__STRIP_RIGHT: the "▁" after it stands for the
+ * whitespace the encoder stripped and decodes as a space, as in llama.cpp. */
+bool ix__detok_is_boundary(const ix_tokenizer *t, ix_token id);
 
 /* Encode one raw-text fragment (no special tokens inside), appending ids. */
 ix_status ix__spm_encode(const ix_tokenizer *t, const char *text, size_t len, bool add_prefix,

@@ -1,12 +1,15 @@
 /*
- * Tokenizer construction from GGUF metadata, the vocabulary hash map, special
- * token partitioning, and encode/decode dispatch to spm.c / bpe.c.
+ * Tokenizer construction from GGUF metadata (with llama.cpp's defaults for
+ * what the keys leave out), the vocabulary hash map, special token
+ * partitioning, and encode/decode dispatch to spm.c / bpe.c.
  *
  * Encoding first cuts the text at special-token occurrences (user-defined
  * tokens always, control/unknown tokens only with IX_TOK_PARSE_SPECIAL), then
  * hands each raw fragment to the model's algorithm. SPM adds its dummy-prefix
  * space at the start of the text and after every special token, and decoding
- * removes exactly those spaces again, so decode(encode(x)) == x.
+ * removes exactly those spaces again, so decode(encode(x)) == x — except
+ * where a special token strips the whitespace next to it (Phi-3's), which no
+ * decoder can restore.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -233,9 +236,10 @@ static ix_status load_vocab(ix_tokenizer *t, const ix_gguf *g, ix_errbuf *err) {
     t->scores = ix_calloc((size_t)n, sizeof(float));
     t->types = ix_malloc((size_t)n);
     t->eog = ix_calloc((size_t)n, 1);
+    t->strip = ix_calloc((size_t)n, 1);
     t->map.slots = ix_malloc((size_t)cap * sizeof(int32_t));
     if (!t->arena || !t->piece_off || !t->piece_len || !t->scores || !t->types || !t->eog ||
-        !t->map.slots)
+        !t->strip || !t->map.slots)
         return ix_errf(err, IX_ERR_NOMEM, "out of memory loading a vocabulary of %d tokens", n);
     t->map.cap = cap;
     memset(t->map.slots, 0xff, (size_t)cap * sizeof(int32_t));
@@ -283,6 +287,94 @@ static void init_spm(ix_tokenizer *t) {
     }
 }
 
+/* What llama.cpp's llama_vocab::impl::load starts a vocabulary with, by
+ * tokenizer.ggml.model, before the pre-tokenizer name (BPE) and the GGUF keys
+ * have their say. A default id outside the vocabulary is dropped, as there. */
+typedef struct model_defaults {
+    const char *name;
+    ix_tokenizer_kind kind;
+    ix_token bos, eos, unk;
+    bool add_bos, add_space_prefix;
+} model_defaults;
+
+static const model_defaults k_models[] = {
+    {"llama", IX_TOKENIZER_SPM, 1, 2, 0, true, true},
+    /* 11 is Falcon's <|endoftext|>: llama.cpp's BPE code began with Falcon */
+    {"gpt2", IX_TOKENIZER_BPE, 11, 11, IX_TOKEN_NONE, false, false},
+};
+
+static ix_token id_in_vocab(const ix_tokenizer *t, ix_token id) {
+    return id >= 0 && id < t->n_vocab ? id : IX_TOKEN_NONE;
+}
+
+/* Defaults by model, then, for BPE, by pre-tokenizer name. */
+static ix_status apply_defaults(ix_tokenizer *t, const model_defaults *m, ix_str pre,
+                                ix_errbuf *err) {
+    t->bos = id_in_vocab(t, m->bos);
+    t->eos = id_in_vocab(t, m->eos);
+    t->unk = id_in_vocab(t, m->unk);
+    t->add_bos = m->add_bos;
+    t->add_space_prefix = m->add_space_prefix;
+    if (t->kind != IX_TOKENIZER_BPE) return IX_OK; /* SPM ignores tokenizer.ggml.pre */
+    unsigned d;
+    if (ix__pretok_from_name(pre.ptr, pre.len, &t->pre, &d) != IX_OK)
+        return ix_errf(err, IX_ERR_UNSUPPORTED,
+                       "tokenizer.ggml.pre '%s' is not a supported pre-tokenizer", t->pre_name);
+    t->add_bos = (d & IX__PRE_ADD_BOS) != 0;
+    t->ignore_merges = (d & IX__PRE_IGNORE_MERGES) != 0;
+    t->clean_spaces = (d & IX__PRE_CLEAN_SPACES) != 0;
+    if (d & IX__PRE_NO_BOS_ID) t->bos = IX_TOKEN_NONE;
+    return IX_OK;
+}
+
+static bool str_contains(ix_str s, const char *what) {
+    size_t n = strlen(what);
+    for (size_t i = 0; n <= s.len && i <= s.len - n; i++)
+        if (memcmp(s.ptr + i, what, n) == 0) return true;
+    return false;
+}
+
+static void set_strip(ix_tokenizer *t, const char *piece, unsigned flag, bool on) {
+    ix_token id = ix__vocab_lookup(t, piece, strlen(piece));
+    if (id < 0) return;
+    t->strip[id] = (uint8_t)(on ? t->strip[id] | flag : t->strip[id] & ~flag);
+}
+
+/* Special tokens that swallow the whitespace beside them. GGUF files do not
+ * say; llama.cpp decides by general.name, tokenizer.ggml.pre and
+ * general.architecture at the end of its load, and so do we. */
+static void apply_strip_rules(ix_tokenizer *t, const ix_gguf *g) {
+    ix_str pre = {"", 0}, arch = {"", 0}, raw_name = {"", 0};
+    char name[256]; /* general.name in lower case; the rules look at its start */
+    /* A key that is absent or not a string matches no rule. */
+    ix_gguf_get_str(g, "tokenizer.ggml.pre", &pre, NULL);
+    ix_gguf_get_str(g, "general.architecture", &arch, NULL);
+    ix_gguf_get_str(g, "general.name", &raw_name, NULL);
+    size_t n = raw_name.len < sizeof name ? raw_name.len : sizeof name;
+    for (size_t i = 0; i < n; i++) {
+        char c = raw_name.ptr[i];
+        name[i] = c >= 'A' && c <= 'Z' ? (char)(c + 32) : c;
+    }
+    ix_str lower = {name, n};
+
+    if (str_contains(pre, "jina-v2-de") || str_contains(pre, "jina-v2-es") ||
+        str_contains(pre, "jina-v2-code") || str_contains(arch, "nomic-bert-moe") ||
+        str_contains(arch, "jina-bert-v3")) {
+        set_strip(t, "<mask>", IX__STRIP_LEFT, true);
+    } else if (str_contains(lower, "phi-3") || str_contains(lower, "phi3")) {
+        /* Phi-3's chat markers eat the newline after them; BOS, <unk> and
+         * <|endoftext|> do not. */
+        for (int32_t k = 0; k < t->n_special; k++)
+            t->strip[t->special[k]] |= IX__STRIP_RIGHT;
+        set_strip(t, "</s>", IX__STRIP_RIGHT, true);
+        set_strip(t, "<unk>", IX__STRIP_RIGHT, false);
+        set_strip(t, "<s>", IX__STRIP_RIGHT, false);
+        set_strip(t, "<|endoftext|>", IX__STRIP_RIGHT, false);
+    } else if (str_contains(lower, "modern-bert")) {
+        set_strip(t, "[MASK]", IX__STRIP_LEFT, true);
+    }
+}
+
 ix_status ix_tokenizer_create(ix_tokenizer **out, const ix_gguf *g, ix_errbuf *err) {
     *out = NULL;
     ix_str model;
@@ -298,16 +390,16 @@ ix_status ix_tokenizer_create(ix_tokenizer **out, const ix_gguf *g, ix_errbuf *e
     snprintf(t->model_name, sizeof t->model_name, "%.*s", (int)(model.len < 31 ? model.len : 31),
              model.ptr);
 
-    if (ix_str_eq(model, "llama")) {
-        t->kind = IX_TOKENIZER_SPM;
-    } else if (ix_str_eq(model, "gpt2")) {
-        t->kind = IX_TOKENIZER_BPE;
-    } else {
+    const model_defaults *m = NULL;
+    for (size_t i = 0; i < IX_ARRAY_LEN(k_models); i++)
+        if (ix_str_eq(model, k_models[i].name)) m = &k_models[i];
+    if (!m) {
         s = ix_errf(err, IX_ERR_UNSUPPORTED,
                     "tokenizer.ggml.model '%s' is not supported (supported: llama, gpt2)",
                     t->model_name);
         goto fail;
     }
+    t->kind = m->kind;
 
     ix_str pre = {"default", 7};
     s = ix_gguf_get_str(g, "tokenizer.ggml.pre", &pre, err);
@@ -319,30 +411,14 @@ ix_status ix_tokenizer_create(ix_tokenizer **out, const ix_gguf *g, ix_errbuf *e
     snprintf(t->pre_name, sizeof t->pre_name, "%.*s", (int)(pre.len < 63 ? pre.len : 63), pre.ptr);
 
     if ((s = load_vocab(t, g, err)) != IX_OK) goto fail;
-
+    if ((s = apply_defaults(t, m, pre, err)) != IX_OK) goto fail;
     if (t->kind == IX_TOKENIZER_SPM) {
-        t->bos = 1 < t->n_vocab ? 1 : IX_TOKEN_NONE;
-        t->eos = 2 < t->n_vocab ? 2 : IX_TOKEN_NONE;
-        t->unk = 0;
-        t->add_bos = true;
-        t->add_space_prefix = true;
         init_spm(t);
-    } else {
-        if (t->kind == IX_TOKENIZER_BPE &&
-            (s = ix__pretok_from_name(pre.ptr, pre.len, &t->pre)) != IX_OK) {
-            s = ix_errf(err, IX_ERR_UNSUPPORTED, "tokenizer.ggml.pre '%s' is not a supported pre-tokenizer",
-                        t->pre_name);
-            goto fail;
-        }
-        /* llama.cpp takes a word that is already a piece whole for these
-         * names only (not for every name sharing the llama3 split rules). */
-        static const char *const whole_words[] = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1",
-                                                  "pixtral", "midm-2.0", "lfm2", "jina-v5-nano"};
-        for (size_t i = 0; i < IX_ARRAY_LEN(whole_words); i++)
-            if (ix_str_eq(pre, whole_words[i])) t->ignore_merges = true;
-        if ((s = ix__bpe_init(t, g, err)) != IX_OK) goto fail;
+    } else if ((s = ix__bpe_init(t, g, err)) != IX_OK) {
+        goto fail;
     }
 
+    /* Explicit keys always win over the defaults. */
     static const struct {
         const char *key;
         size_t field;
@@ -362,6 +438,7 @@ ix_status ix_tokenizer_create(ix_tokenizer **out, const ix_gguf *g, ix_errbuf *e
     if ((s = opt_bool(g, "tokenizer.ggml.add_eos_token", &t->add_eos, err)) != IX_OK) goto fail;
     if ((s = opt_bool(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix, err)) != IX_OK)
         goto fail;
+    /* llama.cpp refuses such a file; we add nothing instead. */
     if (t->add_bos && t->bos < 0) t->add_bos = false;
     if (t->add_eos && t->eos < 0) t->add_eos = false;
 
@@ -369,6 +446,7 @@ ix_status ix_tokenizer_create(ix_tokenizer **out, const ix_gguf *g, ix_errbuf *e
         ix_errf(err, s, "out of memory");
         goto fail;
     }
+    apply_strip_rules(t, g);
     mark_eog(t);
     *out = t;
     return IX_OK;
@@ -395,6 +473,7 @@ void ix_tokenizer_destroy(ix_tokenizer *t) {
     ix_free(t->scores);
     ix_free(t->types);
     ix_free(t->eog);
+    ix_free(t->strip);
     ix_free(t->map.slots);
     ix_free(t->merges);
     ix_free(t->special);
@@ -433,6 +512,27 @@ ix_token_type ix_tokenizer_token_type(const ix_tokenizer *t, ix_token id) {
 
 ix_token ix_tokenizer_find(const ix_tokenizer *t, const char *piece, size_t len) {
     return len ? ix__vocab_lookup(t, piece, len) : IX_TOKEN_NONE;
+}
+
+/* The bytes llama.cpp's strip attributes remove: C isspace in the C locale. */
+static bool is_ascii_space(char c) {
+    return c == ' ' || (c >= '\t' && c <= '\r');
+}
+
+static unsigned strip_of(const ix_tokenizer *t, ix_token id) {
+    return id >= 0 && id < t->n_vocab ? t->strip[id] : 0;
+}
+
+ix_str ix_tokenizer_trim_between(const ix_tokenizer *t, ix_token before, const char *text,
+                                 size_t len, ix_token after) {
+    size_t a = 0, b = len;
+    if (strip_of(t, before) & IX__STRIP_RIGHT)
+        while (a < b && is_ascii_space(text[a]))
+            a++;
+    if (strip_of(t, after) & IX__STRIP_LEFT)
+        while (b > a && is_ascii_space(text[b - 1]))
+            b--;
+    return (ix_str){text + a, b - a};
 }
 
 /* ---- encoding ----------------------------------------------------------------- */
@@ -478,9 +578,15 @@ ix_status ix_tokenizer_encode(const ix_tokenizer *t, const char *text, size_t le
             i += ix__utf8_len((unsigned char)text[i]);
             continue;
         }
-        s = encode_fragment(t, text + start, i - start, out);
+        ix_str frag = ix_tokenizer_trim_between(t, IX_TOKEN_NONE, text + start, i - start, sp);
+        s = encode_fragment(t, frag.ptr, frag.len, out);
         if (s == IX_OK) s = ix_token_vec_push(out, sp);
         i += t->piece_len[sp];
+        /* Strip before looking for the next special token: a whitespace
+         * special token right after one that strips cannot match (llama.cpp,
+         * which looks for the longest special tokens first, agrees whenever
+         * the stripping token is the longer). */
+        i = (size_t)(ix_tokenizer_trim_between(t, sp, text + i, len - i, IX_TOKEN_NONE).ptr - text);
         start = i;
     }
     if (s == IX_OK) s = encode_fragment(t, text + start, len - start, out);
@@ -557,12 +663,50 @@ ix_status ix_tokenizer_token_bytes(const ix_tokenizer *t, ix_token id, unsigned 
     return IX_OK;
 }
 
-/* Whether a token leaves the decoder at a boundary (start or after special). */
-bool ix__detok_is_boundary(const ix_tokenizer *t, ix_token id);
 bool ix__detok_is_boundary(const ix_tokenizer *t, ix_token id) {
     uint8_t ty = t->types[id];
-    return ty == IX_TOKEN_TYPE_CONTROL || ty == IX_TOKEN_TYPE_USER_DEFINED ||
-           ty == IX_TOKEN_TYPE_UNKNOWN;
+    return (ty == IX_TOKEN_TYPE_CONTROL || ty == IX_TOKEN_TYPE_USER_DEFINED ||
+            ty == IX_TOKEN_TYPE_UNKNOWN) &&
+           !(t->strip[id] & IX__STRIP_RIGHT);
+}
+
+/* llama.cpp's clean_up_tokenization_spaces (llama_detokenize) on s[0..n),
+ * three passes that each keep the first byte and drop spaces: one before
+ * ? ! . or , ; both around a lone ' ; one before 's 'm 're 've (not 't 'd
+ * 'll). Returns the new length. Each pass compacts in place; its writes
+ * never get ahead of its reads, so it sees the bytes as they were before it
+ * (but for the NUL of the second pass). */
+static size_t clean_spaces(char *s, size_t n) {
+    if (n == 0) return 0;
+    size_t w = 1;
+    for (size_t i = 1; i < n; i++) {
+        char c = s[i];
+        if (s[i - 1] == ' ' && (c == '?' || c == '!' || c == '.' || c == ',')) w--;
+        s[w++] = c;
+    }
+    n = w;
+    w = 1;
+    for (size_t i = 1; i < n; i++) {
+        char c = s[i];
+        if (c == '\'' && i + 1 < n && s[i - 1] == ' ' && s[i + 1] == ' ') {
+            w--;
+            /* Skip the space after; as a NUL it is no "space before" for the
+             * next byte either (" ' ' " loses only the first pair). */
+            s[++i] = '\0';
+        }
+        s[w++] = c;
+    }
+    n = w;
+    w = 1;
+    for (size_t i = 1; i < n; i++) {
+        char c = s[i];
+        if (c == '\'' && s[i - 1] == ' ' && i + 1 < n) {
+            char c1 = s[i + 1], c2 = i + 2 < n ? s[i + 2] : '\0';
+            if (c1 == 's' || c1 == 'm' || ((c1 == 'r' || c1 == 'v') && c2 == 'e')) w--;
+        }
+        s[w++] = c;
+    }
+    return w;
 }
 
 ix_status ix_tokenizer_decode(const ix_tokenizer *t, const ix_token *ids, size_t n, unsigned flags,
@@ -583,6 +727,10 @@ ix_status ix_tokenizer_decode(const ix_tokenizer *t, const ix_token *ids, size_t
             return ix_errf(err, s, "out of memory while decoding");
         }
         boundary = ix__detok_is_boundary(t, ids[i]);
+    }
+    if ((flags & IX_DETOK_CLEAN_SPACES) && t->clean_spaces && out->len > len0) {
+        out->len = len0 + clean_spaces(out->data + len0, out->len - len0);
+        out->data[out->len] = '\0';
     }
     return IX_OK;
 }
