@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "model/model_int.h"
 
@@ -245,6 +246,17 @@ static void *pack_alloc(size_t n, size_t *mapped) {
     return p + head;
 }
 
+/* The file's copy of a packed weight is never read again: its pages leave
+ * this process's resident set (they stay in the page cache, reclaimable), so
+ * the model is in memory once. Only whole pages inside the tensor go; a page
+ * shared with a neighbouring tensor stays. */
+static void drop_pages(const void *data, uint64_t n_bytes) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = (uintptr_t)data, hi = lo + (uintptr_t)n_bytes;
+    lo = (lo + page - 1) / page * page;
+    hi = hi / page * page;
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
 /* Repacks every packable matmul weight (Q8_0 / Q4_0 / F16 / BF16:
  * ix_kernels_pack) into one buffer, so the kernels read 16 rows per vector
  * load with no run-time transposes. Quantized results are the same bits,
@@ -278,6 +290,7 @@ static ix_status repack_weights(loader *L) {
         size_t N = (size_t)w->ne1, K = (size_t)w->ne0, pb = ix_kernels_packed_bytes(w->type, N, K);
         /* a packable shape into an aligned buffer always packs */
         if (!pb || ix_kernels_pack(w->type, w->data, 0, N, K, 0, N, buf + at) != IX_OK) continue;
+        drop_pages(w->data, w->n_bytes);
         w->data = buf + at;
         w->packed = true;
         at += pb;
