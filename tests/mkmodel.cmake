@@ -1,6 +1,7 @@
-# The model against a naive reference forward pass; inferx mkmodel and bench
-# end to end.
-ix_add_test(test_model_ref SOURCES test_model_ref.c LIBS ix_model m TIMEOUT 300)
+# The model against a naive reference forward pass (loader features; every
+# architecture); inferx mkmodel and bench end to end.
+ix_add_test(test_model_ref SOURCES test_model_ref.c model_ref.c LIBS ix_model m TIMEOUT 300)
+ix_add_test(test_arch_ref SOURCES test_arch_ref.c model_ref.c LIBS ix_model m TIMEOUT 300)
 
 if(TARGET inferx)
   if(NOT TARGET PkgConfig::JANSSON)
