@@ -14,3 +14,19 @@ if(TARGET inferx)
     COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/cli_bench_serve_test.sh $<TARGET_FILE:inferx> ${CMAKE_CURRENT_BINARY_DIR})
   set_tests_properties(cli_bench_serve PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
 endif()
+# inferx perplexity: options, --json, KL divergence against itself, bad input;
+# and (cli_perplexity_ref, needs ../shared) llama.cpp's figure on the held-out text.
+if(TARGET inferx)
+  if(NOT TARGET PkgConfig::JANSSON)
+    pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson)
+  endif()
+  add_executable(json_get json_get.c)
+  target_link_libraries(json_get PRIVATE PkgConfig::JANSSON)
+  add_test(NAME cli_perplexity
+    COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/cli_perplexity_test.sh $<TARGET_FILE:inferx> $<TARGET_FILE:json_get>
+            ${INFERX_SOURCE_DIR} ${INFERX_SHARED_DIR} ${CMAKE_CURRENT_BINARY_DIR})
+  add_test(NAME cli_perplexity_ref
+    COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/cli_perplexity_test.sh $<TARGET_FILE:inferx> $<TARGET_FILE:json_get>
+            ${INFERX_SOURCE_DIR} ${INFERX_SHARED_DIR} ${CMAKE_CURRENT_BINARY_DIR} --reference)
+  set_tests_properties(cli_perplexity cli_perplexity_ref PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+endif()

@@ -16,6 +16,8 @@ int ix_cli_tokenize(int argc, char **argv);
 int ix_cli_bench(int argc, char **argv);
 int ix_cli_mkmodel(int argc, char **argv);
 int ix_cli_serve(int argc, char **argv);
+/* inferx perplexity (cmd_perplexity.c) */
+int ix_cli_perplexity(int argc, char **argv);
 
 /* The bundled model: $INFERX_MODEL if set, else models/target-f16.gguf of the
  * source tree this binary was built from. */

@@ -19,6 +19,7 @@ static const command k_commands[] = {
     {"info", ix_cli_info, "describe a GGUF file: metadata, tensors, KV cache sizes"},
     {"tokenize", ix_cli_tokenize, "print the token ids of text read from stdin"},
     {"bench", ix_cli_bench, "prefill and decode throughput against the memory-bandwidth bound"},
+    {"perplexity", ix_cli_perplexity, "perplexity on a text, and KL divergence from a base model"},
     {"mkmodel", ix_cli_mkmodel, "write a model of a real shape with random weights"},
 };
 
