@@ -30,3 +30,10 @@ if(TARGET inferx)
             ${INFERX_SOURCE_DIR} ${INFERX_SHARED_DIR} ${CMAKE_CURRENT_BINARY_DIR} --reference)
   set_tests_properties(cli_perplexity cli_perplexity_ref PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
 endif()
+# inferx run: the completion on stdout is the engine's (greedy = the reference).
+if(TARGET inferx)
+  add_test(NAME cli_run
+    COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/cli_run_test.sh $<TARGET_FILE:inferx> ${INFERX_SOURCE_DIR}
+            ${CMAKE_CURRENT_BINARY_DIR})
+  set_tests_properties(cli_run PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
+endif()

@@ -22,6 +22,9 @@ expect "memory read bandwidth:"
 expect "decode bound:"
 out=$("$bin" bench -m "$model" -p 0 -n 2 -r 1 --json --bw-mib 16 2>&1) || fail "bench -p 0 exited $?"
 expect '"prefill_tokens_per_s": null'
+# The default -p 512 shrinks to the bundled model's context of 512 less the generated token.
+out=$("$bin" bench -m "$model" -n 2 -r 1 --bw-mib 16 2>&1) || fail "bench with the default -p exited $?"
+expect " pp511 |"
 out=$("$bin" bench --help) || fail "--help exited $?"
 expect "usage: inferx bench"
 
@@ -33,6 +36,8 @@ expect_exit 2 bench -m "$model" --bogus
 expect_exit 1 bench -m "$tmp/cli_bench_missing.gguf"
 expect "cannot open"
 expect_exit 1 bench -m "$model" -p 4096 -n 4
+expect "context"
+expect_exit 1 bench -m "$model" -p 512 -n 4
 expect "context"
 rm -f "$tmp/cli_bench.json" "$tmp/cli_bench_err"
 echo ok

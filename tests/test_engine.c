@@ -1,4 +1,10 @@
 /* engine + sched: continuous batching on the bundled model.
+ *   - the one generation loop: a thread-less engine stepped by its caller
+ *     (how `inferx run` and `inferx bench` drive it) gives the tokens and
+ *     text of a plain loop over model + KV cache + sampler
+ *   - the text stream (detokenizer + stop filter, the one copy every client
+ *     sees): UTF-8 characters split across tokens, stop strings spanning
+ *     tokens, what the end of a choice releases
  *   - batch invariance: greedy tokens alone == batched with chunked prefill
  *   - preemption invariance (recompute and swap) under a tiny KV pool
  *   - prefix-cache invariance (hit or miss, same tokens; cached tokens reported)
@@ -15,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/engine_int.h"
 #include "inferx/engine.h"
 
 #define MODEL IX_SOURCE_DIR "/models/target-f16.gguf"
@@ -401,8 +408,264 @@ static void test_stops_and_bad_requests(void **state) {
     r = greedy_req(0);
     r.n = 17;
     assert_int_equal(ix_engine_submit(e, &r, NULL, &err), IX_ERR_INVALID);
+    bool done = false; /* an engine with a thread is not stepped by callers */
+    assert_int_equal(ix_engine_run_until(e, &done, 1), IX_ERR_STATE);
     assert_pool_empty(e);
     ix_engine_destroy(e);
+}
+
+/* ---- the one generation loop ---------------------------------------------------------------- */
+
+/* The reference: one sequence over model + KV cache + sampler, the prompt in
+ * chunks of `chunk` tokens, then one token at a time, each fed back (what
+ * `inferx run` did before it drove the engine). Tokens into out. */
+static void model_loop(const ix_token_vec *prompt, const ix_sample_params *sp, int32_t n_new, int32_t chunk,
+                       ix_token_vec *out) {
+    const ix_model_hparams *hp = ix_model_get_hparams(g_model);
+    ix_errbuf err = {{0}};
+    ix_kv *kv;
+    ix_model_ctx *ctx;
+    ix_sampler *smp;
+    ix_kv_params kp = ix_kv_default_params();
+    ix_model_kv_params(g_model, &kp);
+    kp.n_blocks = (hp->n_ctx_train + kp.block_size - 1) / kp.block_size;
+    kp.enable_prefix_cache = false;
+    assert_int_equal(ix_kv_create(&kp, &kv, &err), IX_OK);
+    ix_model_ctx_params cp = ix_model_ctx_default_params();
+    cp.max_batch_tokens = chunk;
+    cp.n_threads = 2;
+    assert_int_equal(ix_model_ctx_create(&ctx, g_model, kv, &cp, &err), IX_OK);
+    assert_int_equal(ix_sampler_create(&smp, sp, hp->n_vocab, &err), IX_OK);
+    assert_int_equal(ix_sampler_add_prompt(smp, prompt->ids, prompt->n), IX_OK);
+    float *logits = malloc((size_t)hp->n_vocab * sizeof *logits);
+    int32_t *pos = malloc((size_t)chunk * sizeof *pos), *seq = malloc((size_t)chunk * sizeof *seq);
+    uint8_t *want = malloc((size_t)chunk);
+    assert_true(logits && pos && seq && want);
+    int32_t sq, n_kv = 0;
+    assert_int_equal(ix_kv_seq_create(kv, 0, &sq), IX_OK);
+    ix_token next = IX_TOKEN_NONE;
+    for (size_t done = 0; (int32_t)out->n < n_new;) {
+        const ix_token *src = &next;
+        int32_t k = 1;
+        if (done < prompt->n) {
+            src = prompt->ids + done;
+            k = prompt->n - done < (size_t)chunk ? (int32_t)(prompt->n - done) : chunk;
+            done += (size_t)k;
+        }
+        assert_int_equal(ix_kv_seq_append(kv, sq, k, src), IX_OK);
+        for (int32_t j = 0; j < k; j++) {
+            pos[j] = n_kv + j;
+            seq[j] = sq;
+            want[j] = j == k - 1;
+        }
+        ix_batch b = {k, src, pos, seq, want};
+        assert_int_equal(ix_model_forward(ctx, &b, logits), IX_OK);
+        ix_kv_seq_commit(kv, sq, n_kv += k);
+        if (done < prompt->n) continue;
+        ix_sample_result r;
+        assert_int_equal(ix_sampler_sample(smp, logits, &r), IX_OK);
+        ix_sampler_accept(smp, r.id);
+        assert_int_equal(ix_token_vec_push(out, r.id), IX_OK);
+        next = r.id;
+    }
+    free(logits);
+    free(pos);
+    free(seq);
+    free(want);
+    ix_sampler_destroy(smp);
+    ix_model_ctx_destroy(ctx);
+    ix_kv_destroy(kv);
+}
+
+typedef struct stepped {
+    ix_token_vec tokens;
+    ix_buf text;
+    bool finished;
+    ix_finish_info info;
+} stepped;
+
+static void stepped_on_token(void *user, const ix_token_event *ev) {
+    stepped *st = user;
+    if (ev->token != IX_TOKEN_NONE) assert_int_equal(ix_token_vec_push(&st->tokens, ev->token), IX_OK);
+    if (ev->text_len) assert_int_equal(ix_buf_append(&st->text, ev->text, ev->text_len), IX_OK);
+}
+
+static void stepped_on_finish(void *user, const ix_finish_info *info) {
+    stepped *st = user;
+    st->info = *info;
+    st->finished = true;
+}
+
+/* A thread-less engine stepped here, one step at a time, one request, as
+ * `inferx run` does it (its engine parameters): the same tokens as the plain
+ * loop, and the text is the detokenization of those tokens -- greedy and
+ * seeded sampling, a prompt in one chunk and in many. */
+static void test_stepped_engine_is_the_model_loop(void **state) {
+    (void)state;
+    const ix_tokenizer *t = ix_model_tokenizer(g_model);
+    const ix_model_hparams *hp = ix_model_get_hparams(g_model);
+    static const struct {
+        int prompt;
+        float temperature;
+        int32_t chunk;
+    } cases[] = {{0, 0.0f, 512}, {6, 0.0f, 512}, {6, 0.0f, 8}, {0, 0.8f, 512}, {7, 0.8f, 16}};
+    for (size_t k = 0; k < IX_ARRAY_LEN(cases); k++) {
+        ix_sample_params sp = ix_sample_default_params();
+        sp.temperature = cases[k].temperature;
+        sp.top_k = 40;
+        sp.top_p = 0.95f;
+        sp.min_p = 0.05f;
+        sp.seed = 42;
+        ix_token_vec ref = {0};
+        model_loop(&g_prompts[cases[k].prompt], &sp, N_NEW, cases[k].chunk, &ref);
+
+        ix_engine_params p = ix_engine_default_params();
+        p.start_thread = false;
+        p.kv_blocks = (hp->n_ctx_train + p.kv_block_size - 1) / p.kv_block_size + 1;
+        p.enable_prefix_cache = false;
+        p.sched.max_num_seqs = 1;
+        p.sched.max_num_batched_tokens = cases[k].chunk;
+        ix_engine *e = mk_engine(p);
+        stepped st = {0};
+        ix_request_params r = ix_request_default_params();
+        r.prompt = g_prompts[cases[k].prompt].ids;
+        r.n_prompt = g_prompts[cases[k].prompt].n;
+        r.sample = sp;
+        r.max_tokens = N_NEW;
+        r.ignore_eos = true;
+        r.cb = (ix_request_callbacks){stepped_on_token, stepped_on_finish, &st};
+        assert_int_equal(ix_engine_submit(e, &r, NULL, NULL), IX_OK);
+        int steps = 0;
+        while (!st.finished) {
+            assert_int_equal(ix_engine_run_until(e, &st.finished, 1), IX_OK);
+            steps++;
+        }
+        bool did = true, never = false;
+        assert_int_equal(ix_engine_step(e, &did), IX_OK); /* idle now */
+        assert_false(did);
+        assert_int_equal(ix_engine_run_until(e, &never, 0), IX_ERR_STATE);
+        /* one step per prefill chunk, then one per decoded token */
+        int32_t chunks = ((int32_t)r.n_prompt + cases[k].chunk - 1) / cases[k].chunk;
+        assert_int_equal(steps, chunks + N_NEW - 1);
+        assert_int_equal(st.info.reason, IX_FINISH_LENGTH);
+        assert_int_equal(st.tokens.n, N_NEW);
+        for (int i = 0; i < N_NEW; i++)
+            if (st.tokens.ids[i] != ref.ids[i])
+                fail_msg("case %zu: token %d is %d, the model loop's %d", k, i, st.tokens.ids[i], ref.ids[i]);
+        ix_buf want = {0};
+        assert_int_equal(ix_tokenizer_decode(t, ref.ids, ref.n, IX_DETOK_KEEP_LEADING_SPACE, &want, NULL),
+                         IX_OK);
+        assert_int_equal(st.text.len, want.len);
+        assert_memory_equal(st.text.data, want.data, want.len);
+        if (k == 0) assert_memory_equal(ref.ids, g_ref[0], sizeof g_ref[0]);
+        ix_buf_free(&want);
+        ix_buf_free(&st.text);
+        ix_token_vec_free(&st.tokens);
+        ix_token_vec_free(&ref);
+        assert_pool_empty(e);
+        ix_engine_destroy(e);
+    }
+}
+
+/* ---- the text stream ------------------------------------------------------------------------ */
+
+/* The byte-fallback token of byte c ("<0xE2>"): any text can be spelled with them. */
+static ix_token byte_token(unsigned char c) {
+    char piece[8];
+    snprintf(piece, sizeof piece, "<0x%02X>", c);
+    ix_token id = ix_tokenizer_find(ix_model_tokenizer(g_model), piece, strlen(piece));
+    assert_true(id >= 0);
+    return id;
+}
+
+/* Pushes bytes one byte token each; out gets exactly what the stream shows
+ * for them (cleared first). Returns whether a stop string completed. */
+static bool push_bytes(ix__text_stream *ts, const char *bytes, ix_buf *out) {
+    bool stopped = false;
+    ix_buf_clear(out);
+    for (const char *b = bytes; *b; b++)
+        assert_int_equal(ix__text_stream_push(ts, byte_token((unsigned char)*b), out, &stopped), IX_OK);
+    return stopped;
+}
+
+static void expect_text(const ix_buf *b, const char *want) {
+    if (b->len != strlen(want) || memcmp(b->data ? b->data : "", want, b->len) != 0)
+        fail_msg("the stream showed '%.*s', want '%s'", (int)b->len, b->data ? b->data : "", want);
+}
+
+/* Ends the stream (destroying it): the end releases exactly want. */
+static void expect_finish(ix__text_stream *ts, ix_buf *out, const char *want) {
+    ix_buf_clear(out);
+    assert_int_equal(ix__text_stream_finish(ts, out), IX_OK);
+    expect_text(out, want);
+    ix__text_stream_destroy(ts);
+}
+
+static void test_text_stream(void **state) {
+    (void)state;
+    const ix_tokenizer *t = ix_model_tokenizer(g_model);
+    ix__text_stream *ts;
+    ix_buf out = {0};
+
+    /* A character split across tokens shows only once it is whole ("€" is
+     * E2 82 AC); an unfinished one is released as its bytes at the end. */
+    assert_int_equal(ix__text_stream_create(&ts, t, NULL, 0), IX_OK);
+    assert_false(push_bytes(ts, "A\xE2\x82", &out));
+    expect_text(&out, "A");
+    assert_false(push_bytes(ts, "\xAC", &out));
+    expect_text(&out, "\xE2\x82\xAC");
+    assert_false(push_bytes(ts, "\xE2\x82", &out));
+    expect_text(&out, "");
+    expect_finish(ts, &out, "\xE2\x82");
+
+    /* A stop string that spans tokens and a split character: nothing of it
+     * is shown, nor anything after it. */
+    const char *euro_b[] = {"\xE2\x82\xAC" "B"};
+    assert_int_equal(ix__text_stream_create(&ts, t, euro_b, 1), IX_OK);
+    assert_false(push_bytes(ts, "x\xE2\x82\xAC", &out));
+    expect_text(&out, "x"); /* "€" may start the stop string: held */
+    assert_true(push_bytes(ts, "B", &out));
+    expect_text(&out, "");
+    assert_true(push_bytes(ts, "C", &out)); /* stopped streams take nothing */
+    expect_text(&out, "");
+    expect_finish(ts, &out, "");
+
+    /* The start of a stop string is held while it may complete, shown when
+     * it cannot, and released at the end when the choice ends without it. */
+    const char *xyz[] = {"XYZ", ""};
+    assert_int_equal(ix__text_stream_create(&ts, t, xyz, 2), IX_OK);
+    assert_false(push_bytes(ts, "aXY", &out));
+    expect_text(&out, "a");
+    assert_false(push_bytes(ts, "Xb", &out));
+    expect_text(&out, "XYXb");
+    assert_false(push_bytes(ts, "XY", &out));
+    expect_text(&out, "");
+    expect_finish(ts, &out, "XY");
+    /* ... and the end's unfinished character goes through the filter too */
+    assert_int_equal(ix__text_stream_create(&ts, t, xyz, 2), IX_OK);
+    assert_false(push_bytes(ts, "XY\xE2\x82", &out));
+    expect_text(&out, "");
+    expect_finish(ts, &out, "XY\xE2\x82");
+
+    /* Real pieces: the SPM leading space of the first token is kept (a
+     * completion continues its prompt), and "e wh" spans "▁the" and "▁whole". */
+    ix_token_vec ids = {0};
+    assert_int_equal(ix_tokenizer_encode(t, "the whole party", 15, 0, &ids, NULL), IX_OK);
+    assert_true(ids.n >= 2);
+    const char *e_wh[] = {"e wh"};
+    assert_int_equal(ix__text_stream_create(&ts, t, e_wh, 1), IX_OK);
+    ix_buf_clear(&out);
+    bool stopped = false;
+    size_t i = 0;
+    while (i < ids.n && !stopped)
+        assert_int_equal(ix__text_stream_push(ts, ids.ids[i++], &out, &stopped), IX_OK);
+    assert_true(stopped);
+    assert_int_equal(i, 2);
+    expect_text(&out, " th");
+    ix__text_stream_destroy(ts);
+    ix_token_vec_free(&ids);
+    ix__text_stream_destroy(NULL);
+    ix_buf_free(&out);
 }
 
 int main(void) {
@@ -415,6 +678,8 @@ int main(void) {
         cmocka_unit_test(test_n_choices),
         cmocka_unit_test(test_policies),
         cmocka_unit_test(test_stops_and_bad_requests),
+        cmocka_unit_test(test_stepped_engine_is_the_model_loop),
+        cmocka_unit_test(test_text_stream),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

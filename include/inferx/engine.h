@@ -6,11 +6,16 @@
  * requests join between steps; a finished request releases its blocks in the
  * step it finishes.
  *
+ * This is the one generation loop: the server, the offline batch API and the
+ * command line's run and bench all generate through it.
+ *
  * Threads: ix_engine_submit / ix_engine_cancel / ix_engine_get_stats may be
  * called from any thread (they take a short mutex and wake the engine thread;
  * the engine thread never blocks on a caller). Callbacks run on the engine
  * thread: they must be quick and must not call back into the engine except
- * ix_engine_cancel.
+ * ix_engine_cancel. An engine created with start_thread false has no thread
+ * of its own: whoever calls ix_engine_step is its engine thread, and the
+ * callbacks run inside that call.
  */
 #ifndef INFERX_ENGINE_H
 #define INFERX_ENGINE_H
@@ -136,9 +141,24 @@ ix_status ix_engine_submit(ix_engine *e, const ix_request_params *r, uint64_t *i
  * IX_FINISH_ABORT. Unknown or finished ids are ignored. Any thread. */
 void ix_engine_cancel(ix_engine *e, uint64_t id);
 
-/* Without a thread (start_thread false): runs one step on the calling thread;
- * *did_work tells whether there was anything to do. */
+/* The synchronous entry point, for an engine created with start_thread false
+ * (whose engine thread is then the one caller that steps it): runs one step
+ * on the calling thread -- takes in submissions and cancellations, plans,
+ * runs at most one forward pass, samples, calls on_token / on_finish -- and
+ * returns. A prompt takes one step per chunk of max_num_batched_tokens, then
+ * each step decodes one token per running choice; between steps the caller
+ * may do its own work (inferx bench measures memory bandwidth there).
+ * *did_work is false when there was nothing to do. A request's own failures
+ * finish it with IX_FINISH_ERROR; the engine's are returned (IX_ERR_STATE:
+ * the engine has a thread of its own). */
 ix_status ix_engine_step(ix_engine *e, bool *did_work);
+
+/* Steps a thread-less engine until *done is true -- a flag the caller's
+ * on_finish sets (it runs inside these steps) -- or max_steps steps have run
+ * (<= 0: no limit): IX_OK. IX_ERR_STATE when the engine has a thread, or when
+ * it runs out of work with *done still false (nothing in flight can set it);
+ * a step's error otherwise. `inferx run` is one submit and one call of this. */
+ix_status ix_engine_run_until(ix_engine *e, const bool *done, int64_t max_steps);
 
 typedef struct ix_engine_stats {
     int32_t n_waiting, n_running, n_swapped;
@@ -150,6 +170,11 @@ typedef struct ix_engine_stats {
 /* A consistent snapshot (as of the end of the last step). Any thread. */
 void ix_engine_get_stats(ix_engine *e, ix_engine_stats *out);
 const ix_model *ix_engine_model(const ix_engine *e);
+/* The kernel worker pool the forward passes run on (owned by the engine).
+ * Other work may be run on it (ix_pool_run) only by the thread that steps a
+ * thread-less engine, between steps: inferx bench measures memory bandwidth
+ * on the threads it measures decode with. */
+ix_pool *ix_engine_pool(ix_engine *e);
 
 /* ---- offline batch API (vLLM's LLM.generate) ------------------------------
  * Submits every request, runs until all finish, and returns each one's tokens

@@ -2,7 +2,9 @@
  * inferx bench: prefill and decode throughput of one model, in llama-bench's
  * terms (a pp<P> row: one P-token prompt of random ids through the forward
  * pass in batches of up to 512; a tg<N> row: N tokens decoded one at a time,
- * greedy, each fed back), the median of -r repetitions after a warm-up.
+ * greedy, each fed back), the median of -r repetitions after a warm-up. Both
+ * are requests to the engine (the generation loop every client uses),
+ * stepped on this thread.
  *
  * Beside it, measured in the same run on the same threads, the machine's
  * memory read bandwidth, and the decode bound it implies: a decode step must
@@ -23,7 +25,7 @@
 #endif
 
 #include "cli/cli.h"
-#include "inferx/model.h"
+#include "inferx/engine.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -35,6 +37,8 @@ static void usage(FILE *f) {
             "  -m, --model FILE   GGUF model (default: the bundled model, %s)\n"
             "  -p, --n-prompt N   prompt tokens of the prefill test, 0 = skip (default 512)\n"
             "  -n, --n-gen N      tokens of the decode test, 0 = skip (default 128)\n"
+            "                     (each less than the model's context: a request holds its\n"
+            "                     prompt and a generated token; the defaults shrink to fit)\n"
             "  -t, --threads N    worker threads (default: all cores)\n"
             "  -r, --reps N       repetitions; the median is reported (default 3)\n"
             "  --seed S           seed of the random prompt (default 1)\n"
@@ -54,6 +58,7 @@ typedef struct bench_opts {
     const char *model;
     uint64_t n_prompt, n_gen, threads, reps, seed, bw_mib;
     bool json, kv_f32;
+    bool prompt_set, gen_set; /* -p / -n given (else the defaults, which fit the context) */
 } bench_opts;
 
 /* Returns 0 on success, -1 after --help, else the exit status. */
@@ -82,8 +87,10 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
             ok = true;
         } else if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) {
             ok = ix_cli_parse_u64(a, v, &o->n_prompt);
+            o->prompt_set = true;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) {
             ok = ix_cli_parse_u64(a, v, &o->n_gen);
+            o->gen_set = true;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             ok = ix_cli_parse_u64(a, v, &o->threads);
         } else if (!strcmp(a, "-r") || !strcmp(a, "--reps")) {
@@ -288,83 +295,72 @@ static void bw_close(bw_meter *bm) {
 
 /* ---- the model tests ----------------------------------------------------- */
 
+/* The tests run as requests on a thread-less engine that this thread steps,
+ * so they time the generation loop every client uses, and the bandwidth
+ * passes run between its steps on its own worker pool. */
 typedef struct bench {
-    const ix_model *m;
-    ix_kv *kv;
-    ix_model_ctx *ctx;
-    int32_t max_batch, n_vocab;
-    float *logits;  /* (n_vocab) */
+    ix_engine *e;
     ix_token *toks; /* (max(n_prompt, 1)) the random prompt */
-    int32_t *pos, *seq;
-    uint8_t *out;   /* (max_batch) */
+    bool finished;  /* the request in flight has finished */
+    ix_finish_info info;
 } bench;
 
-/* One forward of tokens[0, n) at positions p0.. of seq, logits of the last. */
-static bool forward_chunk(bench *b, int32_t seq, const ix_token *tokens, int32_t n, int32_t p0) {
-    if (ix_kv_seq_append(b->kv, seq, n, tokens) != IX_OK) {
-        fprintf(stderr, "inferx bench: KV cache: %s\n", ix_kv_errmsg(b->kv));
-        return false;
-    }
-    for (int32_t i = 0; i < n; i++) {
-        b->pos[i] = p0 + i;
-        b->seq[i] = seq;
-        b->out[i] = i == n - 1;
-    }
-    ix_batch batch = {n, tokens, b->pos, b->seq, b->out};
-    if (ix_model_forward(b->ctx, &batch, b->logits) != IX_OK) {
-        fprintf(stderr, "inferx bench: %s\n", ix_model_ctx_errmsg(b->ctx));
-        return false;
-    }
-    ix_kv_seq_commit(b->kv, seq, p0 + n);
-    return true;
+static void bench_on_finish(void *user, const ix_finish_info *info) {
+    bench *b = user;
+    b->info = *info;
+    b->finished = true;
 }
 
-/* Seconds to prefill n_prompt tokens in chunks of max_batch; < 0 on error. */
-static double run_prefill(bench *b, int32_t n_prompt) {
-    int32_t seq;
-    if (ix_kv_seq_create(b->kv, 0, &seq) != IX_OK) {
-        fprintf(stderr, "inferx bench: KV cache: %s\n", ix_kv_errmsg(b->kv));
+/* Seconds to run one greedy request of the n_prompt tokens at b->toks that
+ * generates max_tokens, stepped here; with bm, a bandwidth pass (untimed)
+ * after every bw_every steps. < 0 on error. The prompt takes one step per
+ * chunk of the engine's batch, each later step decodes one token. */
+static double run_request(bench *b, int32_t n_prompt, int32_t max_tokens, bw_meter *bm, int32_t bw_every) {
+    ix_request_params rq = ix_request_default_params();
+    rq.prompt = b->toks;
+    rq.n_prompt = (size_t)n_prompt;
+    rq.sample.temperature = 0;
+    rq.max_tokens = max_tokens;
+    rq.ignore_eos = true;
+    rq.cb = (ix_request_callbacks){NULL, bench_on_finish, b};
+    ix_errbuf err = {{0}};
+    b->finished = false;
+    uint64_t ns = 0, t0 = ix_time_ns();
+    if (ix_engine_submit(b->e, &rq, NULL, &err) != IX_OK) {
+        fprintf(stderr, "inferx bench: %s\n", err.msg);
         return -1;
     }
-    uint64_t t0 = ix_time_ns();
-    bool ok = true;
-    for (int32_t done = 0; ok && done < n_prompt; done += b->max_batch) {
-        int32_t k = n_prompt - done < b->max_batch ? n_prompt - done : b->max_batch;
-        ok = forward_chunk(b, seq, b->toks + done, k, done);
+    for (;;) {
+        ix_status s = ix_engine_run_until(b->e, &b->finished, bm ? bw_every : 0);
+        if (s != IX_OK) {
+            fprintf(stderr, "inferx bench: the engine stopped: %s\n", ix_status_str(s));
+            return -1;
+        }
+        if (b->finished) break;
+        ns += ix_time_ns() - t0;
+        bw_sample(bm, 1);
+        t0 = ix_time_ns();
     }
-    double s = (double)(ix_time_ns() - t0) * 1e-9;
-    ix_kv_seq_free(b->kv, seq);
-    return ok ? s : -1;
+    ns += ix_time_ns() - t0;
+    if (b->info.reason == IX_FINISH_ERROR) {
+        fprintf(stderr, "inferx bench: %s\n", b->info.message);
+        return -1;
+    }
+    return (double)ns * 1e-9;
 }
+
+/* Seconds to prefill n_prompt tokens (and take the greedy token of the last
+ * logits: one pass over the vocabulary). */
+static double run_prefill(bench *b, int32_t n_prompt) { return run_request(b, n_prompt, 1, NULL, 0); }
 
 #define DECODE_BW_EVERY 16
 
-/* Seconds to decode n_gen tokens one by one from an empty sequence, greedy;
- * a bandwidth pass (untimed) every DECODE_BW_EVERY steps. */
+/* Seconds to decode n_gen tokens one by one from an empty sequence, greedy,
+ * each fed back: a one-token prompt (the first decode step) and n_gen - 1
+ * more, n_gen forward passes of one token; a bandwidth pass (untimed) every
+ * DECODE_BW_EVERY steps. */
 static double run_decode(bench *b, bw_meter *bm, int32_t n_gen) {
-    int32_t seq;
-    if (ix_kv_seq_create(b->kv, 0, &seq) != IX_OK) {
-        fprintf(stderr, "inferx bench: KV cache: %s\n", ix_kv_errmsg(b->kv));
-        return -1;
-    }
-    ix_token next = b->toks[0];
-    uint64_t ns = 0, t0 = ix_time_ns();
-    bool ok = true;
-    for (int32_t i = 0; ok && i < n_gen; i++) {
-        if (i > 0 && i % DECODE_BW_EVERY == 0 && bm) {
-            ns += ix_time_ns() - t0;
-            bw_sample(bm, 1);
-            t0 = ix_time_ns();
-        }
-        ok = forward_chunk(b, seq, &next, 1, i);
-        ix_token best = 0;
-        for (int32_t v = 1; v < b->n_vocab; v++)
-            if (b->logits[v] > b->logits[best]) best = v;
-        next = best;
-    }
-    ns += ix_time_ns() - t0;
-    ix_kv_seq_free(b->kv, seq);
-    return ok ? (double)ns * 1e-9 : -1;
+    return run_request(b, 1, n_gen, bm, DECODE_BW_EVERY);
 }
 
 /* Runs one test reps times after a warm-up, each repetition preceded by two
@@ -440,37 +436,34 @@ int ix_cli_bench(int argc, char **argv) {
     }
     const ix_model_hparams *hp = ix_model_get_hparams(m);
     int32_t n_prompt = (int32_t)o.n_prompt, n_gen = (int32_t)o.n_gen;
-    if (n_prompt > hp->n_ctx_train || n_gen > hp->n_ctx_train) {
-        fprintf(stderr, "inferx bench: -p %d / -n %d exceed the model's context of %d tokens\n", n_prompt,
-                n_gen, hp->n_ctx_train);
+    /* A request holds its prompt plus at least one generated token: the
+     * defaults shrink to a small model's context, explicit sizes must fit. */
+    if (!o.prompt_set && n_prompt >= hp->n_ctx_train) n_prompt = hp->n_ctx_train - 1;
+    if (!o.gen_set && n_gen >= hp->n_ctx_train) n_gen = hp->n_ctx_train - 1;
+    if (n_prompt >= hp->n_ctx_train || n_gen >= hp->n_ctx_train) {
+        fprintf(stderr, "inferx bench: -p %d / -n %d must be less than the model's context of %d tokens\n",
+                n_prompt, n_gen, hp->n_ctx_train);
         goto done;
     }
-    int32_t longest = n_prompt > n_gen ? n_prompt : n_gen;
-    ix_kv_params kp = ix_kv_default_params();
-    ix_model_kv_params(m, &kp);
-    kp.dtype = o.kv_f32 ? IX_KV_F32 : IX_KV_F16;
-    kp.n_blocks = (longest + kp.block_size - 1) / kp.block_size + 1;
-    kp.enable_prefix_cache = false;
-    if (ix_kv_create(&kp, &b.kv, &err) != IX_OK) {
-        fprintf(stderr, "inferx bench: KV cache: %s\n", err.msg);
-        goto done;
-    }
-    ix_model_ctx_params cp = ix_model_ctx_default_params();
-    cp.max_batch_tokens = n_prompt < 1 ? 1 : n_prompt > 512 ? 512 : n_prompt;
-    cp.n_threads = (int32_t)o.threads;
-    if (ix_model_ctx_create(&b.ctx, m, b.kv, &cp, &err) != IX_OK) {
+    /* One sequence at a time: a pool just large enough for the longest test
+     * (prompt + its one token, or a 1-token prompt + n_gen), no prefix cache
+     * (each repetition must compute its prompt), batches of up to 512. */
+    int32_t longest = n_prompt > n_gen ? n_prompt + 1 : n_gen + 1;
+    ix_engine_params ep = ix_engine_default_params();
+    ep.start_thread = false;
+    ep.n_threads = (int32_t)o.threads;
+    ep.kv_dtype = o.kv_f32 ? IX_KV_F32 : IX_KV_F16;
+    ep.kv_blocks = (longest + ep.kv_block_size - 1) / ep.kv_block_size + 1;
+    ep.enable_prefix_cache = false;
+    ep.sched.max_num_seqs = 1;
+    ep.sched.max_num_batched_tokens = n_prompt < 1 ? 1 : n_prompt > 512 ? 512 : n_prompt;
+    if (ix_engine_create(&b.e, m, &ep, &err) != IX_OK) {
         fprintf(stderr, "inferx bench: %s\n", err.msg);
         goto done;
     }
-    b.m = m;
-    b.max_batch = cp.max_batch_tokens;
-    b.n_vocab = hp->n_vocab;
-    b.logits = malloc((size_t)b.n_vocab * sizeof *b.logits);
+    int32_t n_vocab = hp->n_vocab;
     b.toks = malloc((size_t)(n_prompt > 1 ? n_prompt : 1) * sizeof *b.toks);
-    b.pos = malloc((size_t)b.max_batch * sizeof *b.pos);
-    b.seq = malloc((size_t)b.max_batch * sizeof *b.seq);
-    b.out = malloc((size_t)b.max_batch);
-    if (!b.logits || !b.toks || !b.pos || !b.seq || !b.out) {
+    if (!b.toks) {
         fprintf(stderr, "inferx bench: out of memory\n");
         goto done;
     }
@@ -479,10 +472,10 @@ int ix_cli_bench(int argc, char **argv) {
         r ^= r << 13;
         r ^= r >> 7;
         r ^= r << 17;
-        b.toks[i] = (ix_token)(r % (uint64_t)b.n_vocab);
+        b.toks[i] = (ix_token)(r % (uint64_t)n_vocab);
     }
 
-    ix_pool *pool = ix_model_ctx_pool(b.ctx);
+    ix_pool *pool = ix_engine_pool(b.e);
     int threads = ix_pool_n_threads(pool);
     size_t max_samples = 4 + (size_t)o.reps * (4 + (size_t)n_gen / DECODE_BW_EVERY);
     if (!bw_open(&bm, pool, o.bw_mib, max_samples))
@@ -556,13 +549,8 @@ int ix_cli_bench(int argc, char **argv) {
     rc = 0;
 done:
     bw_close(&bm);
-    free(b.logits);
     free(b.toks);
-    free(b.pos);
-    free(b.seq);
-    free(b.out);
-    ix_model_ctx_destroy(b.ctx);
-    ix_kv_destroy(b.kv);
+    ix_engine_destroy(b.e);
     ix_model_destroy(m);
     return rc;
 }

@@ -1,16 +1,18 @@
 /* inferx run: one prompt, one streamed completion, timings on stderr.
  *
- * A single sequence driven directly over model + KV cache + sampler: the
- * prompt is prefilled in chunks of the context's batch size, then one token
- * per step, streamed through the incremental detokenizer and the stop-string
- * filter, until EOS, -n tokens, a stop string or the context is full. */
+ * One request on a thread-less engine that this thread steps (engine.h's
+ * ix_engine_run_until): the engine's generation loop and text stream, the
+ * same the server uses. The prompt is prefilled in chunks of up to 512 tokens,
+ * then one token per step is sampled and its text -- which never splits a
+ * UTF-8 character nor shows a stop string -- goes to stdout as it comes,
+ * until EOS, -n tokens, a stop string or the context is full. The timings
+ * are the engine's own (ix_finish_info). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
-#include "inferx/model.h"
-#include "inferx/sample.h"
+#include "inferx/engine.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -45,6 +47,24 @@ static bool parse_float(const char *opt, const char *s, float *out) {
 bad:
     fprintf(stderr, "inferx run: %s expects a number, got '%s'\n", opt, s ? s : "");
     return false;
+}
+
+typedef struct run_state {
+    bool finished;
+    ix_finish_info info;
+} run_state;
+
+static void run_on_token(void *user, const ix_token_event *ev) {
+    IX_UNUSED(user);
+    if (!ev->text_len) return;
+    fwrite(ev->text, 1, ev->text_len, stdout);
+    fflush(stdout);
+}
+
+static void run_on_finish(void *user, const ix_finish_info *info) {
+    run_state *st = user;
+    st->info = *info;
+    st->finished = true;
 }
 
 static char *read_stdin(void) {
@@ -126,20 +146,18 @@ int ix_cli_run(int argc, char **argv) {
         fprintf(stderr, "inferx run: -p PROMPT is required (see --help)\n");
         return 2;
     }
+    if (n_predict == 0) {
+        fprintf(stderr, "inferx run: -n must be at least 1\n");
+        return 2;
+    }
     if (!model) model = ix_cli_default_model();
     sp.seed = seed;
 
     int rc = 1;
     ix_errbuf err = {{0}};
     ix_model *m = NULL;
-    ix_kv *kv = NULL;
-    ix_model_ctx *ctx = NULL;
-    ix_sampler *smp = NULL;
-    ix_detok *dt = NULL;
-    ix_stopper *stopper = NULL;
+    ix_engine *e = NULL;
     ix_token_vec ids = {0};
-    ix_buf piece = {0}, text = {0};
-    float *logits = NULL;
     char *stdin_prompt = NULL;
     if (!strcmp(prompt, "-")) prompt = stdin_prompt = read_stdin();
 
@@ -148,131 +166,75 @@ int ix_cli_run(int argc, char **argv) {
         goto done;
     }
     const ix_model_hparams *hp = ix_model_get_hparams(m);
-    const ix_tokenizer *tok = ix_model_tokenizer(m);
     if (n_ctx == 0 || n_ctx > (uint64_t)hp->n_ctx_train) {
         if (n_ctx > (uint64_t)hp->n_ctx_train)
             fprintf(stderr, "inferx run: --ctx %llu exceeds the model's context %d; using %d\n",
                     (unsigned long long)n_ctx, hp->n_ctx_train, hp->n_ctx_train);
         n_ctx = (uint64_t)hp->n_ctx_train;
     }
-    if (ix_tokenizer_encode(tok, prompt, strlen(prompt), IX_TOK_ADD_SPECIAL, &ids, &err) != IX_OK) {
+    if (ix_tokenizer_encode(ix_model_tokenizer(m), prompt, strlen(prompt), IX_TOK_ADD_SPECIAL, &ids, &err) !=
+        IX_OK) {
         fprintf(stderr, "inferx run: prompt: %s\n", err.msg);
         goto done;
     }
-    if (ids.n == 0 || ids.n >= n_ctx) {
-        fprintf(stderr, "inferx run: the prompt is %zu tokens; the context holds %llu (prompt + at least "
-                        "one generated token)\n",
-                ids.n, (unsigned long long)n_ctx);
-        goto done;
-    }
 
-    ix_kv_params kp = ix_kv_default_params();
-    ix_model_kv_params(m, &kp);
-    kp.dtype = kv_f32 ? IX_KV_F32 : IX_KV_F16;
-    kp.max_seq_len = (int32_t)n_ctx;
-    kp.n_blocks = (int64_t)((n_ctx + (uint64_t)kp.block_size - 1) / (uint64_t)kp.block_size);
-    kp.enable_prefix_cache = false;
-    if (ix_kv_create(&kp, &kv, &err) != IX_OK) {
-        fprintf(stderr, "inferx run: KV cache: %s\n", err.msg);
-        goto done;
-    }
-    ix_model_ctx_params cp = ix_model_ctx_default_params();
-    cp.n_threads = (int32_t)threads;
-    if (ix_model_ctx_create(&ctx, m, kv, &cp, &err) != IX_OK ||
-        ix_sampler_create(&smp, &sp, hp->n_vocab, &err) != IX_OK) {
+    /* One request on a thread-less engine that this thread steps: a KV pool
+     * of one context and the block beyond the prompt that admission asks
+     * for, no prefix cache (nothing to share), prefill in chunks of up to 512
+     * tokens. */
+    ix_engine_params ep = ix_engine_default_params();
+    ep.start_thread = false;
+    ep.n_threads = (int32_t)threads;
+    ep.n_ctx = (int32_t)n_ctx;
+    ep.kv_dtype = kv_f32 ? IX_KV_F32 : IX_KV_F16;
+    ep.kv_blocks = (int64_t)((n_ctx + (uint64_t)ep.kv_block_size - 1) / (uint64_t)ep.kv_block_size) + 1;
+    ep.enable_prefix_cache = false;
+    ep.sched.max_num_seqs = 1;
+    ep.sched.max_num_batched_tokens = 512;
+    if (ix_engine_create(&e, m, &ep, &err) != IX_OK) {
         fprintf(stderr, "inferx run: %s\n", err.msg);
         goto done;
     }
-    /* The completion continues the prompt, so its leading space is kept. */
-    if (ix_detok_create(&dt, tok, IX_DETOK_KEEP_LEADING_SPACE) != IX_OK || ix_stopper_create(&stopper, stops, n_stops) != IX_OK ||
-        !(logits = malloc((size_t)hp->n_vocab * sizeof(float)))) {
-        fprintf(stderr, "inferx run: out of memory\n");
+    run_state st = {0};
+    ix_request_params rq = ix_request_default_params();
+    rq.prompt = ids.ids;
+    rq.n_prompt = ids.n;
+    rq.sample = sp;
+    rq.max_tokens = n_predict < INT32_MAX ? (int32_t)n_predict : INT32_MAX;
+    rq.stop = stops;
+    rq.n_stop = n_stops;
+    rq.ignore_eos = ignore_eos;
+    rq.cb = (ix_request_callbacks){run_on_token, run_on_finish, &st};
+    ix_status s = ix_engine_submit(e, &rq, NULL, &err);
+    if (s != IX_OK) {
+        fprintf(stderr, "inferx run: %s\n", err.msg);
+        rc = s == IX_ERR_INVALID ? 2 : 1;
         goto done;
     }
-    ix_sampler_add_prompt(smp, ids.ids, ids.n);
-
-    int32_t seq;
-    ix_kv_seq_create(kv, 0, &seq);
-    int32_t pos[512], sq[512];
-    uint8_t out[512];
-    for (int i = 0; i < 512; i++) sq[i] = seq;
-
-    uint64_t t0 = ix_time_ns(), t_first = 0;
-    size_t done_prompt = 0, n_gen = 0;
-    ix_token next = IX_TOKEN_NONE;
-    bool stopped = false;
-    while (!stopped && n_gen < n_predict) {
-        const ix_token *src;
-        int32_t k;
-        if (done_prompt < ids.n) {
-            k = (int32_t)(ids.n - done_prompt < 512 ? ids.n - done_prompt : 512);
-            src = ids.ids + done_prompt;
-        } else {
-            if ((uint64_t)ix_kv_seq_n_tokens(kv, seq) >= n_ctx) break; /* context full */
-            k = 1;
-            src = &next;
-        }
-        int32_t p0 = ix_kv_seq_n_tokens(kv, seq);
-        if (ix_kv_seq_append(kv, seq, k, src) != IX_OK) {
-            fprintf(stderr, "\ninferx run: KV cache: %s\n", ix_kv_errmsg(kv));
-            goto done;
-        }
-        for (int32_t j = 0; j < k; j++) {
-            pos[j] = p0 + j;
-            out[j] = 0;
-        }
-        if (done_prompt < ids.n) done_prompt += (size_t)k;
-        bool want = done_prompt >= ids.n;
-        out[k - 1] = want;
-        ix_batch b = {k, src, pos, sq, out};
-        if (ix_model_forward(ctx, &b, logits) != IX_OK) {
-            fprintf(stderr, "\ninferx run: %s\n", ix_model_ctx_errmsg(ctx));
-            goto done;
-        }
-        ix_kv_seq_commit(kv, seq, p0 + k);
-        if (!want) continue;
-        ix_sample_result r;
-        ix_sampler_sample(smp, logits, &r);
-        ix_sampler_accept(smp, r.id);
-        if (n_gen++ == 0) t_first = ix_time_ns();
-        next = r.id;
-        if (!ignore_eos && ix_tokenizer_is_eog(tok, r.id)) break;
-        ix_buf_clear(&piece);
-        ix_buf_clear(&text);
-        ix_detok_push(dt, r.id, &piece);
-        ix_stopper_feed(stopper, piece.data ? piece.data : "", piece.len, &text, &stopped);
-        fwrite(text.data ? text.data : "", 1, text.len, stdout);
-        fflush(stdout);
-    }
-    if (!stopped) {
-        ix_buf_clear(&piece);
-        ix_buf_clear(&text);
-        ix_detok_flush(dt, &piece);
-        ix_stopper_feed(stopper, piece.data ? piece.data : "", piece.len, &text, &stopped);
-        if (!stopped) ix_stopper_flush(stopper, &text);
-        fwrite(text.data ? text.data : "", 1, text.len, stdout);
+    if ((s = ix_engine_run_until(e, &st.finished, 0)) != IX_OK) {
+        fprintf(stderr, "\ninferx run: the engine stopped: %s\n", ix_status_str(s));
+        goto done;
     }
     printf("\n");
-    uint64_t t_end = ix_time_ns();
-    double prefill_s = (double)(t_first - t0) / 1e9, gen_s = (double)(t_end - t_first) / 1e9;
+    const ix_finish_info *fi = &st.info;
+    if (fi->reason == IX_FINISH_ERROR) {
+        fprintf(stderr, "inferx run: %s\n", fi->message);
+        goto done;
+    }
+    int32_t n_gen = fi->usage.completion_tokens;
+    double prefill_s = fi->timings.first_token_ms / 1e3;
+    double gen_s = (fi->timings.total_ms - fi->timings.first_token_ms) / 1e3;
     fprintf(stderr,
-            "\ninferx run: prompt %zu tokens in %.3f s (%.1f tokens/s), time to first token %.1f ms; "
-            "generated %zu tokens, %.1f tokens/s (%s, %d threads, kernels %s)\n",
-            ids.n, prefill_s, (double)ids.n / prefill_s, prefill_s * 1e3, n_gen,
-            n_gen > 1 ? (double)(n_gen - 1) / gen_s : 0.0, hp->arch_name,
-            ix_pool_n_threads(ix_model_ctx_pool(ctx)), ix_kernels()->name);
+            "\ninferx run: prompt %d tokens in %.3f s (%.1f tokens/s), time to first token %.1f ms; "
+            "generated %d tokens, %.1f tokens/s (%s, %d threads, kernels %s)\n",
+            fi->usage.prompt_tokens, prefill_s, (double)fi->usage.prompt_tokens / prefill_s,
+            prefill_s * 1e3, n_gen, n_gen > 1 && gen_s > 0 ? (double)(n_gen - 1) / gen_s : 0.0, hp->arch_name,
+            ix_pool_n_threads(ix_engine_pool(e)), ix_kernels()->name);
     rc = 0;
 done:
-    free(logits);
+    ix_engine_destroy(e);
     ix_free(stdin_prompt);
-    ix_buf_free(&piece);
-    ix_buf_free(&text);
     ix_token_vec_free(&ids);
-    ix_stopper_destroy(stopper);
-    ix_detok_destroy(dt);
-    ix_sampler_destroy(smp);
-    ix_model_ctx_destroy(ctx);
-    ix_kv_destroy(kv);
     ix_model_destroy(m);
     return rc;
 }

@@ -1,11 +1,14 @@
 /*
- * The engine: requests, the step loop and the thread around it.
+ * The engine: requests, the step loop and the thread around it. This is the
+ * one generation loop: the server, the offline batch API and the CLI's run
+ * and bench all drive it (the CLI on its own thread: ix_engine_run_until).
  *
  * A request is one ix_sched_item plus what the engine needs to run it: each
  * choice's full token list (prompt + generated, what a recompute re-prefills),
- * sampler, detokenizer and stop-string filter. Submissions and cancellations
- * cross threads through one mutex-protected list each (the engine thread holds
- * the mutex only to splice them out), so callers never wait on a step.
+ * sampler and text stream (detokenizer + stop-string filter, stream.c).
+ * Submissions and cancellations cross threads through one mutex-protected
+ * list each (the engine thread holds the mutex only to splice them out), so
+ * callers never wait on a step.
  *
  * One step: splice in submissions, apply cancellations, ask the scheduler for
  * a plan, append the planned KV slots, run one forward pass, commit K/V, then
@@ -15,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "engine/engine_int.h"
 #include "inferx/engine.h"
 
 typedef struct req {
@@ -29,8 +33,7 @@ typedef struct req {
     bool ignore_eos;
     ix_token_vec toks[IX_SCHED_MAX_SEQS]; /* prompt + generated, per choice */
     ix_sampler *smp[IX_SCHED_MAX_SEQS];
-    ix_detok *dt[IX_SCHED_MAX_SEQS];
-    ix_stopper *stopper[IX_SCHED_MAX_SEQS];
+    ix__text_stream *text[IX_SCHED_MAX_SEQS];
     ix_finish_reason reasons[IX_SCHED_MAX_SEQS];
     bool admitted_once;
     int32_t cached_prompt;
@@ -68,7 +71,7 @@ struct ix_engine {
     int32_t *b_pos, *b_seq;
     uint8_t *b_out;
     float *logits;   /* (max_out, n_vocab) */
-    ix_buf piece, text;
+    ix_buf text;     /* a token's text, on its way to on_token */
 };
 
 const char *ix_finish_reason_name(ix_finish_reason r) {
@@ -99,6 +102,8 @@ ix_engine_params ix_engine_default_params(void) {
 
 const ix_model *ix_engine_model(const ix_engine *e) { return e->m; }
 
+ix_pool *ix_engine_pool(ix_engine *e) { return ix_model_ctx_pool(e->ctx); }
+
 /* ---- requests ---------------------------------------------------------------- */
 
 static void req_free(req *r) {
@@ -106,8 +111,7 @@ static void req_free(req *r) {
     for (int i = 0; i < IX_SCHED_MAX_SEQS; i++) {
         ix_token_vec_free(&r->toks[i]);
         ix_sampler_destroy(r->smp[i]);
-        ix_detok_destroy(r->dt[i]);
-        ix_stopper_destroy(r->stopper[i]);
+        ix__text_stream_destroy(r->text[i]);
     }
     for (size_t i = 0; i < r->n_stops; i++) ix_free(r->stops[i]);
     ix_free(r->stops);
@@ -173,8 +177,8 @@ static ix_status req_build(ix_engine *e, const ix_request_params *rp, req **out,
         sp.seed = r->sp.seed + (uint64_t)c * 0x9e3779b97f4a7c15ull; /* distinct streams per choice */
         if ((s = ix_sampler_create(&r->smp[c], &sp, e->n_vocab, err)) != IX_OK) goto fail;
         if (ix_sampler_add_prompt(r->smp[c], rp->prompt, rp->n_prompt) != IX_OK) goto oom;
-        if (ix_detok_create(&r->dt[c], tok, IX_DETOK_KEEP_LEADING_SPACE) != IX_OK) goto oom;
-        if (ix_stopper_create(&r->stopper[c], (const char *const *)r->stops, r->n_stops) != IX_OK) goto oom;
+        if (ix__text_stream_create(&r->text[c], tok, (const char *const *)r->stops, r->n_stops) != IX_OK)
+            goto oom;
         for (size_t i = 0; i < rp->n_prompt; i++)
             if (ix_token_vec_push(&r->toks[c], rp->prompt[i]) != IX_OK) goto oom;
     }
@@ -335,21 +339,16 @@ static void emit(ix_engine *e, req *r, int32_t c, ix_token tok, const ix_sample_
     r->cb.on_token(r->cb.user, &ev);
 }
 
-/* Ends choice c: flushes held-back text, frees its sequence. */
-static void finish_choice(ix_engine *e, req *r, int32_t c, ix_finish_reason why, bool stop_string) {
+/* Ends choice c: releases its held-back text (nothing after a stop
+ * string), frees its sequence. */
+static void finish_choice(ix_engine *e, req *r, int32_t c, ix_finish_reason why) {
     ix_sched_item *it = &r->it;
     if (it->finished[c]) return;
     it->finished[c] = true;
     r->reasons[c] = why;
-    if (!stop_string) {
-        ix_buf_clear(&e->piece);
-        ix_buf_clear(&e->text);
-        bool stopped = false;
-        ix_detok_flush(r->dt[c], &e->piece);
-        ix_stopper_feed(r->stopper[c], e->piece.data ? e->piece.data : "", e->piece.len, &e->text, &stopped);
-        if (!stopped) ix_stopper_flush(r->stopper[c], &e->text);
-        if (e->text.len) emit(e, r, c, IX_TOKEN_NONE, NULL, e->text.data, e->text.len);
-    }
+    ix_buf_clear(&e->text);
+    ix__text_stream_finish(r->text[c], &e->text);
+    if (e->text.len) emit(e, r, c, IX_TOKEN_NONE, NULL, e->text.data, e->text.len);
     if (it->seqs[c] >= 0) ix_kv_seq_free(e->kv, it->seqs[c]);
     it->seqs[c] = -1;
 }
@@ -374,7 +373,7 @@ static void take_token(ix_engine *e, req *r, int32_t c, const float *logits, uin
     ix_sampler_sample(r->smp[c], logits, &sr);
     ix_sampler_accept(r->smp[c], sr.id);
     if (ix_token_vec_push(&r->toks[c], sr.id) != IX_OK) {
-        finish_choice(e, r, c, IX_FINISH_ERROR, false);
+        finish_choice(e, r, c, IX_FINISH_ERROR);
         snprintf(r->errmsg, sizeof r->errmsg, "out of memory");
         return;
     }
@@ -383,19 +382,21 @@ static void take_token(ix_engine *e, req *r, int32_t c, const float *logits, uin
     if (!r->t_first) r->t_first = now;
     if (is_stop_token(e, r, sr.id)) {
         emit(e, r, c, sr.id, &sr, NULL, 0);
-        finish_choice(e, r, c, IX_FINISH_STOP, false);
+        finish_choice(e, r, c, IX_FINISH_STOP);
         return;
     }
-    ix_buf_clear(&e->piece);
     ix_buf_clear(&e->text);
     bool stopped = false;
-    ix_detok_push(r->dt[c], sr.id, &e->piece);
-    ix_stopper_feed(r->stopper[c], e->piece.data ? e->piece.data : "", e->piece.len, &e->text, &stopped);
+    if (ix__text_stream_push(r->text[c], sr.id, &e->text, &stopped) != IX_OK) {
+        finish_choice(e, r, c, IX_FINISH_ERROR);
+        snprintf(r->errmsg, sizeof r->errmsg, "out of memory");
+        return;
+    }
     emit(e, r, c, sr.id, &sr, e->text.data, e->text.len);
     if (stopped) {
-        finish_choice(e, r, c, IX_FINISH_STOP, true);
+        finish_choice(e, r, c, IX_FINISH_STOP);
     } else if (it->n_generated[c] >= it->max_new || (int32_t)r->toks[c].n >= e->n_ctx) {
-        finish_choice(e, r, c, IX_FINISH_LENGTH, false);
+        finish_choice(e, r, c, IX_FINISH_LENGTH);
     }
 }
 
@@ -430,7 +431,8 @@ static void publish(ix_engine *e) {
     pthread_mutex_unlock(&e->mu);
 }
 
-ix_status ix_engine_step(ix_engine *e, bool *did_work) {
+/* One step (ix_engine_step), on the engine thread or the caller that is one. */
+static ix_status step(ix_engine *e, bool *did_work) {
     *did_work = false;
     /* Splice in submissions and cancellations. */
     pthread_mutex_lock(&e->mu);
@@ -482,6 +484,7 @@ ix_status ix_engine_step(ix_engine *e, bool *did_work) {
             for (req *r = e->active; r; r = r->next)
                 if (r->it.state == IX_SCHED_WAITING) {
                     req_finish(e, r, IX_FINISH_ERROR, "the KV cache cannot hold this request");
+                    *did_work = true;
                     break;
                 }
         }
@@ -562,9 +565,24 @@ ix_status ix_engine_step(ix_engine *e, bool *did_work) {
         } else {
             take_token(e, r, i, l, now);
         }
-        if (all_finished(it)) req_finish(e, r, IX_FINISH_STOP, NULL);
+        if (all_finished(it)) req_finish(e, r, IX_FINISH_STOP, r->errmsg[0] ? r->errmsg : NULL);
     }
     publish(e);
+    return IX_OK;
+}
+
+ix_status ix_engine_step(ix_engine *e, bool *did_work) {
+    *did_work = false;
+    return e->has_thread ? IX_ERR_STATE : step(e, did_work);
+}
+
+ix_status ix_engine_run_until(ix_engine *e, const bool *done, int64_t max_steps) {
+    for (int64_t i = 0; !*done && (max_steps <= 0 || i < max_steps); i++) {
+        bool did = false;
+        ix_status s = ix_engine_step(e, &did);
+        if (s != IX_OK) return s;
+        if (!did && !*done) return IX_ERR_STATE; /* idle: nothing left could set *done */
+    }
     return IX_OK;
 }
 
@@ -574,7 +592,7 @@ static void *engine_main(void *arg) {
     ix_engine *e = arg;
     for (;;) {
         bool did = false;
-        ix_engine_step(e, &did);
+        step(e, &did);
         pthread_mutex_lock(&e->mu);
         if (e->stopping) {
             pthread_mutex_unlock(&e->mu);
@@ -618,7 +636,6 @@ void ix_engine_destroy(ix_engine *e) {
     ix_free(e->b_out);
     ix_free(e->logits);
     ix_free(e->cancels);
-    ix_buf_free(&e->piece);
     ix_buf_free(&e->text);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
@@ -699,6 +716,7 @@ typedef struct gen_ctx {
     pthread_mutex_t *mu;
     pthread_cond_t *cv;
     size_t *remaining;
+    bool *all_done; /* remaining reached 0 (the thread-less loop's flag) */
     ix_generation *g;
 } gen_ctx;
 
@@ -712,7 +730,7 @@ static void gen_on_finish(void *user, const ix_finish_info *info) {
     gen_ctx *gc = user;
     pthread_mutex_lock(gc->mu);
     gc->g->info = *info;
-    (*gc->remaining)--;
+    if (--*gc->remaining == 0) *gc->all_done = true;
     pthread_cond_broadcast(gc->cv);
     pthread_mutex_unlock(gc->mu);
 }
@@ -722,12 +740,13 @@ ix_status ix_engine_generate(ix_engine *e, const ix_request_params *reqs, size_t
     pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
     size_t remaining = 0;
+    bool all_done = false;
     gen_ctx *ctxs = ix_calloc(n ? n : 1, sizeof *ctxs);
     if (!ctxs) return ix_errf(err, IX_ERR_NOMEM, "out of memory");
     memset(out, 0, n * sizeof *out);
     ix_status s = IX_OK;
     for (size_t i = 0; i < n; i++) {
-        ctxs[i] = (gen_ctx){&mu, &cv, &remaining, &out[i]};
+        ctxs[i] = (gen_ctx){&mu, &cv, &remaining, &all_done, &out[i]};
         ix_request_params r = reqs[i];
         r.cb = (ix_request_callbacks){gen_on_token, gen_on_finish, &ctxs[i]};
         pthread_mutex_lock(&mu);
@@ -747,19 +766,9 @@ ix_status ix_engine_generate(ix_engine *e, const ix_request_params *reqs, size_t
         pthread_mutex_lock(&mu);
         while (remaining > 0) pthread_cond_wait(&cv, &mu);
         pthread_mutex_unlock(&mu);
-    } else {
-        for (;;) {
-            pthread_mutex_lock(&mu);
-            size_t left = remaining;
-            pthread_mutex_unlock(&mu);
-            if (!left) break;
-            bool did;
-            ix_status st = ix_engine_step(e, &did);
-            if (st != IX_OK) {
-                s = st;
-                break;
-            }
-        }
+    } else if (remaining > 0) {
+        ix_status st = ix_engine_run_until(e, &all_done, 0);
+        if (st != IX_OK) s = st;
     }
     ix_free(ctxs);
     return s;

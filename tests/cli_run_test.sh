@@ -1,0 +1,71 @@
+#!/bin/sh
+# `inferx run` end to end on the bundled model: stdout is exactly the
+# completion, the engine's text -- greedy, the continuation in
+# ../shared/models/golden.json (32 tokens of the PyTorch reference, the
+# leading space kept); the timings go to stderr; stop strings, a prompt on
+# stdin and seeds work; bad input fails with a message.
+# usage: cli_run_test.sh INFERX SOURCE_DIR TMP_DIR
+set -u
+bin=$1 src=$2 tmp=$3
+model=$src/models/target-f16.gguf
+prompt="It was on this point that she had"
+out=
+
+errf="$tmp/cli_run_err"
+. "$(dirname "$0")/cli_lib.sh"
+
+# run ARGS...: stdout into $got, stderr into $out; fails on a non-zero exit.
+run() {
+    "$bin" run -m "$model" "$@" >"$tmp/cli_run_out" 2>"$errf"
+    rc=$?
+    out=$(cat "$errf")
+    [ "$rc" -eq 0 ] || fail "inferx run $* exited $rc"
+    got=$(cat "$tmp/cli_run_out")
+    out=$(cat "$errf")
+}
+
+# $got lacks the final newline (command substitution drops it); the file has it.
+golden=" been able to give up the whole party.
+Their visit was to be done, and the two gentlemen were to be at home, and the two girls"
+run -p "$prompt" -n 32 --temp 0 -t 2
+[ "$got" = "$golden" ] || fail "greedy output differs: '$got'"
+[ "$(tail -c 1 "$tmp/cli_run_out" | od -An -c | tr -d ' ')" = '\n' ] || fail "stdout does not end in a newline"
+expect "prompt 9 tokens in"
+expect "time to first token"
+expect "generated 32 tokens"
+expect "2 threads"
+
+# A stop string spanning tokens ("▁the" "▁whole"): the text before it, nothing of it.
+run -p "$prompt" -n 32 --temp 0 --stop "e whole" --stop "never"
+[ "$got" = " been able to give up th" ] || fail "--stop: '$got'"
+
+# The prompt from stdin; -n caps the tokens.
+printf '%s' "$prompt" | "$bin" run -m "$model" -p - -n 4 --temp 0 >"$tmp/cli_run_out" 2>"$errf" || fail "-p - exited $?"
+got=$(cat "$tmp/cli_run_out")
+[ "$got" = " been able to give" ] || fail "-p -: '$got'"
+
+# The context bounds the completion: prompt + completion <= --ctx.
+run -p "$prompt" -n 100 --temp 0 -c 12
+expect "generated 3 tokens"
+
+# Same seed, same text; sampling is on by default.
+run -p "$prompt" -n 24 --seed 7
+a=$got
+run -p "$prompt" -n 24 --seed 7
+[ "$got" = "$a" ] || fail "--seed 7 twice gave different text"
+
+out=$("$bin" run --help) || fail "--help exited $?"
+expect "usage: inferx run"
+
+expect_exit 2 run -m "$model"
+expect_exit 2 run -m "$model" -p "$prompt" -n 0
+expect_exit 2 run -m "$model" -p "$prompt" --top-p 2
+expect "top_p"
+expect_exit 2 run -m "$model" -p "$prompt" --temp x
+expect_exit 2 run -m "$model" -p "$prompt" --bogus
+expect_exit 1 run -m "$tmp/cli_run_missing.gguf" -p "$prompt"
+expect "cannot open"
+expect_exit 1 run -m "$model" -p "$prompt" -c 9
+expect "context"
+rm -f "$tmp/cli_run_out" "$errf"
+echo ok
