@@ -6,6 +6,7 @@
  * longrope's long/short tensors), and the matmul weights are repacked.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,6 +258,47 @@ static void drop_pages(const void *data, uint64_t n_bytes) {
     if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
+/* Parallel packing: work items are grains of PACK_GRAIN_ROWS rows of one
+ * weight (first[i] .. first[i+1] are weight i's), claimed from a counter. */
+#define PACK_GRAIN_ROWS 256
+#define PACK_PARALLEL_MIN_BYTES ((uint64_t)64 << 20)
+
+typedef struct pack_job {
+    ix__weight **ws;
+    uint8_t **dst;  /* (n) packed destination, NULL: weight not packable */
+    size_t *first;  /* (n + 1) first grain of each weight */
+    size_t n;
+    uint64_t total_bytes, t0_ns;
+    _Atomic size_t next;
+    _Atomic uint64_t done_bytes;
+    _Atomic int failed;
+} pack_job;
+
+static void pack_worker(void *ctx, int ith, int nth) {
+    (void)nth;
+    pack_job *j = ctx;
+    size_t n_items = j->first[j->n], w = 0;
+    uint64_t next_report = j->t0_ns + 1000000000ull;
+    for (;;) {
+        size_t it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (it >= n_items) return;
+        while (j->first[w + 1] <= it) w++; /* items are claimed in increasing order */
+        const ix__weight *wt = j->ws[w];
+        size_t N = (size_t)wt->ne1, K = (size_t)wt->ne0;
+        size_t r0 = (it - j->first[w]) * PACK_GRAIN_ROWS, r1 = r0 + PACK_GRAIN_ROWS < N ? r0 + PACK_GRAIN_ROWS : N;
+        if (ix_kernels_pack(wt->type, wt->data, 0, N, K, r0, r1, j->dst[w]) != IX_OK) atomic_store(&j->failed, 1);
+        uint64_t row_bytes = 0;
+        ix_dtype_row_bytes(wt->type, (uint64_t)K, &row_bytes);
+        uint64_t done = atomic_fetch_add_explicit(&j->done_bytes, row_bytes * (r1 - r0), memory_order_relaxed);
+        /* a progress line a second for large models (thread 0 only) */
+        if (ith == 0 && ix_time_ns() > next_report) {
+            next_report += 1000000000ull;
+            IX_LOGI("model: packing weights, %.0f%% of %.1f MB", 100.0 * (double)done / (double)j->total_bytes,
+                    (double)j->total_bytes / 1e6);
+        }
+    }
+}
+
 /* Repacks every packable matmul weight (Q8_0 / Q4_0 / F16 / BF16:
  * ix_kernels_pack) into one buffer, so the kernels read 16 rows per vector
  * load with no run-time transposes. Quantized results are the same bits,
@@ -284,17 +326,53 @@ static ix_status repack_weights(loader *L) {
         ix_free(ws);
         return IX_OK;
     }
+    /* destinations first, then the rows of every weight in grains spread
+     * over all cores: packing is a memory copy, and one core cannot stream
+     * what the machine can */
+    pack_job j = {.ws = ws, .n = n, .total_bytes = total};
+    j.dst = ix_calloc(n, sizeof *j.dst);
+    j.first = ix_calloc(n + 1, sizeof *j.first);
+    if (!j.dst || !j.first) {
+        ix_free(j.dst);
+        ix_free(j.first);
+        ix_free(ws);
+        munmap(buf, mapped);
+        return ix_errf(L->err, IX_ERR_NOMEM, "out of memory");
+    }
     uint64_t at = 0;
     for (size_t i = 0; i < n; i++) {
-        ix__weight *w = ws[i];
-        size_t N = (size_t)w->ne1, K = (size_t)w->ne0, pb = ix_kernels_packed_bytes(w->type, N, K);
-        /* a packable shape into an aligned buffer always packs */
-        if (!pb || ix_kernels_pack(w->type, w->data, 0, N, K, 0, N, buf + at) != IX_OK) continue;
-        drop_pages(w->data, w->n_bytes);
-        w->data = buf + at;
-        w->packed = true;
+        size_t pb = ix_kernels_packed_bytes(ws[i]->type, (size_t)ws[i]->ne1, (size_t)ws[i]->ne0);
+        size_t grains = pb ? ((size_t)ws[i]->ne1 + PACK_GRAIN_ROWS - 1) / PACK_GRAIN_ROWS : 0;
+        j.dst[i] = pb ? buf + at : NULL;
+        j.first[i + 1] = j.first[i] + grains;
         at += pb;
     }
+    j.t0_ns = ix_time_ns();
+    atomic_init(&j.next, 0);
+    atomic_init(&j.done_bytes, 0);
+    atomic_init(&j.failed, 0);
+    ix_pool *pool = NULL;
+    if (total >= PACK_PARALLEL_MIN_BYTES && ix_pool_create(&pool, 0) == IX_OK) {
+        ix_pool_run(pool, pack_worker, &j);
+        ix_pool_destroy(pool);
+    } else {
+        pack_worker(&j, 0, 1);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!j.dst[i]) continue;
+        drop_pages(ws[i]->data, ws[i]->n_bytes);
+        ws[i]->data = j.dst[i];
+        ws[i]->packed = true;
+    }
+    ix_free(j.dst);
+    ix_free(j.first);
+    if (atomic_load(&j.failed)) { /* a packable shape into an aligned buffer always packs */
+        ix_free(ws);
+        return ix_errf(L->err, IX_ERR_INTERNAL, "packing the weights failed");
+    }
+    if (total >= PACK_PARALLEL_MIN_BYTES)
+        IX_LOGI("model: packed %.1f MB of weights in %.2f s", (double)total / 1e6,
+                (double)(ix_time_ns() - j.t0_ns) / 1e9);
     ix_free(ws);
     m->packed = buf;
     m->packed_bytes = mapped;
