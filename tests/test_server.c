@@ -787,7 +787,8 @@ static int check_exposition(const char *text, const char *want_model) {
             snprintf(type, sizeof type, "%s", word);
             if (!strcmp(type, "counter") && (strlen(name) < 6 || strcmp(name + strlen(name) - 6, "_total")))
                 fail_msg("counter %s does not end in _total", name);
-            assert_true(!strncmp(name, "inferx:", 7));
+            /* ours, or the standard process_* families of Prometheus clients */
+            assert_true(!strncmp(name, "inferx:", 7) || !strncmp(name, "process_", 8));
             last_le = -1, last_bucket = 0, inf_bucket = -1;
             continue;
         }

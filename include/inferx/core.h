@@ -82,6 +82,9 @@ char *ix_strdup(const char *s);
 char *ix_strndup(const char *s, size_t n);
 
 size_t ix_mem_live_bytes(void);
+/* Resident set size of this process in bytes (Linux /proc/self/statm; 0
+ * where it cannot be read). Any thread. */
+uint64_t ix_process_resident_bytes(void);
 size_t ix_mem_peak_bytes(void);
 /* Live allocation count; a test that creates and destroys a handle checks it
  * returns to where it started. */

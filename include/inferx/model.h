@@ -120,6 +120,10 @@ const ix_gguf *ix_model_gguf(const ix_model *m);
  * row excluded): what memory bandwidth divides into the decode bound. */
 uint64_t ix_model_decode_bytes(const ix_model *m);
 uint64_t ix_model_n_params(const ix_model *m);
+/* Bytes of weights the model keeps in memory while serving: the packed
+ * copies plus the tensors read in place from the file's mapping (embedding
+ * rows, norms, weights that were not packed). */
+uint64_t ix_model_weight_bytes(const ix_model *m);
 
 /* KV cache parameters matching the model's shape (layers, KV heads, head
  * dim, sliding window, context); the caller sets the pool size and dtype. */

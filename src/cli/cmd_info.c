@@ -199,6 +199,11 @@ static void print_tensors(const ix_gguf *g) {
     }
     char b[NUM_BUF];
     printf("  %5s  %-*s  %-7s  %-22s  %s\n", "", w, "total", "", "", bytes_str(b, sizeof b, total));
+    /* The loader's packed copies have the rows' bytes (plus padding to 64
+     * bytes per 16 rows) and replace the file's pages of those tensors. */
+    printf("  in memory while serving: about %s of weights (/metrics: inferx:model_weight_bytes),\n"
+           "  plus the KV pool below and the activations\n",
+           bytes_str(b, sizeof b, total));
 }
 
 static void print_kv_cache(opt_u64 layers, opt_u64 kv_heads, opt_u64 k_dim, opt_u64 v_dim, uint64_t ctx,

@@ -8,8 +8,10 @@
 #include "inferx/core.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define HDR 16
 
@@ -132,3 +134,13 @@ void ix_mem_fail_after(long n) {
 }
 void ix_mem_fail_reset(void) { atomic_store(&g_fail_after, -1); }
 long ix_mem_failed_count(void) { return atomic_load(&g_failed); }
+
+uint64_t ix_process_resident_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return 0;
+    unsigned long long size = 0, resident = 0;
+    int n = fscanf(f, "%llu %llu", &size, &resident);
+    fclose(f);
+    long page = sysconf(_SC_PAGESIZE);
+    return n == 2 && page > 0 ? (uint64_t)resident * (uint64_t)page : 0;
+}

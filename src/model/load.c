@@ -207,8 +207,10 @@ static ix_status bind_tensors(loader *L) {
     m->decode_bytes += m->output.n_bytes;
     hp->weight_type = m->layers[0].wq.type;
     if (hp->pos == IX_POS_ROPE && (s = rope_factors(L)) != IX_OK) return s;
-    for (uint64_t i = 0; i < ix_gguf_n_tensors(L->g); i++)
+    for (uint64_t i = 0; i < ix_gguf_n_tensors(L->g); i++) {
         m->n_params += ix_gguf_tensor_at(L->g, i)->n_elements;
+        m->weight_bytes += ix_gguf_tensor_at(L->g, i)->n_bytes;
+    }
     return IX_OK;
 }
 
@@ -360,6 +362,8 @@ static ix_status repack_weights(loader *L) {
     }
     for (size_t i = 0; i < n; i++) {
         if (!j.dst[i]) continue;
+        m->weight_bytes -= ws[i]->n_bytes; /* the file's copy, replaced by the packed one */
+        m->weight_bytes += ix_kernels_packed_bytes(ws[i]->type, (size_t)ws[i]->ne1, (size_t)ws[i]->ne0);
         drop_pages(ws[i]->data, ws[i]->n_bytes);
         ws[i]->data = j.dst[i];
         ws[i]->packed = true;
@@ -413,6 +417,7 @@ const ix_tokenizer *ix_model_tokenizer(const ix_model *m) { return m->tok; }
 const ix_gguf *ix_model_gguf(const ix_model *m) { return m->gguf; }
 uint64_t ix_model_decode_bytes(const ix_model *m) { return m->decode_bytes; }
 uint64_t ix_model_n_params(const ix_model *m) { return m->n_params; }
+uint64_t ix_model_weight_bytes(const ix_model *m) { return m->weight_bytes; }
 
 void ix_model_kv_params(const ix_model *m, ix_kv_params *p) {
     p->n_layer = m->hp.n_layer;

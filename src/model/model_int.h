@@ -110,6 +110,7 @@ struct ix_model {
     ix__layer *layers;       /* (n_layer) */
     float *rope_factors;     /* (n_rot/2) frequency divisors in use, or NULL */
     uint64_t decode_bytes, n_params;
+    uint64_t weight_bytes;   /* ix_model_weight_bytes */
     void *packed;            /* the packed copies of the matmul weights (mmap'd) */
     uint64_t packed_bytes;   /* bytes mapped there */
 };

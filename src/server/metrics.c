@@ -267,6 +267,11 @@ ix_status ix__metrics_render(ix_server *s, ix_buf *b) {
     one(&p, "inferx:cost_usd_total", "counter",
         "Sum of the cost attributed to requests, those cut short by their client included.", c.cost_usd);
     one(&p, "inferx:memory_live_bytes", "gauge", "Bytes allocated by the library.", (double)ix_mem_live_bytes());
+    one(&p, "inferx:model_weight_bytes", "gauge",
+        "Bytes of model weights held in memory (packed copies and tensors read from the file).",
+        (double)ix_model_weight_bytes(s->model));
+    one(&p, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
+        (double)ix_process_resident_bytes());
     ix_buf_free(&label);
     return p.bad ? IX_ERR_NOMEM : IX_OK;
 }
