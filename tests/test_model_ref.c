@@ -236,7 +236,7 @@ static void rmodel_free(rmodel *m) {
 static ix_gguf *g_tok_src; /* the bundled model: its tokenizer is copied */
 
 /* How a malformed file differs from the good one. */
-typedef enum mut_kind { MUT_NONE, MUT_DROP, MUT_SHAPE, MUT_TYPE_Q4_K, MUT_TYPE_F16 } mut_kind;
+typedef enum mut_kind { MUT_NONE, MUT_DROP, MUT_SHAPE, MUT_TYPE_IQ2_XXS, MUT_TYPE_F16 } mut_kind;
 typedef struct mutation {
     mut_kind kind;
     const char *tensor;
@@ -248,7 +248,7 @@ static void add_tensor(ix_gguf_writer *w, const mutation *mut, void **junk, cons
     if (mut->kind != MUT_NONE && !strcmp(name, mut->tensor)) {
         if (mut->kind == MUT_DROP) return;
         if (mut->kind == MUT_SHAPE) ne[n_dims - 1] += 32;
-        if (mut->kind == MUT_TYPE_Q4_K) type = IX_DTYPE_Q4_K;
+        if (mut->kind == MUT_TYPE_IQ2_XXS) type = IX_DTYPE_IQ2_XXS;
         if (mut->kind == MUT_TYPE_F16) type = IX_DTYPE_F16;
         uint64_t rb;
         assert_true(ix_dtype_row_bytes(type, (uint64_t)ne[0], &rb));
@@ -605,7 +605,7 @@ static void test_variant(void **state) {
 
 static void test_malformed(void **state) {
     (void)state;
-    /* ffn 256 so that a Q4_K ffn_down (blocks of 256) is a well-formed file. */
+    /* ffn 256 so that an IQ2_XXS ffn_down (blocks of 256, a type without kernels) is a well-formed file. */
     static const cfg in = {.name = "malformed", .arch = "qwen2", .F = 256};
     const cfg base = cfg_fill(&in);
     static const struct {
@@ -620,7 +620,7 @@ static void test_malformed(void **state) {
         {{MUT_SHAPE, "blk.1.ffn_down.weight"}, IX_ERR_FORMAT},
         {{MUT_SHAPE, "output.weight"}, IX_ERR_FORMAT},
         {{MUT_SHAPE, "blk.1.attn_norm.weight"}, IX_ERR_FORMAT},
-        {{MUT_TYPE_Q4_K, "blk.0.ffn_down.weight"}, IX_ERR_UNSUPPORTED},
+        {{MUT_TYPE_IQ2_XXS, "blk.0.ffn_down.weight"}, IX_ERR_UNSUPPORTED},
         {{MUT_TYPE_F16, "blk.1.ffn_norm.weight"}, IX_ERR_UNSUPPORTED},
     };
     ix_gguf_arr toks_arr;

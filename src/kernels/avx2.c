@@ -134,38 +134,6 @@ static void bf16_to_fp32(const uint16_t *src, float *dst, size_t n) {
     for (; i < n; i++) dst[i] = ix__bf16_to_fp32(ix__load_u16(src + i));
 }
 
-static void dequant_row(ix_dtype type, const void *src, float *dst, size_t n) {
-    const uint8_t *p = src;
-    switch (type) {
-    case IX_DTYPE_F32: memcpy(dst, src, n * 4); break;
-    case IX_DTYPE_F16: fp16_to_fp32(src, dst, n); break;
-    case IX_DTYPE_BF16: bf16_to_fp32(src, dst, n); break;
-    case IX_DTYPE_Q8_0:
-        for (size_t b = 0; b < n / IX__QK; b++, p += IX__Q8_0_BYTES, dst += IX__QK) {
-            __m256 d = _mm256_set1_ps(ix__block_d(p));
-            for (int j = 0; j < 4; j++) {
-                __m128i q = _mm_loadl_epi64((const __m128i *)(p + 2 + 8 * j));
-                vf_store(dst + 8 * j, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))));
-            }
-        }
-        break;
-    case IX_DTYPE_Q4_0:
-        for (size_t b = 0; b < n / IX__QK; b++, p += IX__Q4_0_BYTES, dst += IX__QK) {
-            __m256 d = _mm256_set1_ps(ix__block_d(p));
-            __m128i q = _mm_loadu_si128((const __m128i *)(p + 2));
-            __m128i nib = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(8);
-            __m128i lo = _mm_sub_epi8(_mm_and_si128(q, nib), eight);
-            __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), nib), eight);
-            vf_store(dst, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo))));
-            vf_store(dst + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)))));
-            vf_store(dst + 16, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi))));
-            vf_store(dst + 24, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))));
-        }
-        break;
-    default: break;
-    }
-}
-
 /* ---- activation quantization (q8a; same bits as generic.c) ------------------------ */
 static void quantize_act(const float *x, void *dst, size_t k) {
     int8_t *qs;
@@ -524,22 +492,33 @@ PKF_INST(1) PKF_INST(2) PKF_INST(3) PKF_INST(4)
 static const ix__pk_fn k_pkf[PKF_RX] = {pkf_1, pkf_2, pkf_3, pkf_4};
 static const ix__pk_fn k_pkbf[PKF_RX] = {pkbf_1, pkbf_2, pkbf_3, pkbf_4};
 
-static void matmul_rows(const ix_matmul *mm, size_t n0, size_t n1) {
-    if (mm->w_packed) {
-        if (mm->w_type == IX_DTYPE_F16) ix__pk_walk(mm, n0, n1, k_pkf, PKF_RX, PKF_MCHUNK, pkf_lock);
-        else if (mm->w_type == IX_DTYPE_BF16) ix__pk_walk(mm, n0, n1, k_pkbf, PKF_RX, PKF_MCHUNK, pkbf_lock);
-        else
-            ix__pk_walk(mm, n0, n1, k_pk[mm->w_type == IX_DTYPE_Q4_0], PK_RX, PK_MCHUNK,
-                        mm->w_type == IX_DTYPE_Q4_0 ? pk_lock_q4 : pk_lock_q8);
-        return;
-    }
-    switch (mm->w_type) {
-    case IX_DTYPE_Q8_0: ix__matmul_tiles(mm, n0, n1, k_qtiles[0], Q_RX, Q_RW); break;
-    case IX_DTYPE_Q4_0: ix__matmul_tiles(mm, n0, n1, k_qtiles[1], Q_RX, Q_RW); break;
-    case IX_DTYPE_F32: ix__matmul_tiles(mm, n0, n1, k_ftiles[0], F_RX, F_RW); break;
-    case IX_DTYPE_F16: ix__matmul_tiles(mm, n0, n1, k_ftiles[1], F_RX, F_RW); break;
-    default: ix__matmul_tiles(mm, n0, n1, k_ftiles[2], F_RX, F_RW); break;
-    }
+/* ---- the traits' entries (quants.c): one per weight type ---------------------------------- */
+#if IX_AVX2_VNNI
+#define MM(t) ix__mm_##t##_avx2vnni
+#else
+#define MM(t) ix__mm_##t##_avx2
+#endif
+
+void MM(q8_0)(const ix_matmul *mm, size_t n0, size_t n1) {
+    if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pk[0], PK_RX, PK_MCHUNK, pk_lock_q8);
+    else ix__matmul_tiles(mm, n0, n1, k_qtiles[0], Q_RX, Q_RW);
+}
+
+void MM(q4_0)(const ix_matmul *mm, size_t n0, size_t n1) {
+    if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pk[1], PK_RX, PK_MCHUNK, pk_lock_q4);
+    else ix__matmul_tiles(mm, n0, n1, k_qtiles[1], Q_RX, Q_RW);
+}
+
+void MM(f32)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_ftiles[0], F_RX, F_RW); }
+
+void MM(f16)(const ix_matmul *mm, size_t n0, size_t n1) {
+    if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pkf, PKF_RX, PKF_MCHUNK, pkf_lock);
+    else ix__matmul_tiles(mm, n0, n1, k_ftiles[1], F_RX, F_RW);
+}
+
+void MM(bf16)(const ix_matmul *mm, size_t n0, size_t n1) {
+    if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pkbf, PKF_RX, PKF_MCHUNK, pkbf_lock);
+    else ix__matmul_tiles(mm, n0, n1, k_ftiles[2], F_RX, F_RW);
 }
 
 /* ---- RoPE ------------------------------------------------------------------------------- */
@@ -571,9 +550,8 @@ static const ix_kernel_table k_avx2 = {
     .fp16_to_fp32 = fp16_to_fp32,
     .fp32_to_fp16 = fp32_to_fp16,
     .bf16_to_fp32 = bf16_to_fp32,
-    .dequant_row = dequant_row,
     .quantize_act = quantize_act,
-    .matmul_rows = matmul_rows,
+    .path = IX_AVX2_VNNI ? IX__PATH_AVX2_VNNI : IX__PATH_AVX2,
     .rmsnorm = v_rmsnorm,
     .softmax = v_softmax,
     .silu_mul = v_silu_mul,

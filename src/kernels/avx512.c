@@ -101,35 +101,6 @@ static void bf16_to_fp32(const uint16_t *src, float *dst, size_t n) {
         vf_store_n(dst + i, bf16x16(_mm256_maskz_loadu_epi16(tail_mask(n - i), src + i)), n - i);
 }
 
-static void dequant_row(ix_dtype type, const void *src, float *dst, size_t n) {
-    const uint8_t *p = src;
-    switch (type) {
-    case IX_DTYPE_F32: memcpy(dst, src, n * 4); break;
-    case IX_DTYPE_F16: fp16_to_fp32(src, dst, n); break;
-    case IX_DTYPE_BF16: bf16_to_fp32(src, dst, n); break;
-    case IX_DTYPE_Q8_0:
-        for (size_t b = 0; b < n / IX__QK; b++, p += IX__Q8_0_BYTES, dst += IX__QK) {
-            __m512 d = _mm512_set1_ps(ix__block_d(p));
-            __m256i q = _mm256_loadu_si256((const __m256i *)(p + 2));
-            vf_store(dst, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q)))));
-            vf_store(dst + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1)))));
-        }
-        break;
-    case IX_DTYPE_Q4_0:
-        for (size_t b = 0; b < n / IX__QK; b++, p += IX__Q4_0_BYTES, dst += IX__QK) {
-            __m512 d = _mm512_set1_ps(ix__block_d(p));
-            __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 2)));
-            __m512i eight = _mm512_set1_epi32(8), f = _mm512_set1_epi32(15);
-            __m512i lo = _mm512_sub_epi32(_mm512_and_si512(q, f), eight);
-            __m512i hi = _mm512_sub_epi32(_mm512_srli_epi32(q, 4), eight);
-            vf_store(dst, _mm512_mul_ps(d, _mm512_cvtepi32_ps(lo)));
-            vf_store(dst + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(hi)));
-        }
-        break;
-    default: break;
-    }
-}
-
 /* ---- activation quantization (q8a; same bits as generic.c) ------------------------ */
 static void quantize_act(const float *x, void *dst, size_t k) {
     int8_t *qs;
@@ -761,37 +732,34 @@ FTILE_ALL(BF16)
 #define FTILE_ROW(T) {ftile_##T##_1, ftile_##T##_2, ftile_##T##_3, ftile_##T##_4}
 static const ix__tile_fn k_ftiles[3][F_RX] = {FTILE_ROW(F32), FTILE_ROW(F16), FTILE_ROW(BF16)};
 
-static void matmul_rows(const ix_matmul *mm, size_t n0, size_t n1, bool vnni) {
-    switch (mm->w_type) {
-    case IX_DTYPE_Q8_0:
-    case IX_DTYPE_Q4_0: {
-        if (mm->w_packed) {
-            ix__pk_walk(mm, n0, n1, k_pk[vnni][mm->w_type == IX_DTYPE_Q4_0], PK_RX, PK_MCHUNK,
-                        !vnni ? NULL : mm->w_type == IX_DTYPE_Q4_0 ? pk_lock_q4 : pk_lock_q8);
-            break;
-        }
-        int q4 = mm->w_type == IX_DTYPE_Q4_0;
-        /* the wide tile's transpose pays off once a few X rows share it */
-        if (vnni && mm->M >= WIDE_MIN_M) ix__matmul_tiles(mm, n0, n1, k_wide_band[q4], 0, W_RW);
-        else ix__matmul_tiles(mm, n0, n1, k_qtiles[vnni][q4], Q_RX, Q_RW);
-        break;
-    }
-    case IX_DTYPE_F32: ix__matmul_tiles(mm, n0, n1, k_ftiles[0], F_RX, F_RW); break;
-    default: { /* F16 / BF16 */
-        const bool bf = mm->w_type == IX_DTYPE_BF16;
-        if (mm->w_packed) ix__pk_walk(mm, n0, n1, bf ? k_pkbf : k_pkf, PKF_RX, PKF_MCHUNK, bf ? pkbf_lock : pkf_lock);
-        else ix__matmul_tiles(mm, n0, n1, k_ftiles[bf ? 2 : 1], F_RX, F_RW);
-        break;
-    }
-    }
+/* ---- the traits' entries (quants.c): one per weight type and table ---------------------- */
+static inline __attribute__((always_inline)) void mm_q(const ix_matmul *mm, size_t n0, size_t n1, bool q4,
+                                                       bool vnni) {
+    if (mm->w_packed)
+        ix__pk_walk(mm, n0, n1, k_pk[vnni][q4], PK_RX, PK_MCHUNK, !vnni ? NULL : q4 ? pk_lock_q4 : pk_lock_q8);
+    /* the wide tile's transpose pays off once a few X rows share it */
+    else if (vnni && mm->M >= WIDE_MIN_M) ix__matmul_tiles(mm, n0, n1, k_wide_band[q4], 0, W_RW);
+    else ix__matmul_tiles(mm, n0, n1, k_qtiles[vnni][q4], Q_RX, Q_RW);
 }
 
-static void matmul_rows_vnni(const ix_matmul *mm, size_t n0, size_t n1) {
-    matmul_rows(mm, n0, n1, true);
+void ix__mm_q8_0_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) { mm_q(mm, n0, n1, false, true); }
+void ix__mm_q8_0_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) { mm_q(mm, n0, n1, false, false); }
+void ix__mm_q4_0_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) { mm_q(mm, n0, n1, true, true); }
+void ix__mm_q4_0_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) { mm_q(mm, n0, n1, true, false); }
+
+/* Float weights: the same on both tables. */
+void ix__mm_f32_avx512(const ix_matmul *mm, size_t n0, size_t n1) {
+    ix__matmul_tiles(mm, n0, n1, k_ftiles[0], F_RX, F_RW);
 }
 
-static void matmul_rows_bw(const ix_matmul *mm, size_t n0, size_t n1) {
-    matmul_rows(mm, n0, n1, false);
+void ix__mm_f16_avx512(const ix_matmul *mm, size_t n0, size_t n1) {
+    if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pkf, PKF_RX, PKF_MCHUNK, pkf_lock);
+    else ix__matmul_tiles(mm, n0, n1, k_ftiles[1], F_RX, F_RW);
+}
+
+void ix__mm_bf16_avx512(const ix_matmul *mm, size_t n0, size_t n1) {
+    if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pkbf, PKF_RX, PKF_MCHUNK, pkbf_lock);
+    else ix__matmul_tiles(mm, n0, n1, k_ftiles[2], F_RX, F_RW);
 }
 
 /* ---- RoPE ------------------------------------------------------------------------------- */
@@ -820,16 +788,16 @@ static void rope_head(float *x, const float *cs, size_t n_rot, ix_rope_mode mode
     }
 }
 
-#define AVX512_TABLE(NAME, MATMUL)                                                             \
+#define AVX512_TABLE(NAME, PATH)                                                               \
     {                                                                                          \
         .isa = IX_ISA_AVX512, .name = NAME, .fp16_to_fp32 = fp16_to_fp32,                      \
-        .fp32_to_fp16 = fp32_to_fp16, .bf16_to_fp32 = bf16_to_fp32, .dequant_row = dequant_row, \
-        .quantize_act = quantize_act, .matmul_rows = MATMUL, .rmsnorm = v_rmsnorm,             \
+        .fp32_to_fp16 = fp32_to_fp16, .bf16_to_fp32 = bf16_to_fp32,                            \
+        .quantize_act = quantize_act, .path = PATH, .rmsnorm = v_rmsnorm,                      \
         .softmax = v_softmax, .silu_mul = v_silu_mul, .add = v_add, .rope_head = rope_head,    \
         .attn_add = v_attn_add,                                                                \
     }
 
-static const ix_kernel_table k_avx512_vnni = AVX512_TABLE("avx512-vnni", matmul_rows_vnni);
-static const ix_kernel_table k_avx512_bw = AVX512_TABLE("avx512-bw", matmul_rows_bw);
+static const ix_kernel_table k_avx512_vnni = AVX512_TABLE("avx512-vnni", IX__PATH_AVX512_VNNI);
+static const ix_kernel_table k_avx512_bw = AVX512_TABLE("avx512-bw", IX__PATH_AVX512_BW);
 
 const ix_kernel_table *ix__kernels_avx512(bool vnni) { return vnni ? &k_avx512_vnni : &k_avx512_bw; }

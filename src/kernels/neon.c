@@ -165,46 +165,6 @@ static inline __attribute__((always_inline)) float32x4_t ldw_n(ix_dtype t, const
     return t == IX_DTYPE_F16 ? vcvt_f32_f16(vreinterpret_f16_u16(h)) : vreinterpretq_f32_u32(vshll_n_u16(h, 16));
 }
 
-/* dst[0..16) = d * q, as generic.c's d * (float)q */
-static inline void store_scaled16(float *dst, int8x16_t q, float d) {
-    int16x8_t lo = vmovl_s8(vget_low_s8(q)), hi = vmovl_high_s8(q);
-    vst1q_f32(dst, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))), d));
-    vst1q_f32(dst + 4, vmulq_n_f32(vcvtq_f32_s32(vmovl_high_s16(lo)), d));
-    vst1q_f32(dst + 8, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))), d));
-    vst1q_f32(dst + 12, vmulq_n_f32(vcvtq_f32_s32(vmovl_high_s16(hi)), d));
-}
-
-static void dequant_row(ix_dtype type, const void *src, float *dst, size_t n) {
-    const uint8_t *p = src;
-    switch (type) {
-    case IX_DTYPE_F32: memcpy(dst, src, n * 4); break;
-    case IX_DTYPE_F16:
-    case IX_DTYPE_BF16: {
-        size_t i = 0;
-        for (; i + 4 <= n; i += 4) vst1q_f32(dst + i, ldw(type, p, i));
-        if (i < n) store_n(dst + i, ldw_n(type, p, i, n - i), n - i);
-        break;
-    }
-    case IX_DTYPE_Q8_0:
-        for (size_t b = 0; b < n / IX__QK; b++, p += IX__Q8_0_BYTES, dst += IX__QK) {
-            float d = ix__block_d(p);
-            store_scaled16(dst, vld1q_s8((const int8_t *)(p + 2)), d);
-            store_scaled16(dst + 16, vld1q_s8((const int8_t *)(p + 18)), d);
-        }
-        break;
-    case IX_DTYPE_Q4_0:
-        for (size_t b = 0; b < n / IX__QK; b++, p += IX__Q4_0_BYTES, dst += IX__QK) {
-            float d = ix__block_d(p);
-            uint8x16_t v = vld1q_u8(p + 2);
-            int8x16_t eight = vdupq_n_s8(8);
-            store_scaled16(dst, vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0f))), eight), d);
-            store_scaled16(dst + 16, vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v, 4)), eight), d);
-        }
-        break;
-    default: break;
-    }
-}
-
 /* ---- activation quantization (q8a; same bits as generic.c) ---------------------------- */
 static void quantize_act(const float *x, void *dst, size_t k) {
     int8_t *qs;
@@ -385,8 +345,8 @@ PKF(1) PKF(2) PKF(3) PKF(4)
 static const ix__pk_fn k_pkf[PKF_RX] = {pkf_1, pkf_2, pkf_3, pkf_4};
 static const ix__pk_fn k_pkbf[PKF_RX] = {pkbf_1, pkbf_2, pkbf_3, pkbf_4};
 
-/* F32 / F16 / BF16 weights, for both tables. */
-static void matmul_float(const ix_matmul *mm, size_t n0, size_t n1) {
+/* F32 / F16 / BF16 weights, the traits' entry for both tables. */
+void ix__mm_float_neon(const ix_matmul *mm, size_t n0, size_t n1) {
     if (mm->w_packed) { /* F16 and BF16 pack among the float types */
         ix__pk_walk(mm, n0, n1, mm->w_type == IX_DTYPE_BF16 ? k_pkbf : k_pkf, PKF_RX, PKF_MCHUNK, NULL);
         return;
@@ -407,9 +367,11 @@ static void matmul_float(const ix_matmul *mm, size_t n0, size_t n1) {
 
 #define NQ_SDOT 0
 #define NQ_SFX _mull
+#define NQ_PATH neon
 #include "kernels/neon_q.h"
 #undef NQ_SDOT
 #undef NQ_SFX
+#undef NQ_PATH
 
 #if defined(__ARM_FEATURE_DOTPROD) || !defined(__clang__)
 #define NEON_HAVE_SDOT 1
@@ -419,12 +381,19 @@ static void matmul_float(const ix_matmul *mm, size_t n0, size_t n1) {
 #endif
 #define NQ_SDOT 1
 #define NQ_SFX _sdot
+#define NQ_PATH neondot
 #include "kernels/neon_q.h"
 #undef NQ_SDOT
 #undef NQ_SFX
+#undef NQ_PATH
 #if !defined(__ARM_FEATURE_DOTPROD)
 #pragma GCC pop_options
 #endif
+#else
+/* no sdot build: the dotprod column is never reached (ix__kernels_neon hands
+ * out the plain table), but the traits name it */
+void ix__mm_q8_0_neondot(const ix_matmul *mm, size_t n0, size_t n1) { ix__mm_q8_0_neon(mm, n0, n1); }
+void ix__mm_q4_0_neondot(const ix_matmul *mm, size_t n0, size_t n1) { ix__mm_q4_0_neon(mm, n0, n1); }
 #endif
 
 /* ---- RoPE (adjacent pairs; NEOX is vecops.h's) --------------------------------------------- */
@@ -448,16 +417,15 @@ static void rope_head(float *x, const float *cs, size_t n_rot, ix_rope_mode mode
     }
 }
 
-#define NEON_TABLE(var, label, mm_rows)                                                          \
+#define NEON_TABLE(var, label, path_)                                                            \
     static const ix_kernel_table var = {                                                         \
         .isa = IX_ISA_NEON,                                                                      \
         .name = label,                                                                           \
         .fp16_to_fp32 = fp16_to_fp32,                                                            \
         .fp32_to_fp16 = fp32_to_fp16,                                                            \
         .bf16_to_fp32 = bf16_to_fp32,                                                            \
-        .dequant_row = dequant_row,                                                              \
         .quantize_act = quantize_act,                                                            \
-        .matmul_rows = mm_rows,                                                                  \
+        .path = path_,                                                                           \
         .rmsnorm = v_rmsnorm,                                                                    \
         .softmax = v_softmax,                                                                    \
         .silu_mul = v_silu_mul,                                                                  \
@@ -465,9 +433,9 @@ static void rope_head(float *x, const float *cs, size_t n_rot, ix_rope_mode mode
         .rope_head = rope_head,                                                                  \
         .attn_add = v_attn_add,                                                                  \
     };
-NEON_TABLE(k_neon, "neon", matmul_rows_mull)
+NEON_TABLE(k_neon, "neon", IX__PATH_NEON)
 #if defined(NEON_HAVE_SDOT)
-NEON_TABLE(k_neon_sdot, "neon-dotprod", matmul_rows_sdot)
+NEON_TABLE(k_neon_sdot, "neon-dotprod", IX__PATH_NEON_DOT)
 #endif
 
 const ix_kernel_table *ix__kernels_neon(bool dotprod) {

@@ -11,11 +11,11 @@
  * the same convert, multiply and fused multiply-add per output lane, so every
  * tile matches generic.c bit for bit.
  *
- * The includer defines NQ_SDOT, NQ(name), and matmul_float() (the float
- * weight types, which do not depend on the dot instructions).
+ * The includer defines NQ_SDOT, NQ(name) and NQ_PATH (the suffix of the
+ * traits' entries this copy defines: neon or neondot).
  */
-#if !defined(NQ_SDOT) || !defined(NQ)
-#error "neon_q.h is included by neon.c with NQ_SDOT and NQ defined"
+#if !defined(NQ_SDOT) || !defined(NQ) || !defined(NQ_PATH)
+#error "neon_q.h is included by neon.c with NQ_SDOT, NQ and NQ_PATH defined"
 #endif
 
 /* ---- row layout: NQ_RX X rows by NQ_RW W rows -------------------------------
@@ -233,16 +233,20 @@ static const ix__pk_fn NQ(k_pk)[2][NQ_PK_RX] = {
     {NQ(pk_Q8_0_1), NQ(pk_Q8_0_2), NQ(pk_Q8_0_3), NQ(pk_Q8_0_4)},
     {NQ(pk_Q4_0_1), NQ(pk_Q4_0_2), NQ(pk_Q4_0_3), NQ(pk_Q4_0_4)}};
 
-/* The table entry: quantized weights here, float ones in matmul_float. */
-static void NQ(matmul_rows)(const ix_matmul *mm, size_t n0, size_t n1) {
-    if (!ix__w_quantized(mm->w_type)) {
-        matmul_float(mm, n0, n1);
-        return;
-    }
-    const int t = mm->w_type == IX_DTYPE_Q4_0;
-    if (mm->w_packed) ix__pk_walk(mm, n0, n1, NQ(k_pk)[t], NQ_PK_RX, NQ_PK_MCHUNK, NULL);
-    else ix__matmul_tiles(mm, n0, n1, NQ(k_qtiles)[t], NQ_RX, NQ_RW);
+/* The traits' entries (quants.c) of this copy's table. */
+#define NQ_MM2(t, path) ix__mm_##t##_##path
+#define NQ_MM(t, path) NQ_MM2(t, path)
+void NQ_MM(q8_0, NQ_PATH)(const ix_matmul *mm, size_t n0, size_t n1) {
+    if (mm->w_packed) ix__pk_walk(mm, n0, n1, NQ(k_pk)[0], NQ_PK_RX, NQ_PK_MCHUNK, NULL);
+    else ix__matmul_tiles(mm, n0, n1, NQ(k_qtiles)[0], NQ_RX, NQ_RW);
 }
+
+void NQ_MM(q4_0, NQ_PATH)(const ix_matmul *mm, size_t n0, size_t n1) {
+    if (mm->w_packed) ix__pk_walk(mm, n0, n1, NQ(k_pk)[1], NQ_PK_RX, NQ_PK_MCHUNK, NULL);
+    else ix__matmul_tiles(mm, n0, n1, NQ(k_qtiles)[1], NQ_RX, NQ_RW);
+}
+#undef NQ_MM
+#undef NQ_MM2
 
 #undef NQ_RX
 #undef NQ_RW
