@@ -355,6 +355,69 @@ void ix__mm_float_neon(const ix_matmul *mm, size_t n0, size_t n1) {
     ix__matmul_tiles(mm, n0, n1, k_ftiles[t], F_RX, F_RW);
 }
 
+/* ---- the other quantized types: block decoders for neon_q.h's kq tiles -------------------
+ * A W row's 32-element block decoded in registers into signed codes q (two
+ * int8x16), which the signed dots take as they are: no offsets to remove. */
+typedef enum kq_type { KQ_Q5_0, KQ_Q4_K, KQ_Q6_K } kq_type;
+
+/* v >> n per byte (n a run-time count) */
+static inline __attribute__((always_inline)) uint8x16_t shr_u8(uint8x16_t v, int n) {
+    return vshlq_u8(v, vdupq_n_s8((int8_t)-n));
+}
+
+/* Bits from..from+15 of qh as 0x10 in the bytes whose bit is set (Q5_0). */
+static inline __attribute__((always_inline)) uint8x16_t q5_bits(uint32_t qh, int from) {
+    static const uint8_t bit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    uint8x16_t v = vcombine_u8(vdup_n_u8((uint8_t)(qh >> from)), vdup_n_u8((uint8_t)(qh >> (from + 8))));
+    return vandq_u8(vtstq_u8(v, vld1q_u8(bit)), vdupq_n_u8(16));
+}
+
+/* Q4_K: the 8 scales (bytes 0..7) and mins (8..15) of the super-block at p. */
+static inline void q4k_scales(const uint8_t *p, uint8_t out[16]) {
+    uint32_t a0 = ix__load_u32(p + 4), a1 = ix__load_u32(p + 8), a2 = ix__load_u32(p + 12);
+    uint32_t v[4] = {a0 & 0x3f3f3f3fu, (a2 & 0x0f0f0f0fu) | ((a0 >> 2) & 0x30303030u), a1 & 0x3f3f3f3fu,
+                     ((a2 >> 4) & 0x0f0f0f0fu) | ((a1 >> 2) & 0x30303030u)};
+    memcpy(out, v, 16);
+}
+
+/* Part j of the (super-)block at p: elements 0-15 to *lo, 16-31 to *hi. */
+static inline __attribute__((always_inline)) void kq_decode(kq_type t, const uint8_t *p, size_t j, int8x16_t *lo,
+                                                           int8x16_t *hi) {
+    const uint8x16_t nib = vdupq_n_u8(0x0f);
+    uint8x16_t l, h;
+    int off;
+    if (t == KQ_Q5_0) {
+        uint8x16_t v = vld1q_u8(p + 6);
+        uint32_t qh = ix__load_u32(p + 2);
+        l = vorrq_u8(vandq_u8(v, nib), q5_bits(qh, 0));
+        h = vorrq_u8(vshrq_n_u8(v, 4), q5_bits(qh, 16));
+        off = 16;
+    } else if (t == KQ_Q4_K) {
+        const uint8_t *q = p + 16 + 32 * (j / 2);
+        l = vandq_u8(shr_u8(vld1q_u8(q), 4 * (int)(j % 2)), nib);
+        h = vandq_u8(shr_u8(vld1q_u8(q + 16), 4 * (int)(j % 2)), nib);
+        off = 0;
+    } else {
+        const size_t hf = j / 4, e = j % 4;
+        const uint8_t *ql = p + 64 * hf + 32 * (e % 2), *qh = p + 128 + 32 * hf;
+        const uint8x16_t three = vdupq_n_u8(3);
+        l = vorrq_u8(vandq_u8(shr_u8(vld1q_u8(ql), e < 2 ? 0 : 4), nib),
+                     vshlq_n_u8(vandq_u8(shr_u8(vld1q_u8(qh), 2 * (int)e), three), 4));
+        h = vorrq_u8(vandq_u8(shr_u8(vld1q_u8(ql + 16), e < 2 ? 0 : 4), nib),
+                     vshlq_n_u8(vandq_u8(shr_u8(vld1q_u8(qh + 16), 2 * (int)e), three), 4));
+        off = 32;
+    }
+    *lo = vsubq_s8(vreinterpretq_s8_u8(l), vdupq_n_s8((int8_t)off));
+    *hi = vsubq_s8(vreinterpretq_s8_u8(h), vdupq_n_s8((int8_t)off));
+}
+
+/* The fp16 values at p[r] + o of 4 rows as floats. */
+static inline float32x4_t rows4_h(const uint8_t *const p[4], size_t o) {
+    uint16_t h[4];
+    for (int r = 0; r < 4; r++) h[r] = ix__load_u16(p[r] + o);
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h)));
+}
+
 /* ---- quantized matmul: the two instantiations of neon_q.h -------------------------------
  * The sdot copy is compiled for armv8.2-a + dotprod (GCC declares the sdot
  * intrinsics for that target, and any core with dotprod implements v8.2), in
@@ -394,6 +457,9 @@ void ix__mm_float_neon(const ix_matmul *mm, size_t n0, size_t n1) {
  * out the plain table), but the traits name it */
 void ix__mm_q8_0_neondot(const ix_matmul *mm, size_t n0, size_t n1) { ix__mm_q8_0_neon(mm, n0, n1); }
 void ix__mm_q4_0_neondot(const ix_matmul *mm, size_t n0, size_t n1) { ix__mm_q4_0_neon(mm, n0, n1); }
+void ix__mm_q5_0_neondot(const ix_matmul *mm, size_t n0, size_t n1) { ix__mm_q5_0_neon(mm, n0, n1); }
+void ix__mm_q4_k_neondot(const ix_matmul *mm, size_t n0, size_t n1) { ix__mm_q4_k_neon(mm, n0, n1); }
+void ix__mm_q6_k_neondot(const ix_matmul *mm, size_t n0, size_t n1) { ix__mm_q6_k_neon(mm, n0, n1); }
 #endif
 
 /* ---- RoPE (adjacent pairs; NEOX is vecops.h's) --------------------------------------------- */

@@ -664,13 +664,16 @@ static const ix__wtype k_wtypes[] = {
           AVX2(q4_0) AVX512(ix__mm_q4_0_avx512bw, ix__mm_q4_0_avx512vnni)
               NEON(ix__mm_q4_0_neon, ix__mm_q4_0_neondot)),
     Q_ROW(Q4_1, q4_1, true, IX__PACK_NONE, 0, NO_VECTOR_PATH),
-    Q_ROW(Q5_0, q5_0, false, IX__PACK_NONE, 0, NO_VECTOR_PATH),
+    Q_ROW(Q5_0, q5_0, false, IX__PACK_NONE, 0, AVX2(q5_0) AVX512(ix__mm_q5_0_avx512bw, ix__mm_q5_0_avx512vnni)
+              NEON(ix__mm_q5_0_neon, ix__mm_q5_0_neondot)),
     Q_ROW(Q5_1, q5_1, true, IX__PACK_NONE, 0, NO_VECTOR_PATH),
     Q_ROW(Q2_K, q2_k, true, IX__PACK_NONE, 0, NO_VECTOR_PATH),
     Q_ROW(Q3_K, q3_k, false, IX__PACK_NONE, 0, NO_VECTOR_PATH),
-    Q_ROW(Q4_K, q4_k, true, IX__PACK_NONE, 0, NO_VECTOR_PATH),
+    Q_ROW(Q4_K, q4_k, true, IX__PACK_NONE, 0, AVX2(q4_k) AVX512(ix__mm_q4_k_avx512bw, ix__mm_q4_k_avx512vnni)
+              NEON(ix__mm_q4_k_neon, ix__mm_q4_k_neondot)),
     Q_ROW(Q5_K, q5_k, true, IX__PACK_NONE, 0, NO_VECTOR_PATH),
-    Q_ROW(Q6_K, q6_k, false, IX__PACK_NONE, 0, NO_VECTOR_PATH),
+    Q_ROW(Q6_K, q6_k, false, IX__PACK_NONE, 0, AVX2(q6_k) AVX512(ix__mm_q6_k_avx512bw, ix__mm_q6_k_avx512vnni)
+              NEON(ix__mm_q6_k_neon, ix__mm_q6_k_neondot)),
     Q_ROW(IQ4_NL, iq4_nl, false, IX__PACK_NONE, 0, NO_VECTOR_PATH),
     Q_ROW(IQ4_XS, iq4_xs, false, IX__PACK_NONE, 0, NO_VECTOR_PATH),
 };
