@@ -298,14 +298,6 @@ static inline __m256i q5_bits(uint32_t qh0, uint32_t qh1, int from) {
     return _mm256_and_si256(m, _mm256_set1_epi8(16));
 }
 
-/* Q4_K: the 8 scales (bytes 0..7) and mins (8..15) of the super-block at p. */
-static inline void q4k_scales(const uint8_t *p, uint8_t out[16]) {
-    uint32_t a0 = ix__load_u32(p + 4), a1 = ix__load_u32(p + 8), a2 = ix__load_u32(p + 12);
-    uint32_t v[4] = {a0 & 0x3f3f3f3fu, (a2 & 0x0f0f0f0fu) | ((a0 >> 2) & 0x30303030u), a1 & 0x3f3f3f3fu,
-                     ((a2 >> 4) & 0x0f0f0f0fu) | ((a1 >> 2) & 0x30303030u)};
-    memcpy(out, v, 16);
-}
-
 static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_type t, int rx, bool pf) {
     const size_t nb = a->k / IX__QK, ws = a->ws, xs = a->xs;
     const size_t per = t == KQ_Q5_0 ? 1 : 8, bytes = t == KQ_Q5_0 ? 22 : t == KQ_Q4_K ? 144 : 210;
@@ -327,8 +319,8 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
             dw = rows2_h(p0, p1);
         } else if (t == KQ_Q4_K) {
             if (j == 0) {
-                q4k_scales(p0, scm[0]);
-                q4k_scales(p1, scm[1]);
+                ix__k4_scales(p0 + 4, scm[0]);
+                ix__k4_scales(p1 + 4, scm[1]);
                 dw = rows2_h(p0, p1);
                 dm = _mm256_xor_ps(rows2_h(p0 + 2, p1 + 2), _mm256_set1_ps(-0.0f)); /* -dmin, exactly */
             }

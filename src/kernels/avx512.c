@@ -486,8 +486,9 @@ static inline __attribute__((always_inline)) __m512i kq_pick8(__m512i va, __m512
     return dword ? _mm512_shuffle_epi32(u, _MM_PERM_DCDC) : _mm512_shuffle_epi32(u, _MM_PERM_BABA);
 }
 
-/* Q4_K: the 8 scales and 8 mins of each of 4 rows' super-blocks (12 bytes at
- * p + 4 per row) as bytes 0..7 and 8..15 of the row's lane. */
+/* Q4_K: ix__k4_scales of 4 rows' super-blocks at once (12 bytes at p + 4
+ * per row): the 8 scales and 8 mins as bytes 0..7 and 8..15 of the row's
+ * lane. */
 static inline __attribute__((always_inline)) __m512i q4k_scales4(const uint8_t *p, size_t ws) {
     __m512i v = ld4x16(p + 4, ws); /* dwords a0 a1 a2 (and 4 code bytes) per lane */
     __m512i lo = _mm512_srlv_epi32(_mm512_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0)), _mm512_set_epi32(4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0));

@@ -262,6 +262,21 @@ struct ix__wtype {
     ix__mm_fn mm[IX__PATH_COUNT];
 };
 
+/* Q4_K / Q5_K: the 8 sub-blocks' 6-bit scales (out[0..8)) and mins
+ * (out[8..16)) from the 12 scale bytes at sc (block bytes 4..15). Scale j <
+ * 4 is sc[j] & 63 and min j sc[j + 4] & 63; for j >= 4 the low 4 bits are
+ * the nibbles of sc[j + 4] and the high 2 the top bits of sc[j - 4] (scale)
+ * and sc[j] (min): three words at once. */
+static inline void ix__k4_scales(const uint8_t *sc, uint8_t out[16]) {
+    uint32_t a[3], v[4];
+    memcpy(a, sc, 12);
+    v[0] = a[0] & 0x3f3f3f3fu;
+    v[1] = (a[2] & 0x0f0f0f0fu) | ((a[0] >> 2) & 0x30303030u);
+    v[2] = a[1] & 0x3f3f3f3fu;
+    v[3] = ((a[2] >> 4) & 0x0f0f0f0fu) | ((a[1] >> 2) & 0x30303030u);
+    memcpy(out, v, 16);
+}
+
 /* The row of type t, or NULL when the kernels do not read t. */
 const ix__wtype *ix__wtype_of(ix_dtype t);
 

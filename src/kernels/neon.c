@@ -372,14 +372,6 @@ static inline __attribute__((always_inline)) uint8x16_t q5_bits(uint32_t qh, int
     return vandq_u8(vtstq_u8(v, vld1q_u8(bit)), vdupq_n_u8(16));
 }
 
-/* Q4_K: the 8 scales (bytes 0..7) and mins (8..15) of the super-block at p. */
-static inline void q4k_scales(const uint8_t *p, uint8_t out[16]) {
-    uint32_t a0 = ix__load_u32(p + 4), a1 = ix__load_u32(p + 8), a2 = ix__load_u32(p + 12);
-    uint32_t v[4] = {a0 & 0x3f3f3f3fu, (a2 & 0x0f0f0f0fu) | ((a0 >> 2) & 0x30303030u), a1 & 0x3f3f3f3fu,
-                     ((a2 >> 4) & 0x0f0f0f0fu) | ((a1 >> 2) & 0x30303030u)};
-    memcpy(out, v, 16);
-}
-
 /* Part j of the (super-)block at p: elements 0-15 to *lo, 16-31 to *hi. */
 static inline __attribute__((always_inline)) void kq_decode(kq_type t, const uint8_t *p, size_t j, int8x16_t *lo,
                                                            int8x16_t *hi) {

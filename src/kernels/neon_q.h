@@ -116,7 +116,7 @@ static inline __attribute__((always_inline)) void NQ(kq_run)(const ix__tile *a, 
         if (t == KQ_Q5_0) dw = rows4_h(p, 0);
         if (j == 0 && t == KQ_Q6_K) dw = rows4_h(p, 208);
         if (j == 0 && t == KQ_Q4_K) {
-            for (int r = 0; r < NQ_RW; r++) q4k_scales(p[r], scm[r]);
+            for (int r = 0; r < NQ_RW; r++) ix__k4_scales(p[r] + 4, scm[r]);
             dw = rows4_h(p, 0);
             dm = vnegq_f32(rows4_h(p, 2)); /* -dmin, exactly */
         }

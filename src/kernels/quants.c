@@ -511,28 +511,19 @@ static void quantize_q3_k(const float *src, uint8_t *p, size_t n) {
 /* ---- Q4_K: fp16 d | fp16 dmin | u8 scales[12] | u8 qs[128]          (144 bytes) --
  * ---- Q5_K: fp16 d | fp16 dmin | u8 scales[12] | u8 qh[32] | u8 qs[128] (176) -----
  * 8 sub-blocks of 32, x = d scale code - dmin min, with 6-bit scales and
- * mins: for j < 4 scale j = scales[j] & 63, min j = scales[j + 4] & 63; for
- * j >= 4 scale = (scales[j + 4] & 15) | (scales[j - 4] >> 6) << 4, min =
- * (scales[j + 4] >> 4) | (scales[j] >> 6) << 4. Sub-block j's codes: the low
+ * mins (ix__k4_scales: for j < 4 scale j = scales[j] & 63, min j =
+ * scales[j + 4] & 63; for j >= 4 scale = (scales[j + 4] & 15) | (scales[j - 4]
+ * >> 6) << 4, min = (scales[j + 4] >> 4) | (scales[j] >> 6) << 4). Sub-block j's codes: the low
  * (even j) or high (odd j) nibbles of qs[32 (j / 2) ..], Q5_K adding bit j
  * of qh[i] as the fifth. */
-static void k_scale_min(const uint8_t *sc, size_t j, int32_t *s, int32_t *m) {
-    if (j < 4) {
-        *s = sc[j] & 63;
-        *m = sc[j + 4] & 63;
-    } else {
-        *s = (sc[j + 4] & 15) | (sc[j - 4] >> 6) << 4;
-        *m = (sc[j + 4] >> 4) | (sc[j] >> 6) << 4;
-    }
-}
-
 static void unpack_q45_k(const uint8_t *b, size_t j, const uint8_t *qh, const uint8_t *qs, ix__q32 *u) {
     const uint8_t *q = qs + 32 * (j / 2);
     const int shift = 4 * (int)(j % 2);
     for (int i = 0; i < 32; i++) u->q[i] = (int8_t)(((q[i] >> shift) & 15) | (qh ? ((qh[i] >> j) & 1) << 4 : 0));
-    k_scale_min(b + 4, j, &u->sc[0], &u->mn[0]);
-    u->sc[1] = u->sc[0];
-    u->mn[1] = u->mn[0];
+    uint8_t sm[16];
+    ix__k4_scales(b + 4, sm);
+    u->sc[0] = u->sc[1] = sm[j];
+    u->mn[0] = u->mn[1] = sm[8 + j];
     u->d = ld_h(b);
     u->dm = -ld_h(b + 2);
 }
@@ -570,15 +561,12 @@ static void quantize_q45_k(const float *src, uint8_t *p, size_t n, int nmax) {
         }
         if (qh) memset(qh, 0, 32);
         memset(qs, 0, 128);
-        for (int j = 0; j < 8; j++) {
-            int32_t sj, mj;
-            k_scale_min(sc, (size_t)j, &sj, &mj); /* as stored */
+        for (int j = 0; j < 8; j++)
             for (int i = 0; i < 32; i++) {
-                uint8_t c = affine_code(x[32 * j + i], d * (float)sj, dmin * (float)mj, nmax);
+                uint8_t c = affine_code(x[32 * j + i], d * (float)ls[j], dmin * (float)lm[j], nmax);
                 qs[32 * (j / 2) + i] |= (uint8_t)((c & 15) << (4 * (j % 2)));
                 if (qh) qh[i] |= (uint8_t)((c >> 4) << j);
             }
-        }
     }
 }
 
