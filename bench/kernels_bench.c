@@ -13,8 +13,12 @@
  * loader gives them (decode then runs the four-group lockstep tiles); rows
  * (the default): the GGUF row layout.
  *
+ * -w: weight types by name (f32,q4_k,...); by default every type that has
+ * a kernel of its own on the path (a type on its generic fallback is timed
+ * only when named).
+ *
  * usage: kernels_bench [-t threads] [-i generic|avx2|avx2-novnni|avx512|avx512-bw|all]
- *                      [-w f32,f16,bf16,q8_0,q4_0] [-m decode|prefill|all]
+ *                      [-w f32,f16,bf16,q8_0,q4_0,...] [-m decode|prefill|all]
  *                      [-r runs] [-s working-set MiB] [-l rows|packed]
  */
 #include "inferx/kernels.h"
@@ -45,12 +49,38 @@ typedef struct opts {
     bool decode, prefill, packed;
     /* + the variants without VNNI where the CPU has it: AVX-512BW, AVX2 */
     bool isa[IX_ISA_COUNT + 2];
-    bool wtype[5];
+    bool w_given;
+    bool wtype[32]; /* by index in k_types */
 } opts;
 
-static const ix_dtype k_types[5] = {IX_DTYPE_F32, IX_DTYPE_F16, IX_DTYPE_BF16, IX_DTYPE_Q8_0,
-                                    IX_DTYPE_Q4_0};
-static const char *const k_type_names[5] = {"f32", "f16", "bf16", "q8_0", "q4_0"};
+/* The weight types the kernels read, and their names in lower case. */
+static ix_dtype k_types[32];
+static char k_type_names[32][16];
+static size_t n_types;
+
+static void list_types(void) {
+    n_types = ix_kernels_types(k_types, 32);
+    for (size_t i = 0; i < n_types; i++) {
+        const char *n = ix_dtype_name(k_types[i]);
+        size_t j = 0;
+        for (; n[j] && j < sizeof k_type_names[i] - 1; j++)
+            k_type_names[i][j] = (char)(n[j] >= 'A' && n[j] <= 'Z' ? n[j] - 'A' + 'a' : n[j]);
+        k_type_names[i][j] = 0;
+    }
+}
+
+/* -w's comma-separated names into o->wtype. */
+static bool parse_types(const char *v, opts *o) {
+    while (*v) {
+        size_t len = strcspn(v, ","), i = 0;
+        for (; i < n_types; i++)
+            if (strlen(k_type_names[i]) == len && !strncmp(v, k_type_names[i], len)) break;
+        if (i == n_types) return false;
+        o->wtype[i] = true;
+        v += len + (v[len] == ',');
+    }
+    return true;
+}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -265,7 +295,7 @@ static bool parse_opts(int argc, char **argv, opts *o) {
     o->runs = 5;
     o->set_mib = 384;
     o->decode = o->prefill = true;
-    bool isa_given = false, w_given = false;
+    bool isa_given = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) return false;
@@ -294,27 +324,23 @@ static bool parse_opts(int argc, char **argv, opts *o) {
                 o->isa[isa] = true;
             }
         } else if (!strcmp(a, "-w")) {
-            w_given = true;
-            for (int k = 0; k < 5; k++) o->wtype[k] = strstr(v, k_type_names[k]) != NULL;
-            /* "f16" is also inside "bf16" */
-            if (o->wtype[1] && o->wtype[2] && !strstr(v, ",f16") && strncmp(v, "f16", 3))
-                o->wtype[1] = false;
+            o->w_given = true;
+            if (!parse_types(v, o)) return false;
         } else return false;
     }
     if (o->runs < 1) o->runs = 1;
     if (o->runs > 31) o->runs = 31;
     if (!isa_given) /* every vector path; generic only on request (it is slow) */
         for (int k = 1; k <= IX_ISA_COUNT + 1; k++) o->isa[k] = true;
-    if (!w_given)
-        for (int k = 0; k < 5; k++) o->wtype[k] = true;
     return true;
 }
 
 int main(int argc, char **argv) {
     opts o;
+    list_types();
     if (!parse_opts(argc, argv, &o)) {
         fprintf(stderr, "usage: kernels_bench [-t threads] [-i generic|avx2|avx2-novnni|avx512|avx512-bw|all] "
-                        "[-w f32,f16,bf16,q8_0,q4_0] [-m decode|prefill|all] [-r runs] [-s MiB] "
+                        "[-w f32,f16,bf16,q8_0,q4_0,...] [-m decode|prefill|all] [-r runs] [-s MiB] "
                         "[-l rows|packed]\n");
         return 2;
     }
@@ -357,9 +383,10 @@ int main(int argc, char **argv) {
         if (bw_variant) kt = ix__kernels_avx512(false);
         if (avx2_plain) kt = ix__kernels_avx2(false);
 #endif
-        for (int ti = 0; ti < 5; ti++) {
-            if (!o.wtype[ti]) continue;
+        for (size_t ti = 0; ti < n_types; ti++) {
             ix_dtype t = k_types[ti];
+            bool own = kt->path == IX__PATH_GENERIC || ix__wtype_of(t)->mm[kt->path];
+            if (o.w_given ? !o.wtype[ti] : !own) continue;
             if ((bw_variant || avx2_plain) && !ix__w_quantized(t)) continue; /* float paths are shared */
             double tok_time[2] = {0, 0};        /* decode, prefill-512: s per token */
             for (size_t si = 0; si < IX_ARRAY_LEN(k_shapes); si++) {

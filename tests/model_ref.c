@@ -364,7 +364,7 @@ void ref_model_write(const ref_model *m, const ref_mutation *mut, const char *pa
             if (mut && mut->il == i - 1 && (int)mut->role == r) {
                 if (mut->kind == MUT_DROP) continue;
                 if (mut->kind == MUT_SHAPE) ne[n_dims - 1] += 32;
-                if (mut->kind == MUT_TYPE_Q4_K) type = IX_DTYPE_Q4_K;
+                if (mut->kind == MUT_TYPE_IQ2_XXS) type = IX_DTYPE_IQ2_XXS;
                 if (mut->kind == MUT_TYPE_F16) type = IX_DTYPE_F16;
                 uint64_t rb;
                 assert_true(ix_dtype_row_bytes(type, (uint64_t)ne[0], &rb));

@@ -123,7 +123,7 @@ void ref_model_free(ref_model *m);
 
 /* How a malformed file differs from the good one: tensor `role` of layer il
  * (global when il < 0) dropped, grown by 32 in its last dimension or retyped. */
-typedef enum ref_mut_kind { MUT_DROP, MUT_SHAPE, MUT_TYPE_Q4_K, MUT_TYPE_F16 } ref_mut_kind;
+typedef enum ref_mut_kind { MUT_DROP, MUT_SHAPE, MUT_TYPE_IQ2_XXS, MUT_TYPE_F16 } ref_mut_kind;
 typedef struct ref_mutation {
     ref_mut_kind kind;
     int il;

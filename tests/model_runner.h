@@ -1,12 +1,16 @@
 /* Test helpers shared by the model tests: a model + KV cache + context
- * ("runner"), greedy generation of several sequences in ragged batches, and
- * a loop over every ISA path this CPU runs. Include after cmocka.h. */
+ * ("runner"), greedy generation of several sequences in ragged batches, a
+ * loop over every ISA path this CPU runs, and the making of the reference's
+ * random models by its generator (../shared/arch/mkarch.py). Include after
+ * cmocka.h. */
 #ifndef IX_TEST_MODEL_RUNNER_H
 #define IX_TEST_MODEL_RUNNER_H
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <unistd.h>
 
 #include "inferx/model.h"
 
@@ -110,6 +114,13 @@ static void run_greedy(runner *r, const ix_token_vec *prompts, int n, int chunk,
     free(logits);
 }
 
+/* Skips the running test, saying why, when why is set (the data is absent). */
+static inline void skip_if(const char *why) {
+    if (!why) return;
+    fprintf(stderr, "skip: %s\n", why);
+    skip();
+}
+
 static void for_each_isa(void (*fn)(void)) {
     for (int isa = IX_ISA_GENERIC; isa < IX_ISA_COUNT; isa++) {
         if (!ix_cpu_supports((ix_isa)isa)) continue;
@@ -118,6 +129,57 @@ static void for_each_isa(void (*fn)(void)) {
         fprintf(stderr, "  isa %s\n", ix_isa_name((ix_isa)isa));
         fn();
     }
+}
+
+/* ---- the reference's generated models ------------------------------------------ */
+static inline bool run_cmd(const char *cmd, char *out, size_t out_len) {
+    FILE *f = popen(cmd, "r");
+    if (!f) return false;
+    size_t n = out ? fread(out, 1, out_len - 1, f) : 0;
+    if (out) out[n] = 0;
+    return pclose(f) == 0;
+}
+
+/* python3 with numpy, which the generator needs. */
+static inline bool have_numpy(void) {
+    return run_cmd("(test -x /usr/bin/python3 && /usr/bin/python3 -c 'import numpy' || python3 -c 'import numpy') "
+                   "2>/dev/null",
+                   NULL, 0);
+}
+
+static inline bool sha_matches(const char *path, const char *want) {
+    char cmd[1024], out[256];
+    snprintf(cmd, sizeof cmd, "sha256sum '%s' 2>/dev/null", path);
+    return run_cmd(cmd, out, sizeof out) && strncmp(out, want, 64) == 0;
+}
+
+/* Runs the reference's make command (from its reference.json) with OUT_DIR
+ * as out_dir and ../shared resolved, from the source root, unless path
+ * already has the sha256 the reference lists; fails the test when the made
+ * file has another. */
+static inline bool make_model(const char *make, const char *out_dir, const char *path, const char *sha) {
+    if (sha_matches(path, sha)) return true;
+    char cmd[2048] = "cd '" IX_SOURCE_DIR "' && ";
+    size_t at = strlen(cmd);
+    for (const char *p = make; *p && at < sizeof cmd - 600;) {
+        if (!strncmp(p, "OUT_DIR", 7)) {
+            at += (size_t)snprintf(cmd + at, sizeof cmd - at, "%s", out_dir);
+            p += 7;
+        } else if (!strncmp(p, "../shared", 9)) {
+            at += (size_t)snprintf(cmd + at, sizeof cmd - at, "%s", IX_SHARED_DIR);
+            p += 9;
+        } else if (p == make && !strncmp(p, "python3 ", 8)) {
+            /* Debian's python3, where scripts/setup installs numpy */
+            at += (size_t)snprintf(cmd + at, sizeof cmd - at, "%s ", access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3");
+            p += 8;
+        } else {
+            cmd[at++] = *p++;
+        }
+    }
+    cmd[at] = 0;
+    if (!run_cmd(cmd, NULL, 0)) return false;
+    if (!sha_matches(path, sha)) fail_msg("%s: sha256 differs from reference.json's", path);
+    return true;
 }
 
 #endif

@@ -39,47 +39,6 @@ static ref_case g_cases[MAX_MODELS];
 static size_t g_n;
 static const char *g_skip; /* why the tests skip, or NULL */
 
-static bool run_cmd(const char *cmd, char *out, size_t out_len) {
-    FILE *f = popen(cmd, "r");
-    if (!f) return false;
-    size_t n = out ? fread(out, 1, out_len - 1, f) : 0;
-    if (out) out[n] = 0;
-    return pclose(f) == 0;
-}
-
-static bool sha_matches(const char *path, const char *want) {
-    char cmd[1024], out[256];
-    snprintf(cmd, sizeof cmd, "sha256sum '%s' 2>/dev/null", path);
-    return run_cmd(cmd, out, sizeof out) && strncmp(out, want, 64) == 0;
-}
-
-/* The reference's make command with OUT_DIR and ../shared resolved, run from
- * the source root. */
-static bool make_model(const char *make, const char *path, const char *sha) {
-    if (sha_matches(path, sha)) return true;
-    char cmd[2048] = "cd '" IX_SOURCE_DIR "' && ";
-    size_t at = strlen(cmd);
-    for (const char *p = make; *p && at < sizeof cmd - 600;) {
-        if (!strncmp(p, "OUT_DIR", 7)) {
-            at += (size_t)snprintf(cmd + at, sizeof cmd - at, "%s", ARCH_DIR);
-            p += 7;
-        } else if (!strncmp(p, "../shared", 9)) {
-            at += (size_t)snprintf(cmd + at, sizeof cmd - at, "%s", IX_SHARED_DIR);
-            p += 9;
-        } else if (p == make && !strncmp(p, "python3 ", 8)) {
-            /* Debian's python3, where scripts/setup installs numpy */
-            at += (size_t)snprintf(cmd + at, sizeof cmd - at, "%s ", access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3");
-            p += 8;
-        } else {
-            cmd[at++] = *p++;
-        }
-    }
-    cmd[at] = 0;
-    if (!run_cmd(cmd, NULL, 0)) return false;
-    if (!sha_matches(path, sha)) fail_msg("%s: sha256 differs from reference.json's", path);
-    return true;
-}
-
 static int setup(void **state) {
     (void)state;
     json_error_t jerr;
@@ -88,8 +47,7 @@ static int setup(void **state) {
         g_skip = "../shared/arch/reference.json is absent";
         return 0;
     }
-    if (!run_cmd("(test -x /usr/bin/python3 && /usr/bin/python3 -c 'import numpy' || python3 -c 'import numpy') 2>/dev/null",
-                 NULL, 0)) {
+    if (!have_numpy()) {
         g_skip = "python3 with numpy is missing (scripts/setup installs python3-numpy)";
         json_decref(root);
         return 0;
@@ -102,7 +60,7 @@ static int setup(void **state) {
         const char *file = json_string_value(json_object_get(m, "file"));
         snprintf(rc->file, sizeof rc->file, "%s", file);
         snprintf(rc->path, sizeof rc->path, "%s/%s", ARCH_DIR, file);
-        if (!make_model(json_string_value(json_object_get(m, "make")), rc->path,
+        if (!make_model(json_string_value(json_object_get(m, "make")), ARCH_DIR, rc->path,
                         json_string_value(json_object_get(m, "sha256")))) {
             fprintf(stderr, "cannot make %s\n", rc->file);
             return -1;
@@ -160,10 +118,7 @@ static void reference_all(void) {
 
 static void test_reference(void **state) {
     (void)state;
-    if (g_skip) {
-        fprintf(stderr, "skip: %s\n", g_skip);
-        skip();
-    }
+    skip_if(g_skip);
     for_each_isa(reference_all);
 }
 
@@ -194,10 +149,7 @@ static void check_invariance(const ref_case *rc) {
 
 static void test_batch_invariance(void **state) {
     (void)state;
-    if (g_skip) {
-        fprintf(stderr, "skip: %s\n", g_skip);
-        skip();
-    }
+    skip_if(g_skip);
     for (size_t i = 0; i < g_n; i++) check_invariance(&g_cases[i]);
 }
 

@@ -1,5 +1,8 @@
 /* gguf under hostile input: truncation at many positions, extreme values in
- * every length/count/type/shape/offset field, seeded random byte flips, and
+ * every length/count/type/shape/offset field, quantized blocks that do not
+ * fit (rows of partial blocks, data cut inside a block, a retyped tensor
+ * whose blocks outgrow its data, unknown type codes), seeded random byte
+ * flips, and
  * allocation-failure torture of the reader and the writer. Every outcome must
  * be a clean error (status + message, no handle, no leak) or a file whose
  * accessors all work; inputs are exact-size heap copies so ASan sees any read
@@ -27,7 +30,7 @@ typedef struct input {
     size_t header_end;   /* data offset, or size when there are no tensors */
 } input;
 
-static input g_model, g_vocab, g_small;
+static input g_model, g_vocab, g_small, g_quant;
 
 /* Serialized bytes of each value type (0: variable). */
 static const size_t k_size[IX_GGUF_TYPE_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
@@ -159,6 +162,50 @@ static void make_small(input *in) {
     assert_true(in->required_end < in->size); /* the last tensor is padded */
 }
 
+/* The quantized block types the kernels read: one tensor each of 3 rows of
+ * 2 blocks, random bytes with finite scales; a handmade file, so each
+ * tensor's fields are at known places (quant_file). */
+static const ix_dtype k_qtypes[] = {IX_DTYPE_Q4_0, IX_DTYPE_Q4_1, IX_DTYPE_Q5_0, IX_DTYPE_Q5_1,
+                                    IX_DTYPE_Q8_0, IX_DTYPE_Q2_K, IX_DTYPE_Q3_K, IX_DTYPE_Q4_K,
+                                    IX_DTYPE_Q5_K, IX_DTYPE_Q6_K, IX_DTYPE_IQ4_NL, IX_DTYPE_IQ4_XS};
+#define Q_ROWS 3
+
+/* The file with tensor `which` given type code `type` and ne[0] `ne0`
+ * instead (which < 0: none changed); the data laid out for the original
+ * types. Tensor i is named after its type. */
+static void quant_file(ix_buf *b, int which, uint32_t type, uint64_t ne0) {
+    hb_header(b, 3, IX_ARRAY_LEN(k_qtypes), 0);
+    uint64_t off = 0;
+    for (size_t i = 0; i < IX_ARRAY_LEN(k_qtypes); i++) {
+        ix_dtype t = k_qtypes[i];
+        uint64_t ne[2] = {2 * ix_dtype_block_size(t), Q_ROWS};
+        if ((int)i == which) ne[0] = ne0;
+        hb_tensor(b, ix_dtype_name(t), 2, ne, (int)i == which ? type : (uint32_t)t, off);
+        off += (2 * ix_dtype_type_size(t) * Q_ROWS + 31) / 32 * 32;
+    }
+    hb_pad(b, 32);
+    uint64_t x = 0x2545f4914f6cdd1dull;
+    for (size_t i = 0; i < IX_ARRAY_LEN(k_qtypes); i++) {
+        size_t n = 2 * ix_dtype_type_size(k_qtypes[i]) * Q_ROWS;
+        for (size_t k = 0; k < n; k++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            hb_u8(b, (uint8_t)(k % 2 ? (x & 0x3b) : x)); /* odd bytes: fp16 scales stay finite */
+        }
+        hb_pad(b, 32);
+    }
+}
+
+static void make_quant(input *in) {
+    ix_buf b = {0};
+    quant_file(&b, -1, 0, 0);
+    in->data = malloc(b.len);
+    assert_non_null(in->data);
+    memcpy(in->data, b.data, b.len);
+    in->size = b.len;
+    ix_buf_free(&b);
+    describe(in);
+}
+
 static int setup(void **state) {
     (void)state;
     g_model.data = read_whole_file(MODEL, &g_model.size);
@@ -170,6 +217,7 @@ static int setup(void **state) {
     else
         fprintf(stderr, "note: %s is absent: vocab cases are skipped\n", VOCAB);
     make_small(&g_small);
+    make_quant(&g_quant);
     return 0;
 }
 
@@ -178,6 +226,7 @@ static int teardown(void **state) {
     free(g_model.data);
     free(g_vocab.data);
     free(g_small.data);
+    free(g_quant.data);
     return 0;
 }
 
@@ -237,6 +286,60 @@ static void test_truncate_vocab(void **state) {
 static void test_truncate_small(void **state) {
     (void)state;
     truncate_sweep(&g_small, g_small.size, 1, 1);
+}
+
+static void test_truncate_quant(void **state) {
+    (void)state;
+    truncate_sweep(&g_quant, g_quant.size, 1, 1);
+}
+
+/* Quantized blocks: rows that are not whole blocks, data cut inside a block,
+ * a type whose blocks are larger than the data, unknown codes: each a clean
+ * error naming the tensor (or the type code). */
+static void expect_quant_error(int which, uint32_t type, uint64_t ne0, size_t cut, ix_status want,
+                               const char *sub1, const char *sub2) {
+    ix_buf b = {0};
+    quant_file(&b, which, type, ne0);
+    if (cut) b.len -= cut;
+    ix_gguf *g = NULL;
+    ix_errbuf err = {{0}};
+    ix_status s = try_open((const uint8_t *)b.data, b.len);
+    if (s == IX_OK || ix_gguf_open_memory(&g, b.data, b.len, &err) != want || !strstr(err.msg, sub1) ||
+        (sub2 && !strstr(err.msg, sub2)))
+        fail_msg("want %s with '%s' '%s', got '%s'", ix_status_name(want), sub1, sub2 ? sub2 : "", err.msg);
+    assert_null(g);
+    ix_buf_free(&b);
+}
+
+static void test_quant_blocks(void **state) {
+    (void)state;
+    for (size_t i = 0; i < IX_ARRAY_LEN(k_qtypes); i++) {
+        ix_dtype t = k_qtypes[i];
+        const char *name = ix_dtype_name(t);
+        char want[96];
+        uint32_t blck = ix_dtype_block_size(t);
+        /* a row of 1.5 blocks */
+        snprintf(want, sizeof want, "is not a multiple of the %s block size %u", name, blck);
+        expect_quant_error((int)i, t, blck + blck / 2, 0, IX_ERR_FORMAT, name, want);
+        expect_quant_error((int)i, t, blck - 1, 0, IX_ERR_FORMAT, name, want);
+        /* three whole blocks per row: the data runs into the next tensor (or
+         * past the data section for the last one) */
+        expect_quant_error((int)i, t, 3 * blck, 0, IX_ERR_FORMAT, name,
+                           i + 1 < IX_ARRAY_LEN(k_qtypes) ? "overlap" : "outside data section");
+        /* retyped to a type with more bytes per element (Q8_0, 8.5 bits): the
+         * same element count needs more blocks' bytes than the data holds */
+        if (t != IX_DTYPE_Q8_0)
+            expect_quant_error((int)i, IX_DTYPE_Q8_0, 2 * blck, 0, IX_ERR_FORMAT, name, NULL);
+        /* unknown codes: a retired one, a gap, one past the table */
+        expect_quant_error((int)i, 4, 2 * blck, 0, IX_ERR_UNSUPPORTED, name, "unknown tensor type 4");
+        expect_quant_error((int)i, 31, 2 * blck, 0, IX_ERR_UNSUPPORTED, name, "unknown tensor type 31");
+        expect_quant_error((int)i, 1000, 2 * blck, 0, IX_ERR_UNSUPPORTED, name, "unknown tensor type 1000");
+    }
+    /* the last tensor's data cut inside its last block */
+    const char *last = ix_dtype_name(k_qtypes[IX_ARRAY_LEN(k_qtypes) - 1]);
+    size_t pad = g_quant.size - g_quant.required_end;
+    expect_quant_error(-1, 0, 0, pad + 1, IX_ERR_FORMAT, last, "outside data section");
+    expect_quant_error(-1, 0, 0, pad + 100, IX_ERR_FORMAT, last, "outside data section");
 }
 
 /* ---- (2) extreme values in every structural field --------------------------- */
@@ -393,6 +496,11 @@ static void test_mutate_small(void **state) {
     mutate_fields(&g_small);
 }
 
+static void test_mutate_quant(void **state) {
+    (void)state;
+    mutate_fields(&g_quant);
+}
+
 /* ---- (3) random byte flips ------------------------------------------------------ */
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
@@ -426,6 +534,7 @@ static void test_random_flips(void **state) {
     (void)state;
     random_flips(&g_model, g_model.header_end, 4000);
     random_flips(&g_small, g_small.size, 30000);
+    random_flips(&g_quant, g_quant.header_end, 10000);
     if (g_vocab.data) random_flips(&g_vocab, 4096, 2000);
 }
 
@@ -534,7 +643,9 @@ int main(void) {
         cmocka_unit_test(test_truncate_model), cmocka_unit_test(test_truncate_vocab),
         cmocka_unit_test(test_truncate_small), cmocka_unit_test(test_mutate_model),
         cmocka_unit_test(test_mutate_vocab),   cmocka_unit_test(test_mutate_small),
-        cmocka_unit_test(test_random_flips),   cmocka_unit_test(test_oom_reader),
+        cmocka_unit_test(test_truncate_quant), cmocka_unit_test(test_quant_blocks),
+        cmocka_unit_test(test_mutate_quant),   cmocka_unit_test(test_random_flips),
+        cmocka_unit_test(test_oom_reader),
         cmocka_unit_test(test_oom_writer),     cmocka_unit_test(test_peak_memory),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

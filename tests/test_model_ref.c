@@ -53,7 +53,7 @@ static const ref_case k_cases[] = {
 
 static void test_malformed(void **state) {
     (void)state;
-    /* ffn 256 so that a Q4_K ffn_down (blocks of 256) is a well-formed file. */
+    /* ffn 256 so that an IQ2_XXS ffn_down (blocks of 256, a type without kernels) is a well-formed file. */
     static const ref_case qwen2 = {
         .name = "malformed_qwen2", .arch = "qwen2", .F = 256, .opt = R(OUTPUT)};
     static const ref_case phi3 = {.name = "malformed_phi3", .arch = "phi3"};
@@ -72,7 +72,7 @@ static void test_malformed(void **state) {
         {&qwen2, {MUT_SHAPE, 1, IX__R_FFN_DOWN}, IX_ERR_FORMAT},
         {&qwen2, {MUT_SHAPE, -1, IX__R_OUTPUT}, IX_ERR_FORMAT},
         {&qwen2, {MUT_SHAPE, 1, IX__R_ATTN_NORM}, IX_ERR_FORMAT},
-        {&qwen2, {MUT_TYPE_Q4_K, 0, IX__R_FFN_DOWN}, IX_ERR_UNSUPPORTED},
+        {&qwen2, {MUT_TYPE_IQ2_XXS, 0, IX__R_FFN_DOWN}, IX_ERR_UNSUPPORTED},
         {&qwen2, {MUT_TYPE_F16, 1, IX__R_FFN_NORM}, IX_ERR_UNSUPPORTED},
         {&phi3, {MUT_SHAPE, 1, IX__R_ATTN_QKV}, IX_ERR_FORMAT},
         {&phi3, {MUT_SHAPE, 0, IX__R_FFN_GATE_UP}, IX_ERR_FORMAT},
@@ -82,7 +82,7 @@ static void test_malformed(void **state) {
     };
     static const char *const kind_names[] = {[MUT_DROP] = "drop",
                                              [MUT_SHAPE] = "reshape",
-                                             [MUT_TYPE_Q4_K] = "retype",
+                                             [MUT_TYPE_IQ2_XXS] = "retype",
                                              [MUT_TYPE_F16] = "retype"};
     char path[512];
     for (size_t i = 0; i < IX_ARRAY_LEN(cases); i++) {

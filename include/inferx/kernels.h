@@ -72,25 +72,38 @@ uint16_t ix_fp32_to_fp16(float f);
 float ix_bf16_to_fp32(uint16_t h);
 uint16_t ix_fp32_to_bf16(float f);
 
+/* ---- weight types --------------------------------------------------------
+ * The kernels read F32, F16, BF16 and the quantized GGUF types Q8_0, Q4_0,
+ * Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS (block
+ * layouts in docs/kernels.md): matmul, ix_kernels_dequant_row and
+ * ix_kernels_quantize_row take all of them, and refuse any other type with
+ * IX_ERR_UNSUPPORTED. Rows hold whole blocks (ix_dtype_block_size: 32, or
+ * 256 for the K-quants and IQ4_XS). */
+bool ix_kernels_has_type(ix_dtype t);
+/* The types the kernels read, in type-code order: writes the first cap of
+ * them to out (may be NULL when cap is 0) and returns how many there are. */
+size_t ix_kernels_types(ix_dtype *out, size_t cap);
+
 /* ---- matmul ---------------------------------------------------------------
  * Y[m][n] = sum_k X[m][k] * W[n][k]   (Y = X . W^T)
  * W is a GGUF weight tensor: row n holds K contiguous elements of w_type.
- * For Q8_0 and Q4_0 the activations are quantized once per matmul to 8 bits
- * with one f32 scale per 32 elements (the "q8a" format, see docs/kernels.md)
- * into caller-provided scratch, and every dot product is integer per block.
+ * For the quantized types the activations are quantized once per matmul to
+ * 8 bits with one f32 scale per 32 elements (the "q8a" format, see
+ * docs/kernels.md) into caller-provided scratch, and every dot product is
+ * integer per 32 elements (per 16-element sub-block scale inside them).
  * F32 / F16 / BF16 weights are widened to f32 in registers (exact) and
  * multiplied with the f32 activations. */
-#define IX_KERNELS_QBLOCK 32 /* elements per Q8_0 / Q4_0 / q8a block */
+#define IX_KERNELS_QBLOCK 32 /* elements per q8a block (and per Q8_0 / Q4_0 block) */
 
 typedef struct ix_matmul {
-    ix_dtype w_type;       /* F32, F16, BF16, Q8_0 or Q4_0 */
+    ix_dtype w_type;       /* a type ix_kernels_has_type() accepts */
     const void *w;         /* (N, K) in w_type */
     size_t w_stride_bytes; /* bytes from row n to row n+1; 0 = packed rows */
     const float *x;        /* (M, ldx): row m at x + m * ldx */
     size_t ldx;            /* 0 = K */
     float *y;              /* (M, ldy): row m at y + m * ldy, N written */
     size_t ldy;            /* 0 = N */
-    size_t M, N, K;        /* K % 32 == 0 for Q8_0 / Q4_0 */
+    size_t M, N, K;        /* K a multiple of w_type's block size */
     /* ix_kernels_matmul_scratch_bytes(w_type, M, K) bytes, 64-byte aligned;
      * NULL allowed when that is 0 (float weights). */
     void *scratch;
@@ -153,12 +166,13 @@ ix_status ix_kernels_matmul(const ix_matmul *mm, ix_pool *pool);
 #define IX_KERNELS_MATMUL_MAX 4
 ix_status ix_kernels_matmul_n(const ix_matmul *mms, size_t n, ix_pool *pool);
 
-/* Quantizes n values of src into a GGUF row of dst_type (F32, F16, BF16,
- * Q8_0, Q4_0; n % 32 == 0 for the block types). Reference quality, for tools
- * and tests (generic C only). */
+/* Quantizes n values of src into a GGUF row of dst_type (n a multiple of
+ * its block size). Reference quality (round to nearest, with the scale
+ * searches of llama.cpp's reference quantizers), for tools and tests
+ * (generic C only). */
 ix_status ix_kernels_quantize_row(ix_dtype dst_type, const float *src, void *dst, size_t n);
-/* Widens n elements of a GGUF row (F32, F16, BF16, Q8_0, Q4_0) to f32, e.g.
- * for the embedding lookup. */
+/* Widens n elements of a GGUF row (n a multiple of its block size) to f32,
+ * e.g. for the embedding lookup. */
 ix_status ix_kernels_dequant_row(ix_dtype src_type, const void *src, float *dst, size_t n);
 void ix_kernels_fp16_to_fp32(const uint16_t *src, float *dst, size_t n);
 void ix_kernels_fp32_to_fp16(const float *src, uint16_t *dst, size_t n);
@@ -265,14 +279,13 @@ typedef struct ix_kernel_table {
     void (*fp16_to_fp32)(const uint16_t *src, float *dst, size_t n);
     void (*fp32_to_fp16)(const float *src, uint16_t *dst, size_t n);
     void (*bf16_to_fp32)(const uint16_t *src, float *dst, size_t n);
-    /* type F32, F16, BF16, Q8_0, Q4_0; n a whole number of blocks */
-    void (*dequant_row)(ix_dtype type, const void *src, float *dst, size_t n);
 
     /* One row of k (k % 32 == 0) floats into one q8a row (layout in
      * kernels_int.h); the same bits on every path. */
     void (*quantize_act)(const float *x, void *dst, size_t k);
-    /* Y[:, n0:n1) of a checked matmul whose scratch holds quantized X. */
-    void (*matmul_rows)(const ix_matmul *mm, size_t n0, size_t n1);
+    /* This table's column in the weight-type traits (kernels_int.h), which
+     * hold the matmul of every weight type on every path. */
+    unsigned path;
 
     void (*rmsnorm)(float *y, const float *x, const float *w, size_t n, float eps);
     void (*softmax)(float *x, size_t n);

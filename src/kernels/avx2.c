@@ -134,38 +134,6 @@ static void bf16_to_fp32(const uint16_t *src, float *dst, size_t n) {
     for (; i < n; i++) dst[i] = ix__bf16_to_fp32(ix__load_u16(src + i));
 }
 
-static void dequant_row(ix_dtype type, const void *src, float *dst, size_t n) {
-    const uint8_t *p = src;
-    switch (type) {
-    case IX_DTYPE_F32: memcpy(dst, src, n * 4); break;
-    case IX_DTYPE_F16: fp16_to_fp32(src, dst, n); break;
-    case IX_DTYPE_BF16: bf16_to_fp32(src, dst, n); break;
-    case IX_DTYPE_Q8_0:
-        for (size_t b = 0; b < n / IX__QK; b++, p += IX__Q8_0_BYTES, dst += IX__QK) {
-            __m256 d = _mm256_set1_ps(ix__block_d(p));
-            for (int j = 0; j < 4; j++) {
-                __m128i q = _mm_loadl_epi64((const __m128i *)(p + 2 + 8 * j));
-                vf_store(dst + 8 * j, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))));
-            }
-        }
-        break;
-    case IX_DTYPE_Q4_0:
-        for (size_t b = 0; b < n / IX__QK; b++, p += IX__Q4_0_BYTES, dst += IX__QK) {
-            __m256 d = _mm256_set1_ps(ix__block_d(p));
-            __m128i q = _mm_loadu_si128((const __m128i *)(p + 2));
-            __m128i nib = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(8);
-            __m128i lo = _mm_sub_epi8(_mm_and_si128(q, nib), eight);
-            __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), nib), eight);
-            vf_store(dst, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo))));
-            vf_store(dst + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)))));
-            vf_store(dst + 16, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi))));
-            vf_store(dst + 24, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))));
-        }
-        break;
-    default: break;
-    }
-}
-
 /* ---- activation quantization (q8a; same bits as generic.c) ------------------------ */
 static void quantize_act(const float *x, void *dst, size_t k) {
     int8_t *qs;
@@ -281,6 +249,145 @@ QTILE_ALL(Q8_0)
 QTILE_ALL(Q4_0)
 #define TILE_ROW(F, T) {F##_##T##_1, F##_##T##_2, F##_##T##_3, F##_##T##_4}
 static const ix__tile_fn k_qtiles[2][Q_RX] = {TILE_ROW(qtile, Q8_0), TILE_ROW(qtile, Q4_0)};
+
+/* ---- the other quantized types (row layout) ----------------------------------------------
+ * avx512.c's kq_run at half width, on qtile_run's layout (2 W rows per ymm,
+ * row r's 16 code bytes in 128-bit lane r): each 32-element block decoded in
+ * registers into unsigned codes u = q + c, dotted with the X row, reduced to
+ * the 2 rows' exact dots and finished with the canonical dot's integer
+ * scale, offset and min terms (kernels_int.h); the generic path's bits.
+ *   Q5_0  c = 16; the fifth bits spread from qh by a byte shuffle and compare;
+ *   Q4_K  c = 0; the rows' 6-bit scales and mins decoded once per super-block;
+ *   Q6_K  c = 32 and a scale per 16: the halves dotted and reduced apart. */
+typedef enum kq_type { KQ_Q5_0, KQ_Q4_K, KQ_Q6_K } kq_type;
+
+static inline __attribute__((always_inline)) __m256i kq_dp(__m256i acc, __m256i w, __m256i x) {
+#if IX_AVX2_VNNI
+    return _mm256_dpbusd_avx_epi32(acc, w, x);
+#else /* no int16 pair saturates at these code sizes: |pair| <= 2 * 63 * 127 */
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)));
+#endif
+}
+
+/* The row's exact dot in every lane of its half. */
+static inline __attribute__((always_inline)) __m256i reduce2(__m256i iv) {
+    iv = _mm256_add_epi32(iv, _mm256_shuffle_epi32(iv, 0xb1));
+    return _mm256_add_epi32(iv, _mm256_shuffle_epi32(iv, 0x4e));
+}
+
+/* Row 0's value in the low half, row 1's in the high. */
+static inline __m256i rows2_i32(int32_t v0, int32_t v1) {
+    return _mm256_set_m128i(_mm_set1_epi32(v1), _mm_set1_epi32(v0));
+}
+
+/* The fp16 values at p0 and p1 as floats, row 0's in the low half. */
+static inline __m256 rows2_h(const uint8_t *p0, const uint8_t *p1) {
+    uint32_t h = (uint32_t)ix__load_u16(p0) | (uint32_t)ix__load_u16(p1) << 16;
+    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_cvtph_ps(_mm_cvtsi32_si128((int)h))),
+                                    _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+}
+
+/* 16 bits of each row's qh (lane r: bits of qh_r from bit `from`) as 0x10 in
+ * the bytes whose bit is set. */
+static inline __m256i q5_bits(uint32_t qh0, uint32_t qh1, int from) {
+    const __m256i v = _mm256_set_m128i(_mm_cvtsi32_si128((int)(qh1 >> from)), _mm_cvtsi32_si128((int)(qh0 >> from)));
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1,
+                                            1, 1, 1, 1, 1, 1);
+    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+    __m256i m = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(v, spread), bit), bit);
+    return _mm256_and_si256(m, _mm256_set1_epi8(16));
+}
+
+static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_type t, int rx, bool pf) {
+    const size_t nb = a->k / IX__QK, ws = a->ws, xs = a->xs;
+    const size_t per = t == KQ_Q5_0 ? 1 : 8, bytes = t == KQ_Q5_0 ? 22 : t == KQ_Q4_K ? 144 : 210;
+    const __m256i nib = _mm256_set1_epi8(0x0f);
+    __m256 acc[Q_RX];
+    for (int i = 0; i < rx; i++) acc[i] = _mm256_setzero_ps();
+    uint8_t scm[2][16] = {{0}}; /* Q4_K: per row, the super-block's scales and mins */
+    __m256 dw = _mm256_setzero_ps(), dm = dw;
+    for (size_t b = 0; b < nb; b++) {
+        if (pf) ix__prefetch_ahead(a, Q_RW, b, nb);
+        const size_t j = b % per;
+        const uint8_t *p0 = a->w + b / per * bytes, *p1 = p0 + ws; /* the rows' (super-)blocks */
+        __m256i wl, wh, sc0 = _mm256_setzero_si256(), sc1 = sc0, mn = sc0;
+        if (t == KQ_Q5_0) {
+            __m256i v = load2x16(p0 + 6, p1 + 6);
+            uint32_t h0 = ix__load_u32(p0 + 2), h1 = ix__load_u32(p1 + 2);
+            wl = _mm256_or_si256(_mm256_and_si256(v, nib), q5_bits(h0, h1, 0));
+            wh = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), nib), q5_bits(h0, h1, 16));
+            dw = rows2_h(p0, p1);
+        } else if (t == KQ_Q4_K) {
+            if (j == 0) {
+                ix__k4_scales(p0 + 4, scm[0]);
+                ix__k4_scales(p1 + 4, scm[1]);
+                dw = rows2_h(p0, p1);
+                dm = _mm256_xor_ps(rows2_h(p0 + 2, p1 + 2), _mm256_set1_ps(-0.0f)); /* -dmin, exactly */
+            }
+            const size_t o = 16 + 32 * (j / 2);
+            const __m128i sh = _mm_cvtsi32_si128(4 * (int)(j % 2));
+            wl = _mm256_and_si256(_mm256_srl_epi16(load2x16(p0 + o, p1 + o), sh), nib);
+            wh = _mm256_and_si256(_mm256_srl_epi16(load2x16(p0 + o + 16, p1 + o + 16), sh), nib);
+            sc0 = rows2_i32(scm[0][j], scm[1][j]);
+            mn = rows2_i32(scm[0][8 + j], scm[1][8 + j]);
+        } else {
+            if (j == 0) dw = rows2_h(p0 + 208, p1 + 208);
+            const size_t h = j / 4, e = j % 4, ol = 64 * h + 32 * (e % 2), oh = 128 + 32 * h;
+            const __m128i sl = _mm_cvtsi32_si128(e < 2 ? 0 : 4), shh = _mm_cvtsi32_si128(2 * (int)e);
+            const __m256i three = _mm256_set1_epi8(3);
+            __m256i hl = _mm256_and_si256(_mm256_srl_epi16(load2x16(p0 + oh, p1 + oh), shh), three);
+            __m256i hh = _mm256_and_si256(_mm256_srl_epi16(load2x16(p0 + oh + 16, p1 + oh + 16), shh), three);
+            wl = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi16(load2x16(p0 + ol, p1 + ol), sl), nib),
+                                 _mm256_slli_epi16(hl, 4));
+            wh = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi16(load2x16(p0 + ol + 16, p1 + ol + 16), sl), nib),
+                                 _mm256_slli_epi16(hh, 4));
+            sc0 = rows2_i32((int8_t)p0[192 + 2 * j], (int8_t)p1[192 + 2 * j]);
+            sc1 = rows2_i32((int8_t)p0[193 + 2 * j], (int8_t)p1[193 + 2 * j]);
+        }
+        for (int i = 0; i < rx; i++) {
+            const uint8_t *xr = a->x + (size_t)i * xs;
+            const int8_t *xq = (const int8_t *)xr + b * IX__QK;
+            const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(xr + a->blk_off) + b;
+            const __m128i x16 = _mm_loadu_si128((const __m128i *)xq);
+            const __m256i xl = _mm256_broadcastsi128_si256(x16);
+            const __m256i xh = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(xq + 16)));
+            const __m256 sx = _mm256_set1_ps(xb->d);
+            __m256i idot;
+            if (t == KQ_Q6_K) {
+                /* sum of the first 16 x: vpsadbw of x + 128 */
+                __m128i sad = _mm_sad_epu8(_mm_xor_si128(x16, _mm_set1_epi8((char)0x80)), _mm_setzero_si128());
+                int32_t s0 = _mm_cvtsi128_si32(sad) + _mm_extract_epi32(sad, 2) - 16 * 128, s1 = xb->s - s0;
+                __m256i il = reduce2(kq_dp(_mm256_set1_epi32(-8 * s0), wl, xl));
+                __m256i ih = reduce2(kq_dp(_mm256_set1_epi32(-8 * s1), wh, xh));
+                idot = _mm256_add_epi32(_mm256_mullo_epi32(sc0, il), _mm256_mullo_epi32(sc1, ih));
+            } else {
+                const __m256i bias = _mm256_set1_epi32(t == KQ_Q5_0 ? -4 * xb->s : 0);
+                idot = reduce2(kq_dp(kq_dp(bias, wl, xl), wh, xh));
+                if (t == KQ_Q4_K) idot = _mm256_mullo_epi32(sc0, idot);
+            }
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(idot), _mm256_mul_ps(dw, sx), acc[i]);
+            if (t == KQ_Q4_K)
+                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_mullo_epi32(mn, _mm256_set1_epi32(xb->s))),
+                                         _mm256_mul_ps(dm, sx), acc[i]);
+        }
+    }
+    for (int i = 0; i < rx; i++) {
+        float *y = a->y + (size_t)i * a->ldy;
+        y[0] = _mm256_cvtss_f32(acc[i]);
+        if (a->ncols > 1) y[1] = _mm_cvtss_f32(_mm256_extractf128_ps(acc[i], 1));
+    }
+}
+
+#define KQ_INST(T, R)                                                                          \
+    static void kq_##T##_##R(const ix__tile *a) {                                               \
+        if (a->prefetch) kq_run(a, KQ_##T, R, true);                                            \
+        else kq_run(a, KQ_##T, R, false);                                                       \
+    }
+#define KQ_ALL(T) KQ_INST(T, 1) KQ_INST(T, 2) KQ_INST(T, 3) KQ_INST(T, 4)
+KQ_ALL(Q5_0)
+KQ_ALL(Q4_K)
+KQ_ALL(Q6_K)
+static const ix__tile_fn k_kqtiles[3][Q_RX] = {TILE_ROW(kq, Q5_0), TILE_ROW(kq, Q4_K), TILE_ROW(kq, Q6_K)};
 
 /* ---- float matmul tiles ----------------------------------------------------------------- */
 #define F_RX 2
@@ -524,22 +631,37 @@ PKF_INST(1) PKF_INST(2) PKF_INST(3) PKF_INST(4)
 static const ix__pk_fn k_pkf[PKF_RX] = {pkf_1, pkf_2, pkf_3, pkf_4};
 static const ix__pk_fn k_pkbf[PKF_RX] = {pkbf_1, pkbf_2, pkbf_3, pkbf_4};
 
-static void matmul_rows(const ix_matmul *mm, size_t n0, size_t n1) {
-    if (mm->w_packed) {
-        if (mm->w_type == IX_DTYPE_F16) ix__pk_walk(mm, n0, n1, k_pkf, PKF_RX, PKF_MCHUNK, pkf_lock);
-        else if (mm->w_type == IX_DTYPE_BF16) ix__pk_walk(mm, n0, n1, k_pkbf, PKF_RX, PKF_MCHUNK, pkbf_lock);
-        else
-            ix__pk_walk(mm, n0, n1, k_pk[mm->w_type == IX_DTYPE_Q4_0], PK_RX, PK_MCHUNK,
-                        mm->w_type == IX_DTYPE_Q4_0 ? pk_lock_q4 : pk_lock_q8);
-        return;
-    }
-    switch (mm->w_type) {
-    case IX_DTYPE_Q8_0: ix__matmul_tiles(mm, n0, n1, k_qtiles[0], Q_RX, Q_RW); break;
-    case IX_DTYPE_Q4_0: ix__matmul_tiles(mm, n0, n1, k_qtiles[1], Q_RX, Q_RW); break;
-    case IX_DTYPE_F32: ix__matmul_tiles(mm, n0, n1, k_ftiles[0], F_RX, F_RW); break;
-    case IX_DTYPE_F16: ix__matmul_tiles(mm, n0, n1, k_ftiles[1], F_RX, F_RW); break;
-    default: ix__matmul_tiles(mm, n0, n1, k_ftiles[2], F_RX, F_RW); break;
-    }
+/* ---- the traits' entries (quants.c): one per weight type ---------------------------------- */
+#if IX_AVX2_VNNI
+#define MM(t) ix__mm_##t##_avx2vnni
+#else
+#define MM(t) ix__mm_##t##_avx2
+#endif
+
+void MM(q8_0)(const ix_matmul *mm, size_t n0, size_t n1) {
+    if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pk[0], PK_RX, PK_MCHUNK, pk_lock_q8);
+    else ix__matmul_tiles(mm, n0, n1, k_qtiles[0], Q_RX, Q_RW);
+}
+
+void MM(q4_0)(const ix_matmul *mm, size_t n0, size_t n1) {
+    if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pk[1], PK_RX, PK_MCHUNK, pk_lock_q4);
+    else ix__matmul_tiles(mm, n0, n1, k_qtiles[1], Q_RX, Q_RW);
+}
+
+void MM(q5_0)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_Q5_0], Q_RX, Q_RW); }
+void MM(q4_k)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_Q4_K], Q_RX, Q_RW); }
+void MM(q6_k)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_Q6_K], Q_RX, Q_RW); }
+
+void MM(f32)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_ftiles[0], F_RX, F_RW); }
+
+void MM(f16)(const ix_matmul *mm, size_t n0, size_t n1) {
+    if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pkf, PKF_RX, PKF_MCHUNK, pkf_lock);
+    else ix__matmul_tiles(mm, n0, n1, k_ftiles[1], F_RX, F_RW);
+}
+
+void MM(bf16)(const ix_matmul *mm, size_t n0, size_t n1) {
+    if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pkbf, PKF_RX, PKF_MCHUNK, pkbf_lock);
+    else ix__matmul_tiles(mm, n0, n1, k_ftiles[2], F_RX, F_RW);
 }
 
 /* ---- RoPE ------------------------------------------------------------------------------- */
@@ -571,9 +693,8 @@ static const ix_kernel_table k_avx2 = {
     .fp16_to_fp32 = fp16_to_fp32,
     .fp32_to_fp16 = fp32_to_fp16,
     .bf16_to_fp32 = bf16_to_fp32,
-    .dequant_row = dequant_row,
     .quantize_act = quantize_act,
-    .matmul_rows = matmul_rows,
+    .path = IX_AVX2_VNNI ? IX__PATH_AVX2_VNNI : IX__PATH_AVX2,
     .rmsnorm = v_rmsnorm,
     .softmax = v_softmax,
     .silu_mul = v_silu_mul,

@@ -101,35 +101,6 @@ static void bf16_to_fp32(const uint16_t *src, float *dst, size_t n) {
         vf_store_n(dst + i, bf16x16(_mm256_maskz_loadu_epi16(tail_mask(n - i), src + i)), n - i);
 }
 
-static void dequant_row(ix_dtype type, const void *src, float *dst, size_t n) {
-    const uint8_t *p = src;
-    switch (type) {
-    case IX_DTYPE_F32: memcpy(dst, src, n * 4); break;
-    case IX_DTYPE_F16: fp16_to_fp32(src, dst, n); break;
-    case IX_DTYPE_BF16: bf16_to_fp32(src, dst, n); break;
-    case IX_DTYPE_Q8_0:
-        for (size_t b = 0; b < n / IX__QK; b++, p += IX__Q8_0_BYTES, dst += IX__QK) {
-            __m512 d = _mm512_set1_ps(ix__block_d(p));
-            __m256i q = _mm256_loadu_si256((const __m256i *)(p + 2));
-            vf_store(dst, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q)))));
-            vf_store(dst + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1)))));
-        }
-        break;
-    case IX_DTYPE_Q4_0:
-        for (size_t b = 0; b < n / IX__QK; b++, p += IX__Q4_0_BYTES, dst += IX__QK) {
-            __m512 d = _mm512_set1_ps(ix__block_d(p));
-            __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 2)));
-            __m512i eight = _mm512_set1_epi32(8), f = _mm512_set1_epi32(15);
-            __m512i lo = _mm512_sub_epi32(_mm512_and_si512(q, f), eight);
-            __m512i hi = _mm512_sub_epi32(_mm512_srli_epi32(q, 4), eight);
-            vf_store(dst, _mm512_mul_ps(d, _mm512_cvtepi32_ps(lo)));
-            vf_store(dst + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(hi)));
-        }
-        break;
-    default: break;
-    }
-}
-
 /* ---- activation quantization (q8a; same bits as generic.c) ------------------------ */
 static void quantize_act(const float *x, void *dst, size_t k) {
     int8_t *qs;
@@ -469,6 +440,193 @@ static const ix__tile_fn k_qtiles[2][2][Q_RX] = {
     {QTILE_ROW(Q8_0, vnni), QTILE_ROW(Q4_0, vnni)},
 };
 
+/* ---- the other quantized types (row layout) ----------------------------------------------
+ * qtile_run's layout and reduction (two groups of 4 W rows, row r's 16 code
+ * bytes in 128-bit lane r) for types whose codes come from sub-byte fields
+ * and whose blocks carry integer sub-block scales and mins. Each 32-element
+ * block of the 8 rows is decoded in registers into unsigned codes u = q + c
+ * (c: the type's offset), dotted with the X row, reduced to the 8 rows' exact
+ * dots and finished with the canonical dot's integer scale, offset and min
+ * terms (kernels_int.h), so the bits are the generic path's:
+ *   Q5_0  c = 16, one scale; the fifth bits are spread from qh by a byte mask;
+ *   Q4_K  c = 0, the sub-block's 6-bit scale and min (decoded for 4 rows at a
+ *         time once per super-block), min term mn * s;
+ *   Q6_K  c = 32 and a scale per 16: the halves are dotted and reduced apart,
+ *         each starting from -c times its share of the X block sum (the first
+ *         half's from vpsadbw). */
+typedef enum kq_type { KQ_Q5_0, KQ_Q4_K, KQ_Q6_K } kq_type;
+
+/* 16 bytes at p, p + ws, p + 2 ws, p + 3 ws into 128-bit lanes 0..3. */
+static inline __attribute__((always_inline)) __m512i ld4x16(const uint8_t *p, size_t ws) {
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + ws)), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 2 * ws)), 2);
+    return _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 3 * ws)), 3);
+}
+
+/* acc + the 4-byte dots of u8 w and s8 x per int32 lane (no int16 pair
+ * saturates at these types' code sizes: |pair| <= 2 * 63 * 127). */
+static inline __attribute__((always_inline)) __m512i kq_dp(__m512i acc, __m512i w, __m512i x, bool vnni) {
+    if (vnni) return _mm512_dpbusd_epi32(acc, w, x);
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(w, x), _mm512_set1_epi16(1)));
+}
+
+/* Groups A and B's 4-lane partial dots to the exact dots of their 8 rows,
+ * lane r holding (A_r, B_r, A_r, B_r) (as qtile_run). */
+static inline __attribute__((always_inline)) __m512i reduce8(__m512i a, __m512i b) {
+    __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+    return _mm512_add_epi32(u, _mm512_shuffle_epi32(u, _MM_PERM_BADC));
+}
+
+/* The dword each row's lane selects by pshufb index idx (a byte index and
+ * 0x80s), groups A and B into the reduced layout. */
+static inline __attribute__((always_inline)) __m512i kq_pick8(__m512i va, __m512i vb, __m512i idx, int dword) {
+    __m512i u = _mm512_unpacklo_epi32(_mm512_shuffle_epi8(va, idx), _mm512_shuffle_epi8(vb, idx));
+    /* u lane r: (A.d0, B.d0, A.d1, B.d1) */
+    return dword ? _mm512_shuffle_epi32(u, _MM_PERM_DCDC) : _mm512_shuffle_epi32(u, _MM_PERM_BABA);
+}
+
+/* Q4_K: ix__k4_scales of 4 rows' super-blocks at once (12 bytes at p + 4
+ * per row): the 8 scales and 8 mins as bytes 0..7 and 8..15 of the row's
+ * lane. */
+static inline __attribute__((always_inline)) __m512i q4k_scales4(const uint8_t *p, size_t ws) {
+    __m512i v = ld4x16(p + 4, ws); /* dwords a0 a1 a2 (and 4 code bytes) per lane */
+    __m512i lo = _mm512_srlv_epi32(_mm512_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0)), _mm512_set_epi32(4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0));
+    lo = _mm512_and_si512(lo, _mm512_set4_epi32(0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f));
+    __m512i hi = _mm512_srlv_epi32(_mm512_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0)), _mm512_set1_epi32(2));
+    hi = _mm512_and_si512(hi, _mm512_set4_epi32(0x30303030, 0, 0x30303030, 0));
+    /* (a0 & 3f, (a2 & 0f) | (a0 >> 2 & 30), a1 & 3f, (a2 >> 4 & 0f) | (a1 >> 2 & 30)) */
+    return _mm512_or_si512(lo, hi);
+}
+
+static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_type t, bool vnni, int rx, bool pf) {
+    const size_t nb = a->k / IX__QK, ws = a->ws, xs = a->xs;
+    const size_t per = t == KQ_Q5_0 ? 1 : 8, bytes = t == KQ_Q5_0 ? 22 : t == KQ_Q4_K ? 144 : 210;
+    const __m512i nib = _mm512_set1_epi8(0x0f);
+    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+    __m512 acc[Q_RX];
+    for (int i = 0; i < rx; i++) acc[i] = _mm512_setzero_ps();
+    __m512i scm[Q_RG] = {_mm512_setzero_si512(), _mm512_setzero_si512()}; /* per super-block: Q4_K scales/mins, Q6_K scales */
+    __m512 dw = _mm512_setzero_ps(), dm = _mm512_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        if (pf) ix__prefetch_ahead(a, Q_RW, b, nb);
+        const size_t j = b % per;
+        const uint8_t *sb = a->w + b / per * bytes; /* row 0's (super-)block */
+        if (j == 0 && t != KQ_Q5_0) {
+            for (int g = 0; g < Q_RG; g++)
+                scm[g] = t == KQ_Q4_K ? q4k_scales4(sb + (size_t)(4 * g) * ws, ws) : ld4x16(sb + 192 + (size_t)(4 * g) * ws, ws);
+            dw = scales8(sb + (t == KQ_Q4_K ? 0 : 208), ws);
+            if (t == KQ_Q4_K) /* -dmin, exactly */
+                dm = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(scales8(sb + 2, ws)), sign));
+        }
+        __m512i wl[Q_RG], wh[Q_RG], sc0 = _mm512_setzero_si512(), sc1 = sc0, mn = sc0;
+        for (int g = 0; g < Q_RG; g++) {
+            const uint8_t *p = sb + (size_t)(4 * g) * ws;
+            if (t == KQ_Q5_0) {
+                __m512i v = ld4x16(p + 6, ws);
+                wl[g] = _mm512_and_si512(v, nib);
+                wh[g] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+                /* fifth bits: bit i of row r's qh to byte i of lane r (lo: i < 16) */
+                uint64_t ml = 0, mh = 0;
+                for (int r = 0; r < 4; r++) {
+                    uint32_t qh = ix__load_u32(p + (size_t)r * ws + 2);
+                    ml |= (uint64_t)(qh & 0xffff) << (16 * r);
+                    mh |= (uint64_t)(qh >> 16) << (16 * r);
+                }
+                const __m512i b4 = _mm512_set1_epi8(16);
+                wl[g] = _mm512_or_si512(wl[g], _mm512_maskz_mov_epi8((__mmask64)ml, b4));
+                wh[g] = _mm512_or_si512(wh[g], _mm512_maskz_mov_epi8((__mmask64)mh, b4));
+            } else if (t == KQ_Q4_K) {
+                const uint8_t *q = p + 16 + 32 * (j / 2);
+                const __m128i sh = _mm_cvtsi32_si128(4 * (int)(j % 2));
+                wl[g] = _mm512_and_si512(_mm512_srl_epi16(ld4x16(q, ws), sh), nib);
+                wh[g] = _mm512_and_si512(_mm512_srl_epi16(ld4x16(q + 16, ws), sh), nib);
+            } else {
+                const size_t h = j / 4, e = j % 4;
+                const uint8_t *ql = p + 64 * h + 32 * (e % 2), *qh = p + 128 + 32 * h;
+                const __m128i sl = _mm_cvtsi32_si128(e < 2 ? 0 : 4), shh = _mm_cvtsi32_si128(2 * (int)e);
+                const __m512i three = _mm512_set1_epi8(3);
+                __m512i hl = _mm512_and_si512(_mm512_srl_epi16(ld4x16(qh, ws), shh), three);
+                __m512i hh = _mm512_and_si512(_mm512_srl_epi16(ld4x16(qh + 16, ws), shh), three);
+                wl[g] = _mm512_or_si512(_mm512_and_si512(_mm512_srl_epi16(ld4x16(ql, ws), sl), nib), _mm512_slli_epi16(hl, 4));
+                wh[g] = _mm512_or_si512(_mm512_and_si512(_mm512_srl_epi16(ld4x16(ql + 16, ws), sl), nib), _mm512_slli_epi16(hh, 4));
+            }
+        }
+        if (t == KQ_Q5_0) dw = scales8(sb, ws);
+        if (t == KQ_Q4_K) {
+            const int64_t k = (int64_t)j;
+            const __m512i idx = _mm512_set1_epi64((int64_t)(0x80808000u | (8 + k)) << 32 | (0x80808000u | k));
+            sc0 = kq_pick8(scm[0], scm[1], idx, 0);
+            mn = kq_pick8(scm[0], scm[1], idx, 1);
+        } else if (t == KQ_Q6_K) { /* int8 scales 2j and 2j + 1, sign-extended from the top byte */
+            const int64_t k = 2 * (int64_t)j;
+            const __m512i idx = _mm512_set1_epi64((int64_t)(((k + 1) << 24) | 0x808080) << 32 | ((k << 24) | 0x808080));
+            sc0 = _mm512_srai_epi32(kq_pick8(scm[0], scm[1], idx, 0), 24);
+            sc1 = _mm512_srai_epi32(kq_pick8(scm[0], scm[1], idx, 1), 24);
+        }
+        for (int i = 0; i < rx; i++) {
+            const uint8_t *xr = a->x + (size_t)i * xs;
+            const int8_t *xq = (const int8_t *)xr + b * IX__QK;
+            const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(xr + a->blk_off) + b;
+            const __m128i x16 = _mm_loadu_si128((const __m128i *)xq);
+            const __m512i xl = _mm512_broadcast_i32x4(x16);
+            const __m512i xh = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xq + 16)));
+            const __m512 sx = _mm512_set1_ps(xb->d);
+            __m512i idot;
+            if (t == KQ_Q6_K) {
+                /* sum of the first 16 x: vpsadbw of x + 128 */
+                __m128i sad = _mm_sad_epu8(_mm_xor_si128(x16, _mm_set1_epi8((char)0x80)), _mm_setzero_si128());
+                int32_t s0 = _mm_cvtsi128_si32(sad) + _mm_extract_epi32(sad, 2) - 16 * 128, s1 = xb->s - s0;
+                __m512i il[Q_RG], ih[Q_RG];
+                for (int g = 0; g < Q_RG; g++) {
+                    il[g] = kq_dp(_mm512_set1_epi32(-8 * s0), wl[g], xl, vnni);
+                    ih[g] = kq_dp(_mm512_set1_epi32(-8 * s1), wh[g], xh, vnni);
+                }
+                idot = _mm512_add_epi32(_mm512_mullo_epi32(sc0, reduce8(il[0], il[1])),
+                                        _mm512_mullo_epi32(sc1, reduce8(ih[0], ih[1])));
+            } else {
+                const __m512i bias = _mm512_set1_epi32(t == KQ_Q5_0 ? -4 * xb->s : 0);
+                __m512i iv[Q_RG];
+                for (int g = 0; g < Q_RG; g++) iv[g] = kq_dp(kq_dp(bias, wl[g], xl, vnni), wh[g], xh, vnni);
+                idot = reduce8(iv[0], iv[1]);
+                if (t == KQ_Q4_K) idot = _mm512_mullo_epi32(sc0, idot);
+            }
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(idot), _mm512_mul_ps(dw, sx), acc[i]);
+            if (t == KQ_Q4_K)
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_mullo_epi32(mn, _mm512_set1_epi32(xb->s))),
+                                         _mm512_mul_ps(dm, sx), acc[i]);
+        }
+    }
+    const __m512i gather = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    for (int i = 0; i < rx; i++) {
+        __m256 r = _mm512_castps512_ps256(_mm512_permutexvar_ps(gather, acc[i]));
+        _mm256_mask_storeu_ps(a->y + (size_t)i * a->ldy, (__mmask8)(a->ncols == Q_RW ? 0xff : 0x01), r);
+    }
+}
+
+#define KQ_INST(T, TAG, V, R)                                                                  \
+    static void kq_##T##_##TAG##_##R(const ix__tile *a) {                                         \
+        if (a->prefetch) kq_run(a, KQ_##T, V, R, true);                                           \
+        else kq_run(a, KQ_##T, V, R, false);                                                      \
+    }
+#define KQ_ALL(T, TAG, V)                                                                      \
+    KQ_INST(T, TAG, V, 1) KQ_INST(T, TAG, V, 2) KQ_INST(T, TAG, V, 3) KQ_INST(T, TAG, V, 4)     \
+    KQ_INST(T, TAG, V, 5) KQ_INST(T, TAG, V, 6)
+KQ_ALL(Q5_0, vnni, true)
+KQ_ALL(Q5_0, bw, false)
+KQ_ALL(Q4_K, vnni, true)
+KQ_ALL(Q4_K, bw, false)
+KQ_ALL(Q6_K, vnni, true)
+KQ_ALL(Q6_K, bw, false)
+#define KQ_ROW(T, TAG)                                                                         \
+    {kq_##T##_##TAG##_1, kq_##T##_##TAG##_2, kq_##T##_##TAG##_3,                                \
+     kq_##T##_##TAG##_4, kq_##T##_##TAG##_5, kq_##T##_##TAG##_6}
+/* [vnni][kq_type][rx - 1] */
+static const ix__tile_fn k_kqtiles[2][3][Q_RX] = {
+    {KQ_ROW(Q5_0, bw), KQ_ROW(Q4_K, bw), KQ_ROW(Q6_K, bw)},
+    {KQ_ROW(Q5_0, vnni), KQ_ROW(Q4_K, vnni), KQ_ROW(Q6_K, vnni)},
+};
+
 /* ---- packed quantized weights (ix_kernels_pack) ------------------------------------------
  * A packed block is already "transposed": plane j holds dword j of the 16 W
  * rows, one row per 32-bit lane. So a block costs four (Q4_0: plus a mask and
@@ -761,37 +919,41 @@ FTILE_ALL(BF16)
 #define FTILE_ROW(T) {ftile_##T##_1, ftile_##T##_2, ftile_##T##_3, ftile_##T##_4}
 static const ix__tile_fn k_ftiles[3][F_RX] = {FTILE_ROW(F32), FTILE_ROW(F16), FTILE_ROW(BF16)};
 
-static void matmul_rows(const ix_matmul *mm, size_t n0, size_t n1, bool vnni) {
-    switch (mm->w_type) {
-    case IX_DTYPE_Q8_0:
-    case IX_DTYPE_Q4_0: {
-        if (mm->w_packed) {
-            ix__pk_walk(mm, n0, n1, k_pk[vnni][mm->w_type == IX_DTYPE_Q4_0], PK_RX, PK_MCHUNK,
-                        !vnni ? NULL : mm->w_type == IX_DTYPE_Q4_0 ? pk_lock_q4 : pk_lock_q8);
-            break;
-        }
-        int q4 = mm->w_type == IX_DTYPE_Q4_0;
-        /* the wide tile's transpose pays off once a few X rows share it */
-        if (vnni && mm->M >= WIDE_MIN_M) ix__matmul_tiles(mm, n0, n1, k_wide_band[q4], 0, W_RW);
-        else ix__matmul_tiles(mm, n0, n1, k_qtiles[vnni][q4], Q_RX, Q_RW);
-        break;
-    }
-    case IX_DTYPE_F32: ix__matmul_tiles(mm, n0, n1, k_ftiles[0], F_RX, F_RW); break;
-    default: { /* F16 / BF16 */
-        const bool bf = mm->w_type == IX_DTYPE_BF16;
-        if (mm->w_packed) ix__pk_walk(mm, n0, n1, bf ? k_pkbf : k_pkf, PKF_RX, PKF_MCHUNK, bf ? pkbf_lock : pkf_lock);
-        else ix__matmul_tiles(mm, n0, n1, k_ftiles[bf ? 2 : 1], F_RX, F_RW);
-        break;
-    }
-    }
+/* ---- the traits' entries (quants.c): one per weight type and table ---------------------- */
+static inline __attribute__((always_inline)) void mm_q(const ix_matmul *mm, size_t n0, size_t n1, bool q4,
+                                                       bool vnni) {
+    if (mm->w_packed)
+        ix__pk_walk(mm, n0, n1, k_pk[vnni][q4], PK_RX, PK_MCHUNK, !vnni ? NULL : q4 ? pk_lock_q4 : pk_lock_q8);
+    /* the wide tile's transpose pays off once a few X rows share it */
+    else if (vnni && mm->M >= WIDE_MIN_M) ix__matmul_tiles(mm, n0, n1, k_wide_band[q4], 0, W_RW);
+    else ix__matmul_tiles(mm, n0, n1, k_qtiles[vnni][q4], Q_RX, Q_RW);
 }
 
-static void matmul_rows_vnni(const ix_matmul *mm, size_t n0, size_t n1) {
-    matmul_rows(mm, n0, n1, true);
+void ix__mm_q8_0_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) { mm_q(mm, n0, n1, false, true); }
+void ix__mm_q8_0_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) { mm_q(mm, n0, n1, false, false); }
+void ix__mm_q4_0_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) { mm_q(mm, n0, n1, true, true); }
+void ix__mm_q4_0_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) { mm_q(mm, n0, n1, true, false); }
+
+void ix__mm_q5_0_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[1][KQ_Q5_0], Q_RX, Q_RW); }
+void ix__mm_q5_0_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[0][KQ_Q5_0], Q_RX, Q_RW); }
+void ix__mm_q4_k_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[1][KQ_Q4_K], Q_RX, Q_RW); }
+void ix__mm_q4_k_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[0][KQ_Q4_K], Q_RX, Q_RW); }
+void ix__mm_q6_k_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[1][KQ_Q6_K], Q_RX, Q_RW); }
+void ix__mm_q6_k_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[0][KQ_Q6_K], Q_RX, Q_RW); }
+
+/* Float weights: the same on both tables. */
+void ix__mm_f32_avx512(const ix_matmul *mm, size_t n0, size_t n1) {
+    ix__matmul_tiles(mm, n0, n1, k_ftiles[0], F_RX, F_RW);
 }
 
-static void matmul_rows_bw(const ix_matmul *mm, size_t n0, size_t n1) {
-    matmul_rows(mm, n0, n1, false);
+void ix__mm_f16_avx512(const ix_matmul *mm, size_t n0, size_t n1) {
+    if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pkf, PKF_RX, PKF_MCHUNK, pkf_lock);
+    else ix__matmul_tiles(mm, n0, n1, k_ftiles[1], F_RX, F_RW);
+}
+
+void ix__mm_bf16_avx512(const ix_matmul *mm, size_t n0, size_t n1) {
+    if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pkbf, PKF_RX, PKF_MCHUNK, pkbf_lock);
+    else ix__matmul_tiles(mm, n0, n1, k_ftiles[2], F_RX, F_RW);
 }
 
 /* ---- RoPE ------------------------------------------------------------------------------- */
@@ -820,16 +982,16 @@ static void rope_head(float *x, const float *cs, size_t n_rot, ix_rope_mode mode
     }
 }
 
-#define AVX512_TABLE(NAME, MATMUL)                                                             \
+#define AVX512_TABLE(NAME, PATH)                                                               \
     {                                                                                          \
         .isa = IX_ISA_AVX512, .name = NAME, .fp16_to_fp32 = fp16_to_fp32,                      \
-        .fp32_to_fp16 = fp32_to_fp16, .bf16_to_fp32 = bf16_to_fp32, .dequant_row = dequant_row, \
-        .quantize_act = quantize_act, .matmul_rows = MATMUL, .rmsnorm = v_rmsnorm,             \
+        .fp32_to_fp16 = fp32_to_fp16, .bf16_to_fp32 = bf16_to_fp32,                            \
+        .quantize_act = quantize_act, .path = PATH, .rmsnorm = v_rmsnorm,                      \
         .softmax = v_softmax, .silu_mul = v_silu_mul, .add = v_add, .rope_head = rope_head,    \
         .attn_add = v_attn_add,                                                                \
     }
 
-static const ix_kernel_table k_avx512_vnni = AVX512_TABLE("avx512-vnni", matmul_rows_vnni);
-static const ix_kernel_table k_avx512_bw = AVX512_TABLE("avx512-bw", matmul_rows_bw);
+static const ix_kernel_table k_avx512_vnni = AVX512_TABLE("avx512-vnni", IX__PATH_AVX512_VNNI);
+static const ix_kernel_table k_avx512_bw = AVX512_TABLE("avx512-bw", IX__PATH_AVX512_BW);
 
 const ix_kernel_table *ix__kernels_avx512(bool vnni) { return vnni ? &k_avx512_vnni : &k_avx512_bw; }

@@ -71,53 +71,27 @@ void ix_kernels_bf16_to_fp32(const uint16_t *src, float *dst, size_t n) {
     ix_kernels()->bf16_to_fp32(src, dst, n);
 }
 
-/* The row types this module reads and writes. */
-static ix_status row_args(ix_dtype t, const void *a, const void *b, size_t n) {
-    switch (t) {
-    case IX_DTYPE_F32:
-    case IX_DTYPE_F16:
-    case IX_DTYPE_BF16: break;
-    case IX_DTYPE_Q8_0:
-    case IX_DTYPE_Q4_0:
-        if (n % IX__QK) return IX_ERR_INVALID;
-        break;
-    default: return IX_ERR_UNSUPPORTED;
-    }
+/* The row types this module reads and writes: whole blocks. */
+static ix_status row_args(ix_dtype t, const void *a, const void *b, size_t n, const ix__wtype **wt) {
+    *wt = ix__wtype_of(t);
+    if (!*wt) return IX_ERR_UNSUPPORTED;
+    if (n % (*wt)->blck) return IX_ERR_INVALID;
     if (n && (!a || !b)) return IX_ERR_INVALID;
     return IX_OK;
 }
 
 ix_status ix_kernels_dequant_row(ix_dtype src_type, const void *src, float *dst, size_t n) {
-    ix_status st = row_args(src_type, src, dst, n);
-    if (st == IX_OK && n) ix_kernels()->dequant_row(src_type, src, dst, n);
+    const ix__wtype *wt;
+    ix_status st = row_args(src_type, src, dst, n, &wt);
+    if (st == IX_OK && n) wt->dequant(wt, src, dst, n);
     return st;
 }
 
 ix_status ix_kernels_quantize_row(ix_dtype dst_type, const float *src, void *dst, size_t n) {
-    ix_status st = row_args(dst_type, src, dst, n);
-    if (st != IX_OK || !n) return st;
-    switch (dst_type) {
-    case IX_DTYPE_F32: memcpy(dst, src, n * 4); break;
-    case IX_DTYPE_F16:
-        if ((uintptr_t)dst % 2 == 0) {
-            ix_kernels()->fp32_to_fp16(src, dst, n);
-            break;
-        }
-        for (size_t i = 0; i < n; i++) { /* a row at an odd address: byte stores */
-            uint16_t h = ix__fp32_to_fp16(src[i]);
-            memcpy((uint8_t *)dst + 2 * i, &h, 2);
-        }
-        break;
-    case IX_DTYPE_BF16:
-        for (size_t i = 0; i < n; i++) {
-            uint16_t h = ix__fp32_to_bf16(src[i]);
-            memcpy((uint8_t *)dst + 2 * i, &h, 2);
-        }
-        break;
-    case IX_DTYPE_Q8_0: ix__quantize_q8_0(src, dst, n); break;
-    default: ix__quantize_q4_0(src, dst, n); break;
-    }
-    return IX_OK;
+    const ix__wtype *wt;
+    ix_status st = row_args(dst_type, src, dst, n, &wt);
+    if (st == IX_OK && n) wt->quantize(src, dst, n);
+    return st;
 }
 
 /* ---- matmul ------------------------------------------------------------------- */
@@ -128,35 +102,32 @@ size_t ix_kernels_matmul_scratch_bytes(ix_dtype w_type, size_t M, size_t K) {
 
 ix_status ix_kernels_matmul_check(const ix_matmul *mm) {
     if (!mm) return IX_ERR_INVALID;
-    switch (mm->w_type) {
-    case IX_DTYPE_F32:
-    case IX_DTYPE_F16:
-    case IX_DTYPE_BF16:
-    case IX_DTYPE_Q8_0:
-    case IX_DTYPE_Q4_0: break;
-    default: return IX_ERR_UNSUPPORTED;
-    }
-    if (mm->K == 0) return IX_ERR_INVALID;
-    if (ix__w_quantized(mm->w_type) && mm->K % IX__QK) return IX_ERR_INVALID;
+    const ix__wtype *wt = ix__wtype_of(mm->w_type);
+    if (!wt) return IX_ERR_UNSUPPORTED;
+    if (mm->K == 0 || mm->K % wt->blck) return IX_ERR_INVALID;
     if (mm->M == 0 || mm->N == 0) return IX_OK; /* nothing to read or write */
-    bool x_needed = !(ix__w_quantized(mm->w_type) && mm->x_ready);
+    bool x_needed = !(wt->q8a && mm->x_ready);
     if (!mm->w || !mm->y || (x_needed && !mm->x)) return IX_ERR_INVALID;
     if (mm->ldx && mm->ldx < mm->K) return IX_ERR_INVALID;
     if (mm->ldy && mm->ldy < mm->N) return IX_ERR_INVALID;
     if (mm->w_stride_bytes && mm->w_stride_bytes < ix__w_row_bytes(mm->w_type, mm->K))
         return IX_ERR_INVALID;
-    if (ix__w_quantized(mm->w_type) && (!mm->scratch || ((uintptr_t)mm->scratch & 63)))
-        return IX_ERR_INVALID;
+    if (wt->q8a && (!mm->scratch || ((uintptr_t)mm->scratch & 63))) return IX_ERR_INVALID;
     if (mm->w_packed && (!ix_kernels_packable(mm->w_type, mm->N, mm->K) || mm->w_stride_bytes ||
                          ((uintptr_t)mm->w & 63)))
         return IX_ERR_INVALID;
     return IX_OK;
 }
 
+void ix__matmul_rows(const ix_kernel_table *kt, const ix_matmul *mm, size_t n0, size_t n1) {
+    ix__mm_entry(kt, ix__wtype_of(mm->w_type))(mm, n0, n1);
+}
+
 /* ---- packed weights ------------------------------------------------------------ */
 bool ix_kernels_packable(ix_dtype type, size_t N, size_t K) {
-    if (N % IX__PK || K == 0) return false;
-    return ix__pk_halves(type) || (ix__w_quantized(type) && K % IX__QK == 0);
+    const ix__wtype *wt = ix__wtype_of(type);
+    if (!wt || N % IX__PK || K == 0 || K % wt->blck) return false;
+    return wt->pack != IX__PACK_NONE;
 }
 
 size_t ix_kernels_packed_bytes(ix_dtype type, size_t N, size_t K) {
@@ -215,9 +186,10 @@ ix_status ix_kernels_pack(ix_dtype type, const void *w, size_t w_stride_bytes, s
         }
         return IX_OK;
     }
-    const bool q8 = type == IX_DTYPE_Q8_0;
-    const size_t nb = K / IX__QK, bb = q8 ? IX__Q8_0_BYTES : IX__Q4_0_BYTES, cb = ix__pk_code_bytes(type);
-    const size_t planes = q8 ? 8 : 4;
+    /* IX__PACK_PLANES: a block is an fp16 scale and its code bytes, a dword
+     * of them per plane */
+    const size_t nb = K / IX__QK, bb = ix__wtype_of(type)->bytes, cb = ix__pk_code_bytes(type);
+    const size_t planes = cb / 64;
     for (size_t g = n0 / IX__PK; g < n1 / IX__PK; g++) {
         uint8_t *codes = (uint8_t *)ix__pk_codes(type, dst, K, g);
         uint8_t *scales = (uint8_t *)ix__pk_scales(type, dst, K, g);
@@ -261,7 +233,7 @@ void ix_kernels_matmul_quantize(const ix_matmul *mm, int ith, int nth) {
 void ix_kernels_matmul_compute(const ix_matmul *mm, int ith, int nth) {
     size_t n0, n1;
     split(mm->N, 16, ith, nth, &n0, &n1);
-    if (n0 < n1) ix_kernels()->matmul_rows(mm, n0, n1);
+    if (n0 < n1) ix__matmul_rows(ix_kernels(), mm, n0, n1);
 }
 
 /* One column band [n, n + rw) of W against X rows [m0, m1). */
@@ -411,7 +383,7 @@ static void mm_run_fn(void *ctx, int ith, int nth) {
         size_t c = atomic_fetch_add_explicit(&r->next, 1, memory_order_relaxed);
         if (c >= r->n_items) break;
         const mm_item *it = &r->items[c];
-        r->kt->matmul_rows(&r->mms[it->mm], it->n0, it->n1);
+        ix__matmul_rows(r->kt, &r->mms[it->mm], it->n0, it->n1);
     }
 }
 
@@ -452,7 +424,7 @@ static ix_status matmul_n_with(const ix_kernel_table *kt, const ix_matmul *mms, 
     }
     if (nth == 1) {
         for (size_t i = 0; i < n; i++)
-            if (mms[i].N) kt->matmul_rows(&mms[i], 0, mms[i].N);
+            if (mms[i].N) ix__matmul_rows(kt, &mms[i], 0, mms[i].N);
         return IX_OK;
     }
     mm_run *r = &(mm_run){.kt = kt, .mms = mms, .n_mm = n, .q = q};

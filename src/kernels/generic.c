@@ -1,8 +1,9 @@
 /*
  * Generic C kernels: the reference every ISA path is tested against, and the
  * path that runs where no vector ISA is available. Written for clarity: one
- * output element at a time, sums in a fixed left-to-right order. Also owns
- * the weight quantizers (offline work, so no vector versions).
+ * output element at a time, sums in a fixed left-to-right order. Quantized
+ * weights are read through their type's unpack (quants.c), so a new type
+ * needs no code here.
  */
 #include "kernels/kernels_int.h"
 
@@ -19,74 +20,6 @@ static void fp32_to_fp16(const float *src, uint16_t *dst, size_t n) {
 
 static void bf16_to_fp32(const uint16_t *src, float *dst, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = ix__bf16_to_fp32(src[i]);
-}
-
-static void dequant_row(ix_dtype type, const void *src, float *dst, size_t n) {
-    const uint8_t *p = src;
-    switch (type) {
-    case IX_DTYPE_F32: memcpy(dst, src, n * 4); break;
-    case IX_DTYPE_F16:
-        for (size_t i = 0; i < n; i++) dst[i] = ix__fp16_to_fp32(ix__load_u16(p + 2 * i));
-        break;
-    case IX_DTYPE_BF16:
-        for (size_t i = 0; i < n; i++) dst[i] = ix__bf16_to_fp32(ix__load_u16(p + 2 * i));
-        break;
-    case IX_DTYPE_Q8_0:
-        for (size_t b = 0; b < n / IX__QK; b++, p += IX__Q8_0_BYTES) {
-            float d = ix__block_d(p);
-            const int8_t *qs = (const int8_t *)(p + 2);
-            for (int j = 0; j < IX__QK; j++) dst[b * IX__QK + j] = d * (float)qs[j];
-        }
-        break;
-    case IX_DTYPE_Q4_0:
-        for (size_t b = 0; b < n / IX__QK; b++, p += IX__Q4_0_BYTES) {
-            float d = ix__block_d(p);
-            for (int j = 0; j < IX__QK / 2; j++) {
-                dst[b * IX__QK + j] = d * (float)((p[2 + j] & 15) - 8);
-                dst[b * IX__QK + j + 16] = d * (float)((p[2 + j] >> 4) - 8);
-            }
-        }
-        break;
-    default: break; /* the wrapper rejects other types */
-    }
-}
-
-/* ---- weight quantizers ------------------------------------------------------ */
-void ix__quantize_q8_0(const float *src, void *dst, size_t n) {
-    uint8_t *p = dst;
-    for (size_t b = 0; b < n / IX__QK; b++, p += IX__Q8_0_BYTES) {
-        const float *x = src + b * IX__QK;
-        float amax = 0.0f;
-        for (int j = 0; j < IX__QK; j++) amax = fmaxf(amax, fabsf(x[j]));
-        uint16_t dh = ix__fp32_to_fp16(amax / 127.0f);
-        memcpy(p, &dh, 2);
-        /* Round against the scale as stored, so the error is at most d/2. */
-        float d = ix__fp16_to_fp32(dh), id = d != 0.0f ? 1.0f / d : 0.0f;
-        for (int j = 0; j < IX__QK; j++) {
-            float v = fminf(fmaxf(x[j] * id, -127.0f), 127.0f);
-            p[2 + j] = (uint8_t)(int8_t)nearbyintf(v);
-        }
-    }
-}
-
-void ix__quantize_q4_0(const float *src, void *dst, size_t n) {
-    uint8_t *p = dst;
-    for (size_t b = 0; b < n / IX__QK; b++, p += IX__Q4_0_BYTES) {
-        const float *x = src + b * IX__QK;
-        /* The signed value of largest magnitude maps to code 0 (= -8 * d),
-         * which spends the asymmetric 16th level on the larger side. */
-        float vmax = 0.0f;
-        for (int j = 0; j < IX__QK; j++)
-            if (fabsf(x[j]) > fabsf(vmax)) vmax = x[j];
-        uint16_t dh = ix__fp32_to_fp16(vmax / -8.0f);
-        memcpy(p, &dh, 2);
-        float d = ix__fp16_to_fp32(dh), id = d != 0.0f ? 1.0f / d : 0.0f;
-        for (int j = 0; j < IX__QK / 2; j++) {
-            float lo = fminf(fmaxf(x[j] * id + 8.5f, 0.0f), 15.0f);
-            float hi = fminf(fmaxf(x[j + 16] * id + 8.5f, 0.0f), 15.0f);
-            p[2 + j] = (uint8_t)((int)lo | ((int)hi << 4));
-        }
-    }
 }
 
 /* ---- activation quantization (q8a) --------------------------------------- */
@@ -111,111 +44,95 @@ static void quantize_act(const float *x, void *dst, size_t k) {
 }
 
 /* ---- matmul ----------------------------------------------------------------- */
-/* Element i of a float-type weight row (rows need not be 4-byte aligned). */
-static float w_at(ix_dtype t, const uint8_t *w, size_t i) {
-    if (t == IX_DTYPE_F16) return ix__fp16_to_fp32(ix__load_u16(w + 2 * i));
-    if (t == IX_DTYPE_BF16) return ix__bf16_to_fp32(ix__load_u16(w + 2 * i));
+/* The float-type weight at p (rows need not be 4-byte aligned). */
+static float w_load(ix_dtype t, const uint8_t *p) {
+    if (t == IX_DTYPE_F16) return ix__fp16_to_fp32(ix__load_u16(p));
+    if (t == IX_DTYPE_BF16) return ix__bf16_to_fp32(ix__load_u16(p));
     float f;
-    memcpy(&f, w + 4 * i, 4);
+    memcpy(&f, p, 4);
     return f;
 }
 
-static float dot_float_row(ix_dtype t, const uint8_t *w, const float *x, size_t k) {
-    float sum = 0.0f;
-    for (size_t i = 0; i < k; i++) sum += w_at(t, w, i) * x[i];
-    return sum;
-}
-
-/* The canonical quantized dot (kernels_int.h): an exact integer dot per
- * block, then acc = fma(dot, d_w * d_x, acc) in block order. */
-static float dot_q8_0(const uint8_t *w, ix__q8a_row xa, size_t nb) {
-    float sum = 0.0f;
-    for (size_t b = 0; b < nb; b++, w += IX__Q8_0_BYTES) {
-        const int8_t *wq = (const int8_t *)(w + 2), *xq = xa.qs + b * IX__QK;
-        int32_t dot = 0;
-        for (int j = 0; j < IX__QK; j++) dot += (int32_t)wq[j] * xq[j];
-        sum = fmaf((float)dot, ix__block_d(w) * xa.blk[b].d, sum);
-    }
-    return sum;
-}
-
-static float dot_q4_0(const uint8_t *w, ix__q8a_row xa, size_t nb) {
-    float sum = 0.0f;
-    for (size_t b = 0; b < nb; b++, w += IX__Q4_0_BYTES) {
-        const int8_t *xq = xa.qs + b * IX__QK;
-        int32_t dot = 0;
-        for (int j = 0; j < IX__QK / 2; j++)
-            dot += (w[2 + j] & 15) * xq[j] + (w[2 + j] >> 4) * xq[j + 16];
-        dot -= 8 * xa.blk[b].s;
-        sum = fmaf((float)dot, ix__block_d(w) * xa.blk[b].d, sum);
-    }
-    return sum;
-}
-
-/* The same dots from the packed layout: row r of a 16-row group. */
-static float dot_packed(ix_dtype t, const uint8_t *codes, const uint8_t *scales, size_t r,
-                        ix__q8a_row xa, size_t nb) {
-    const bool q8 = t == IX_DTYPE_Q8_0;
-    const size_t cb = ix__pk_code_bytes(t);
-    float sum = 0.0f;
-    for (size_t b = 0; b < nb; b++) {
-        const uint8_t *c = codes + b * cb + r * 4;
-        const int8_t *xq = xa.qs + b * IX__QK;
-        int32_t dot = 0;
-        if (q8) {
-            for (int j = 0; j < 8; j++)
-                for (int i = 0; i < 4; i++) dot += (int32_t)(int8_t)c[j * 64 + i] * xq[4 * j + i];
-        } else {
-            for (int j = 0; j < 4; j++)
-                for (int i = 0; i < 4; i++)
-                    dot += (c[j * 64 + i] & 15) * xq[4 * j + i] + (c[j * 64 + i] >> 4) * xq[16 + 4 * j + i];
-            dot -= 8 * xa.blk[b].s;
-        }
-        float dw = ix__fp16_to_fp32(ix__load_u16(scales + (b * IX__PK + r) * 2));
-        sum = fmaf((float)dot, dw * xa.blk[b].d, sum);
-    }
-    return sum;
-}
-
-static void matmul_rows(const ix_matmul *mm, size_t n0, size_t n1) {
-    size_t ldx = ix__mm_ldx(mm), ldy = ix__mm_ldy(mm), nb = mm->K / IX__QK;
-    if (mm->w_packed && ix__pk_halves(mm->w_type)) {
-        const bool bf = mm->w_type == IX_DTYPE_BF16;
-        for (size_t n = n0; n < n1; n++) {
-            const uint8_t *h = ix__pk_codes(mm->w_type, mm->w, mm->K, n / IX__PK) + n % IX__PK * 2;
-            for (size_t m = 0; m < mm->M; m++) {
-                const float *x = mm->x + m * ldx;
-                float sum = 0.0f;
-                for (size_t k = 0; k < mm->K; k++) {
-                    uint16_t v = ix__load_u16(h + k * 2 * IX__PK);
-                    sum += (bf ? ix__bf16_to_fp32(v) : ix__fp16_to_fp32(v)) * x[k];
-                }
-                mm->y[m * ldy + n] = sum;
-            }
-        }
-        return;
-    }
-    if (mm->w_packed) {
-        for (size_t n = n0; n < n1; n++) {
-            size_t g = n / IX__PK;
-            const uint8_t *codes = ix__pk_codes(mm->w_type, mm->w, mm->K, g);
-            const uint8_t *scales = ix__pk_scales(mm->w_type, mm->w, mm->K, g);
-            for (size_t m = 0; m < mm->M; m++)
-                mm->y[m * ldy + n] = dot_packed(mm->w_type, codes, scales, n % IX__PK,
-                                                ix__q8a_at(mm->scratch, mm->K, m), nb);
-        }
-        return;
-    }
+/* F32 / F16 / BF16: rows, or F16 / BF16 packed an element at a time. */
+void ix__mm_float_generic(const ix_matmul *mm, size_t n0, size_t n1) {
+    const ix_dtype t = mm->w_type;
+    const size_t ldx = ix__mm_ldx(mm), ldy = ix__mm_ldy(mm);
     for (size_t n = n0; n < n1; n++) {
-        const uint8_t *w = ix__mm_wrow(mm, n);
+        /* element k of row n at w + k * step */
+        const uint8_t *w = mm->w_packed ? ix__pk_codes(t, mm->w, mm->K, n / IX__PK) + n % IX__PK * 2
+                                        : ix__mm_wrow(mm, n);
+        const size_t step = mm->w_packed ? 2 * IX__PK : ix__w_row_bytes(t, 1);
         for (size_t m = 0; m < mm->M; m++) {
-            float v;
-            switch (mm->w_type) {
-            case IX_DTYPE_Q8_0: v = dot_q8_0(w, ix__q8a_at(mm->scratch, mm->K, m), nb); break;
-            case IX_DTYPE_Q4_0: v = dot_q4_0(w, ix__q8a_at(mm->scratch, mm->K, m), nb); break;
-            default: v = dot_float_row(mm->w_type, w, mm->x + m * ldx, mm->K); break;
+            const float *x = mm->x + m * ldx;
+            float sum = 0.0f;
+            for (size_t k = 0; k < mm->K; k++) sum += w_load(t, w + k * step) * x[k];
+            mm->y[m * ldy + n] = sum;
+        }
+    }
+}
+
+/* One step of the canonical dot (kernels_int.h): the 32 weights u against
+ * q8a block b of xa, added to acc. */
+static float dot32(const ix__q32 *u, bool has_min, ix__q8a_row xa, size_t b, float acc) {
+    const int8_t *x = xa.qs + b * IX__QK;
+    int32_t dot[2] = {0, 0}, sum[2] = {0, 0};
+    for (int i = 0; i < IX__QK; i++) {
+        dot[i / 16] += (int32_t)u->q[i] * x[i];
+        sum[i / 16] += x[i];
+    }
+    acc = fmaf((float)(u->sc[0] * dot[0] + u->sc[1] * dot[1]), u->d * xa.blk[b].d, acc);
+    if (has_min) acc = fmaf((float)(u->mn[0] * sum[0] + u->mn[1] * sum[1]), u->dm * xa.blk[b].d, acc);
+    return acc;
+}
+
+/* The block codes of row r (of a 16-row group) from the packed layout, as
+ * the type's unpack gives them from a row. */
+static void unpack_packed(ix_dtype t, const uint8_t *codes, const uint8_t *scales, size_t r, size_t b,
+                          ix__q32 *u) {
+    const uint8_t *c = codes + b * ix__pk_code_bytes(t) + r * 4;
+    for (int j = 0; j < 4; j++)
+        for (int i = 0; i < 4; i++) {
+            if (t == IX_DTYPE_Q8_0) {
+                u->q[4 * j + i] = (int8_t)c[j * 64 + i];
+                u->q[16 + 4 * j + i] = (int8_t)c[(j + 4) * 64 + i];
+            } else { /* Q4_0: plane j holds elements 4j.. (low nibbles) and 16 + 4j.. (high) */
+                u->q[4 * j + i] = (int8_t)((c[j * 64 + i] & 15) - 8);
+                u->q[16 + 4 * j + i] = (int8_t)((c[j * 64 + i] >> 4) - 8);
             }
-            mm->y[m * ldy + n] = v;
+        }
+    u->sc[0] = u->sc[1] = 1;
+    u->mn[0] = u->mn[1] = 0;
+    u->d = ix__fp16_to_fp32(ix__load_u16(scales + (b * IX__PK + r) * 2));
+    u->dm = 0.0f;
+}
+
+/* Every quantized type, rows through its unpack (or the packed planes of
+ * Q8_0 / Q4_0). X rows go in runs so that each weight block is decoded once
+ * per run, not once per X row. */
+#define Q_RUN 8
+
+void ix__mm_q_generic(const ix_matmul *mm, size_t n0, size_t n1) {
+    const ix__wtype *wt = ix__wtype_of(mm->w_type);
+    const size_t ldy = ix__mm_ldy(mm), nb = mm->K / IX__QK, per = wt->blck / IX__QK;
+    for (size_t n = n0; n < n1; n++) {
+        const uint8_t *w = NULL, *codes = NULL, *scales = NULL;
+        if (mm->w_packed) {
+            codes = ix__pk_codes(mm->w_type, mm->w, mm->K, n / IX__PK);
+            scales = ix__pk_scales(mm->w_type, mm->w, mm->K, n / IX__PK);
+        } else {
+            w = ix__mm_wrow(mm, n);
+        }
+        for (size_t m0 = 0; m0 < mm->M; m0 += Q_RUN) {
+            size_t rows = mm->M - m0 < Q_RUN ? mm->M - m0 : Q_RUN;
+            float acc[Q_RUN] = {0};
+            for (size_t b = 0; b < nb; b++) {
+                ix__q32 u;
+                if (mm->w_packed) unpack_packed(mm->w_type, codes, scales, n % IX__PK, b, &u);
+                else wt->unpack(w + b / per * wt->bytes, b % per, &u);
+                for (size_t r = 0; r < rows; r++)
+                    acc[r] = dot32(&u, wt->has_min, ix__q8a_at(mm->scratch, mm->K, m0 + r), b, acc[r]);
+            }
+            for (size_t r = 0; r < rows; r++) mm->y[(m0 + r) * ldy + n] = acc[r];
         }
     }
 }
@@ -312,9 +229,8 @@ static const ix_kernel_table k_generic = {
     .fp16_to_fp32 = fp16_to_fp32,
     .fp32_to_fp16 = fp32_to_fp16,
     .bf16_to_fp32 = bf16_to_fp32,
-    .dequant_row = dequant_row,
     .quantize_act = quantize_act,
-    .matmul_rows = matmul_rows,
+    .path = IX__PATH_GENERIC,
     .rmsnorm = rmsnorm,
     .softmax = softmax,
     .silu_mul = silu_mul,

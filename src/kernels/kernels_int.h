@@ -47,6 +47,8 @@ static inline void ix__cpu_relax(void) {
 }
 
 /* ---- GGUF weight blocks (little-endian, byte-packed, no alignment) ------
+ * Every layout is in docs/kernels.md and in its codec (quants.c); the two
+ * the vector tiles read directly:
  * Q8_0: fp16 d, int8 qs[32];           value j = d * qs[j]            34 bytes
  * Q4_0: fp16 d, uint8 qs[16];          value j      = d * ((qs[j] & 15) - 8)
  *                                      value j + 16 = d * ((qs[j] >> 4) - 8)  18 bytes
@@ -108,14 +110,21 @@ static inline void ix__q8a_out(void *dst, size_t k, int8_t **qs, ix__q8a_blk **b
     *blk = (ix__q8a_blk *)(void *)(base + ix__align64(k));
 }
 
-/* The canonical quantized dot. Every path computes Y[m][n] for Q8_0 / Q4_0
- * weights as
- *     acc = 0; for each block b in order:
- *         acc = fma((float)dot_b, d_w[b] * d_x[b], acc)      (one rounding each)
- * where dot_b is the exact int32 dot of the block's codes (offsets removed)
- * and d_w[b] * d_x[b] is one f32 multiply. So every path, every tile shape
- * and every thread split gives the same bits for a quantized matmul, and a
- * token's output does not depend on the batch it is in. */
+/* The canonical quantized dot. A quantized weight row is read 32 elements
+ * (one q8a block) at a time, each decoded (ix__q32 below) as
+ *     w_i = d * sc[i / 16] * q[i] + dm * mn[i / 16]      (q, sc, mn integers)
+ * and every path computes Y[m][n] as
+ *     acc = 0; for each 32-element block b of the row, in order:
+ *         idot = sc[0] * sum_{i<16} q_i x_i + sc[1] * sum_{i>=16} q_i x_i
+ *         acc = fma((float)idot, d * d_x[b], acc)
+ *         if the type has mins (ix__wtype.has_min):
+ *             imin = mn[0] * sum_{i<16} x_i + mn[1] * sum_{i>=16} x_i
+ *             acc = fma((float)imin, dm * d_x[b], acc)
+ * where x_i are the q8a codes, idot and imin are exact int32 sums (any order)
+ * and each product of scales is one f32 multiply. So every path, every tile
+ * shape and every thread split gives the same bits for a quantized matmul,
+ * and a token's output does not depend on the batch it is in. For Q8_0 and
+ * Q4_0 (sc = 1, no mins) this is acc = fma(dot_b, d_w * d_x, acc). */
 
 /* The block scale of a q8a block, shared so that every path divides the same
  * way: returns d and sets *inv to the multiplier used before rounding. */
@@ -196,6 +205,112 @@ static inline uint32_t ix__load_u32(const void *p) {
 /* Scale of the Q8_0 / Q4_0 block at p. */
 static inline float ix__block_d(const void *p) { return ix__fp16_to_fp32(ix__load_u16(p)); }
 
+/* ---- weight types: the traits table (quants.c) ---------------------------
+ * One row per weight type the kernels read: its block, its codec and its
+ * matmul entry per path. A type lands with a generic entry only and gains
+ * vector paths one at a time: a NULL entry means "use this type's generic
+ * kernel", never another type's. A type without a row has no kernels, and
+ * every public entry point refuses it (IX_ERR_UNSUPPORTED). */
+
+/* The kernel tables, each one column of the traits (ix_kernel_table.path). */
+typedef enum ix__path {
+    IX__PATH_GENERIC,
+    IX__PATH_AVX2,
+    IX__PATH_AVX2_VNNI,
+    IX__PATH_AVX512_BW,
+    IX__PATH_AVX512_VNNI,
+    IX__PATH_NEON,
+    IX__PATH_NEON_DOT,
+    IX__PATH_COUNT
+} ix__path;
+
+/* Y[:, n0:n1) of a checked matmul; quantized types read X from the q8a
+ * scratch (already filled), float types from mm->x. */
+typedef void (*ix__mm_fn)(const ix_matmul *mm, size_t n0, size_t n1);
+
+/* 32 consecutive elements of a quantized block, decoded (the canonical
+ * dot's form, above): w_i = d * sc[i / 16] * q[i] + dm * mn[i / 16]. Types
+ * without mins leave mn and dm zero. */
+typedef struct ix__q32 {
+    int8_t q[32];
+    int32_t sc[2], mn[2];
+    float d, dm;
+} ix__q32;
+
+typedef enum ix__pack {
+    IX__PACK_NONE,   /* rows only */
+    IX__PACK_HALVES, /* F16 / BF16: element k of 16 rows side by side */
+    IX__PACK_PLANES  /* Q8_0 / Q4_0: code dwords of 16 rows interleaved, scales apart */
+} ix__pack;
+
+typedef struct ix__wtype ix__wtype;
+struct ix__wtype {
+    ix_dtype type;
+    uint16_t blck;  /* elements per block (1 for float types) */
+    uint16_t bytes; /* bytes per block */
+    bool q8a;       /* its matmul reads q8a activations (else f32 X) */
+    bool has_min;   /* the canonical dot adds the min term */
+    ix__pack pack;
+    uint16_t pk_code_bytes; /* IX__PACK_PLANES: code bytes of 16 rows' block */
+    /* n elements (whole blocks) of a row to f32 */
+    void (*dequant)(const ix__wtype *wt, const uint8_t *src, float *dst, size_t n);
+    /* quantized types: 32-element part j (< blck / 32) of the block at blk */
+    void (*unpack)(const uint8_t *blk, size_t j, ix__q32 *out);
+    /* n floats (whole blocks) to a row: reference quality, round to nearest */
+    void (*quantize)(const float *src, uint8_t *dst, size_t n);
+    /* matmul per path; [IX__PATH_GENERIC] is always set */
+    ix__mm_fn mm[IX__PATH_COUNT];
+};
+
+/* Q4_K / Q5_K: the 8 sub-blocks' 6-bit scales (out[0..8)) and mins
+ * (out[8..16)) from the 12 scale bytes at sc (block bytes 4..15). Scale j <
+ * 4 is sc[j] & 63 and min j sc[j + 4] & 63; for j >= 4 the low 4 bits are
+ * the nibbles of sc[j + 4] and the high 2 the top bits of sc[j - 4] (scale)
+ * and sc[j] (min): three words at once. */
+static inline void ix__k4_scales(const uint8_t *sc, uint8_t out[16]) {
+    uint32_t a[3], v[4];
+    memcpy(a, sc, 12);
+    v[0] = a[0] & 0x3f3f3f3fu;
+    v[1] = (a[2] & 0x0f0f0f0fu) | ((a[0] >> 2) & 0x30303030u);
+    v[2] = a[1] & 0x3f3f3f3fu;
+    v[3] = ((a[2] >> 4) & 0x0f0f0f0fu) | ((a[1] >> 2) & 0x30303030u);
+    memcpy(out, v, 16);
+}
+
+/* The row of type t, or NULL when the kernels do not read t. */
+const ix__wtype *ix__wtype_of(ix_dtype t);
+
+/* The entry of table kt for wt: its own, or wt's generic kernel. */
+static inline ix__mm_fn ix__mm_entry(const ix_kernel_table *kt, const ix__wtype *wt) {
+    ix__mm_fn f = wt->mm[kt->path];
+    return f ? f : wt->mm[IX__PATH_GENERIC];
+}
+
+/* Y[:, n0:n1) of a checked matmul (scratch quantized) on table kt. */
+void ix__matmul_rows(const ix_kernel_table *kt, const ix_matmul *mm, size_t n0, size_t n1);
+
+/* The matmul entries each file provides (the traits' columns). */
+#define IX__MM_DECL(name) void name(const ix_matmul *mm, size_t n0, size_t n1);
+IX__MM_DECL(ix__mm_float_generic) /* F32 / F16 / BF16, rows and packed halves */
+IX__MM_DECL(ix__mm_q_generic)     /* every quantized type, through its unpack */
+#if defined(IX_KERNELS_HAVE_X86)
+#define IX__MM_DECL_AVX2(t) IX__MM_DECL(ix__mm_##t##_avx2) IX__MM_DECL(ix__mm_##t##_avx2vnni)
+#define IX__MM_DECL_AVX512(t) IX__MM_DECL(ix__mm_##t##_avx512bw) IX__MM_DECL(ix__mm_##t##_avx512vnni)
+IX__MM_DECL_AVX2(f32) IX__MM_DECL_AVX2(f16) IX__MM_DECL_AVX2(bf16) IX__MM_DECL_AVX2(q8_0) IX__MM_DECL_AVX2(q4_0)
+IX__MM_DECL_AVX2(q5_0) IX__MM_DECL_AVX2(q4_k) IX__MM_DECL_AVX2(q6_k)
+IX__MM_DECL_AVX512(q8_0) IX__MM_DECL_AVX512(q4_0) IX__MM_DECL_AVX512(q5_0) IX__MM_DECL_AVX512(q4_k)
+IX__MM_DECL_AVX512(q6_k)
+IX__MM_DECL(ix__mm_f32_avx512) IX__MM_DECL(ix__mm_f16_avx512) IX__MM_DECL(ix__mm_bf16_avx512)
+#endif
+#if defined(IX_KERNELS_HAVE_NEON)
+IX__MM_DECL(ix__mm_float_neon) /* F32 / F16 / BF16, both NEON tables */
+IX__MM_DECL(ix__mm_q8_0_neon) IX__MM_DECL(ix__mm_q8_0_neondot)
+IX__MM_DECL(ix__mm_q4_0_neon) IX__MM_DECL(ix__mm_q4_0_neondot)
+IX__MM_DECL(ix__mm_q5_0_neon) IX__MM_DECL(ix__mm_q5_0_neondot)
+IX__MM_DECL(ix__mm_q4_k_neon) IX__MM_DECL(ix__mm_q4_k_neondot)
+IX__MM_DECL(ix__mm_q6_k_neon) IX__MM_DECL(ix__mm_q6_k_neondot)
+#endif
+
 /* ---- packed weights (ix_kernels_pack) ---------------------------------------
  * Group g (W rows 16g..16g+15) occupies ix__pk_group_bytes(t, K) bytes at
  * w + g * that, 64-byte aligned. F16 / BF16: element k of the 16 rows side
@@ -209,10 +324,16 @@ static inline float ix__block_d(const void *p) { return ix__fp16_to_fp32(ix__loa
  *     padding to 64 bytes */
 #define IX__PK IX_KERNELS_PACK_ROWS
 
-static inline size_t ix__pk_code_bytes(ix_dtype t) { return t == IX_DTYPE_Q8_0 ? 512 : 256; }
+static inline size_t ix__pk_code_bytes(ix_dtype t) {
+    const ix__wtype *wt = ix__wtype_of(t);
+    return wt ? wt->pk_code_bytes : 0;
+}
 
 /* The float types that pack an element at a time (halves[K][16]). */
-static inline bool ix__pk_halves(ix_dtype t) { return t == IX_DTYPE_F16 || t == IX_DTYPE_BF16; }
+static inline bool ix__pk_halves(ix_dtype t) {
+    const ix__wtype *wt = ix__wtype_of(t);
+    return wt && wt->pack == IX__PACK_HALVES;
+}
 
 static inline size_t ix__pk_group_bytes(ix_dtype t, size_t k) {
     if (ix__pk_halves(t)) return ix__align64(k * 2 * IX__PK);
@@ -259,19 +380,16 @@ void ix__pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *fns
                  ix__pk_fn lock);
 
 /* ---- matmul helpers -------------------------------------------------------- */
+/* Bytes of a row of k elements (whole blocks) of t; 0 without kernels. */
 static inline size_t ix__w_row_bytes(ix_dtype t, size_t k) {
-    switch (t) {
-    case IX_DTYPE_F32: return k * 4;
-    case IX_DTYPE_F16:
-    case IX_DTYPE_BF16: return k * 2;
-    case IX_DTYPE_Q8_0: return k / IX__QK * IX__Q8_0_BYTES;
-    case IX_DTYPE_Q4_0: return k / IX__QK * IX__Q4_0_BYTES;
-    default: return 0;
-    }
+    const ix__wtype *wt = ix__wtype_of(t);
+    return wt ? k / wt->blck * wt->bytes : 0;
 }
 
+/* Whether t's matmul reads q8a activations. */
 static inline bool ix__w_quantized(ix_dtype t) {
-    return t == IX_DTYPE_Q8_0 || t == IX_DTYPE_Q4_0;
+    const ix__wtype *wt = ix__wtype_of(t);
+    return wt && wt->q8a;
 }
 
 static inline size_t ix__mm_wstride(const ix_matmul *mm) {
@@ -361,8 +479,5 @@ static inline float ix__softcap(float s, float cap) { return cap * tanhf(s / cap
 
 /* The shared cos/sin table of RoPE (dispatch.c), identical for every path. */
 void ix__rope_angles(const ix_rope_params *p, int32_t pos, float *cs);
-/* Weight quantizers (generic.c): n % 32 == 0. */
-void ix__quantize_q8_0(const float *src, void *dst, size_t n);
-void ix__quantize_q4_0(const float *src, void *dst, size_t n);
 
 #endif /* INFERX_KERNELS_INT_H */

@@ -165,46 +165,6 @@ static inline __attribute__((always_inline)) float32x4_t ldw_n(ix_dtype t, const
     return t == IX_DTYPE_F16 ? vcvt_f32_f16(vreinterpret_f16_u16(h)) : vreinterpretq_f32_u32(vshll_n_u16(h, 16));
 }
 
-/* dst[0..16) = d * q, as generic.c's d * (float)q */
-static inline void store_scaled16(float *dst, int8x16_t q, float d) {
-    int16x8_t lo = vmovl_s8(vget_low_s8(q)), hi = vmovl_high_s8(q);
-    vst1q_f32(dst, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))), d));
-    vst1q_f32(dst + 4, vmulq_n_f32(vcvtq_f32_s32(vmovl_high_s16(lo)), d));
-    vst1q_f32(dst + 8, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))), d));
-    vst1q_f32(dst + 12, vmulq_n_f32(vcvtq_f32_s32(vmovl_high_s16(hi)), d));
-}
-
-static void dequant_row(ix_dtype type, const void *src, float *dst, size_t n) {
-    const uint8_t *p = src;
-    switch (type) {
-    case IX_DTYPE_F32: memcpy(dst, src, n * 4); break;
-    case IX_DTYPE_F16:
-    case IX_DTYPE_BF16: {
-        size_t i = 0;
-        for (; i + 4 <= n; i += 4) vst1q_f32(dst + i, ldw(type, p, i));
-        if (i < n) store_n(dst + i, ldw_n(type, p, i, n - i), n - i);
-        break;
-    }
-    case IX_DTYPE_Q8_0:
-        for (size_t b = 0; b < n / IX__QK; b++, p += IX__Q8_0_BYTES, dst += IX__QK) {
-            float d = ix__block_d(p);
-            store_scaled16(dst, vld1q_s8((const int8_t *)(p + 2)), d);
-            store_scaled16(dst + 16, vld1q_s8((const int8_t *)(p + 18)), d);
-        }
-        break;
-    case IX_DTYPE_Q4_0:
-        for (size_t b = 0; b < n / IX__QK; b++, p += IX__Q4_0_BYTES, dst += IX__QK) {
-            float d = ix__block_d(p);
-            uint8x16_t v = vld1q_u8(p + 2);
-            int8x16_t eight = vdupq_n_s8(8);
-            store_scaled16(dst, vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0f))), eight), d);
-            store_scaled16(dst + 16, vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v, 4)), eight), d);
-        }
-        break;
-    default: break;
-    }
-}
-
 /* ---- activation quantization (q8a; same bits as generic.c) ---------------------------- */
 static void quantize_act(const float *x, void *dst, size_t k) {
     int8_t *qs;
@@ -385,14 +345,69 @@ PKF(1) PKF(2) PKF(3) PKF(4)
 static const ix__pk_fn k_pkf[PKF_RX] = {pkf_1, pkf_2, pkf_3, pkf_4};
 static const ix__pk_fn k_pkbf[PKF_RX] = {pkbf_1, pkbf_2, pkbf_3, pkbf_4};
 
-/* F32 / F16 / BF16 weights, for both tables. */
-static void matmul_float(const ix_matmul *mm, size_t n0, size_t n1) {
+/* F32 / F16 / BF16 weights, the traits' entry for both tables. */
+void ix__mm_float_neon(const ix_matmul *mm, size_t n0, size_t n1) {
     if (mm->w_packed) { /* F16 and BF16 pack among the float types */
         ix__pk_walk(mm, n0, n1, mm->w_type == IX_DTYPE_BF16 ? k_pkbf : k_pkf, PKF_RX, PKF_MCHUNK, NULL);
         return;
     }
     int t = mm->w_type == IX_DTYPE_F32 ? 0 : mm->w_type == IX_DTYPE_F16 ? 1 : 2;
     ix__matmul_tiles(mm, n0, n1, k_ftiles[t], F_RX, F_RW);
+}
+
+/* ---- the other quantized types: block decoders for neon_q.h's kq tiles -------------------
+ * A W row's 32-element block decoded in registers into signed codes q (two
+ * int8x16), which the signed dots take as they are: no offsets to remove. */
+typedef enum kq_type { KQ_Q5_0, KQ_Q4_K, KQ_Q6_K } kq_type;
+
+/* v >> n per byte (n a run-time count) */
+static inline __attribute__((always_inline)) uint8x16_t shr_u8(uint8x16_t v, int n) {
+    return vshlq_u8(v, vdupq_n_s8((int8_t)-n));
+}
+
+/* Bits from..from+15 of qh as 0x10 in the bytes whose bit is set (Q5_0). */
+static inline __attribute__((always_inline)) uint8x16_t q5_bits(uint32_t qh, int from) {
+    static const uint8_t bit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    uint8x16_t v = vcombine_u8(vdup_n_u8((uint8_t)(qh >> from)), vdup_n_u8((uint8_t)(qh >> (from + 8))));
+    return vandq_u8(vtstq_u8(v, vld1q_u8(bit)), vdupq_n_u8(16));
+}
+
+/* Part j of the (super-)block at p: elements 0-15 to *lo, 16-31 to *hi. */
+static inline __attribute__((always_inline)) void kq_decode(kq_type t, const uint8_t *p, size_t j, int8x16_t *lo,
+                                                           int8x16_t *hi) {
+    const uint8x16_t nib = vdupq_n_u8(0x0f);
+    uint8x16_t l, h;
+    int off;
+    if (t == KQ_Q5_0) {
+        uint8x16_t v = vld1q_u8(p + 6);
+        uint32_t qh = ix__load_u32(p + 2);
+        l = vorrq_u8(vandq_u8(v, nib), q5_bits(qh, 0));
+        h = vorrq_u8(vshrq_n_u8(v, 4), q5_bits(qh, 16));
+        off = 16;
+    } else if (t == KQ_Q4_K) {
+        const uint8_t *q = p + 16 + 32 * (j / 2);
+        l = vandq_u8(shr_u8(vld1q_u8(q), 4 * (int)(j % 2)), nib);
+        h = vandq_u8(shr_u8(vld1q_u8(q + 16), 4 * (int)(j % 2)), nib);
+        off = 0;
+    } else {
+        const size_t hf = j / 4, e = j % 4;
+        const uint8_t *ql = p + 64 * hf + 32 * (e % 2), *qh = p + 128 + 32 * hf;
+        const uint8x16_t three = vdupq_n_u8(3);
+        l = vorrq_u8(vandq_u8(shr_u8(vld1q_u8(ql), e < 2 ? 0 : 4), nib),
+                     vshlq_n_u8(vandq_u8(shr_u8(vld1q_u8(qh), 2 * (int)e), three), 4));
+        h = vorrq_u8(vandq_u8(shr_u8(vld1q_u8(ql + 16), e < 2 ? 0 : 4), nib),
+                     vshlq_n_u8(vandq_u8(shr_u8(vld1q_u8(qh + 16), 2 * (int)e), three), 4));
+        off = 32;
+    }
+    *lo = vsubq_s8(vreinterpretq_s8_u8(l), vdupq_n_s8((int8_t)off));
+    *hi = vsubq_s8(vreinterpretq_s8_u8(h), vdupq_n_s8((int8_t)off));
+}
+
+/* The fp16 values at p[r] + o of 4 rows as floats. */
+static inline float32x4_t rows4_h(const uint8_t *const p[4], size_t o) {
+    uint16_t h[4];
+    for (int r = 0; r < 4; r++) h[r] = ix__load_u16(p[r] + o);
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h)));
 }
 
 /* ---- quantized matmul: the two instantiations of neon_q.h -------------------------------
@@ -407,9 +422,11 @@ static void matmul_float(const ix_matmul *mm, size_t n0, size_t n1) {
 
 #define NQ_SDOT 0
 #define NQ_SFX _mull
+#define NQ_PATH neon
 #include "kernels/neon_q.h"
 #undef NQ_SDOT
 #undef NQ_SFX
+#undef NQ_PATH
 
 #if defined(__ARM_FEATURE_DOTPROD) || !defined(__clang__)
 #define NEON_HAVE_SDOT 1
@@ -419,12 +436,22 @@ static void matmul_float(const ix_matmul *mm, size_t n0, size_t n1) {
 #endif
 #define NQ_SDOT 1
 #define NQ_SFX _sdot
+#define NQ_PATH neondot
 #include "kernels/neon_q.h"
 #undef NQ_SDOT
 #undef NQ_SFX
+#undef NQ_PATH
 #if !defined(__ARM_FEATURE_DOTPROD)
 #pragma GCC pop_options
 #endif
+#else
+/* no sdot build: the dotprod column is never reached (ix__kernels_neon hands
+ * out the plain table), but the traits name it */
+void ix__mm_q8_0_neondot(const ix_matmul *mm, size_t n0, size_t n1) { ix__mm_q8_0_neon(mm, n0, n1); }
+void ix__mm_q4_0_neondot(const ix_matmul *mm, size_t n0, size_t n1) { ix__mm_q4_0_neon(mm, n0, n1); }
+void ix__mm_q5_0_neondot(const ix_matmul *mm, size_t n0, size_t n1) { ix__mm_q5_0_neon(mm, n0, n1); }
+void ix__mm_q4_k_neondot(const ix_matmul *mm, size_t n0, size_t n1) { ix__mm_q4_k_neon(mm, n0, n1); }
+void ix__mm_q6_k_neondot(const ix_matmul *mm, size_t n0, size_t n1) { ix__mm_q6_k_neon(mm, n0, n1); }
 #endif
 
 /* ---- RoPE (adjacent pairs; NEOX is vecops.h's) --------------------------------------------- */
@@ -448,16 +475,15 @@ static void rope_head(float *x, const float *cs, size_t n_rot, ix_rope_mode mode
     }
 }
 
-#define NEON_TABLE(var, label, mm_rows)                                                          \
+#define NEON_TABLE(var, label, path_)                                                            \
     static const ix_kernel_table var = {                                                         \
         .isa = IX_ISA_NEON,                                                                      \
         .name = label,                                                                           \
         .fp16_to_fp32 = fp16_to_fp32,                                                            \
         .fp32_to_fp16 = fp32_to_fp16,                                                            \
         .bf16_to_fp32 = bf16_to_fp32,                                                            \
-        .dequant_row = dequant_row,                                                              \
         .quantize_act = quantize_act,                                                            \
-        .matmul_rows = mm_rows,                                                                  \
+        .path = path_,                                                                           \
         .rmsnorm = v_rmsnorm,                                                                    \
         .softmax = v_softmax,                                                                    \
         .silu_mul = v_silu_mul,                                                                  \
@@ -465,9 +491,9 @@ static void rope_head(float *x, const float *cs, size_t n_rot, ix_rope_mode mode
         .rope_head = rope_head,                                                                  \
         .attn_add = v_attn_add,                                                                  \
     };
-NEON_TABLE(k_neon, "neon", matmul_rows_mull)
+NEON_TABLE(k_neon, "neon", IX__PATH_NEON)
 #if defined(NEON_HAVE_SDOT)
-NEON_TABLE(k_neon_sdot, "neon-dotprod", matmul_rows_sdot)
+NEON_TABLE(k_neon_sdot, "neon-dotprod", IX__PATH_NEON_DOT)
 #endif
 
 const ix_kernel_table *ix__kernels_neon(bool dotprod) {

@@ -1,5 +1,6 @@
 /*
- * The quantized (Q8_0 / Q4_0) matmul tiles of neon.c, written once over the
+ * The quantized matmul tiles of neon.c (Q8_0 / Q4_0 rows and packed; Q5_0,
+ * Q4_K and Q6_K rows through neon.c's block decoders), written once over the
  * int8 dot and included twice by it: with NQ_SDOT 0 for every ARMv8.0 core
  * (smull / smlal / sadalp) and with NQ_SDOT 1 inside a dotprod target region
  * (sdot), each time with NQ(name) giving the names their own suffix. Two
@@ -11,11 +12,11 @@
  * the same convert, multiply and fused multiply-add per output lane, so every
  * tile matches generic.c bit for bit.
  *
- * The includer defines NQ_SDOT, NQ(name), and matmul_float() (the float
- * weight types, which do not depend on the dot instructions).
+ * The includer defines NQ_SDOT, NQ(name) and NQ_PATH (the suffix of the
+ * traits' entries this copy defines: neon or neondot).
  */
-#if !defined(NQ_SDOT) || !defined(NQ)
-#error "neon_q.h is included by neon.c with NQ_SDOT and NQ defined"
+#if !defined(NQ_SDOT) || !defined(NQ) || !defined(NQ_PATH)
+#error "neon_q.h is included by neon.c with NQ_SDOT, NQ and NQ_PATH defined"
 #endif
 
 /* ---- row layout: NQ_RX X rows by NQ_RW W rows -------------------------------
@@ -91,6 +92,82 @@ NQ_QTILE(Q4_0, 1) NQ_QTILE(Q4_0, 2) NQ_QTILE(Q4_0, 3) NQ_QTILE(Q4_0, 4)
 static const ix__tile_fn NQ(k_qtiles)[2][NQ_RX] = {
     {NQ(qtile_Q8_0_1), NQ(qtile_Q8_0_2), NQ(qtile_Q8_0_3), NQ(qtile_Q8_0_4)},
     {NQ(qtile_Q4_0_1), NQ(qtile_Q4_0_2), NQ(qtile_Q4_0_3), NQ(qtile_Q4_0_4)}};
+
+/* ---- the other quantized types (kq): NQ_RX X rows by NQ_RW W rows -------------
+ * qtile_run's layout with each W row's block decoded by neon.c's kq_decode
+ * into signed codes, then the canonical dot's integer scale and min terms on
+ * the 4 rows' exact dots (Q6_K: a scale per 16, so its halves are dotted
+ * and reduced apart). */
+static inline __attribute__((always_inline)) int32x4_t NQ(reduce4)(const int32x4_t d[NQ_RW]) {
+    return vpaddq_s32(vpaddq_s32(d[0], d[1]), vpaddq_s32(d[2], d[3]));
+}
+
+static inline __attribute__((always_inline)) void NQ(kq_run)(const ix__tile *a, kq_type t, int rx) {
+    const size_t nb = a->k / IX__QK;
+    const size_t per = t == KQ_Q5_0 ? 1 : 8, bytes = t == KQ_Q5_0 ? 22 : t == KQ_Q4_K ? 144 : 210;
+    float32x4_t acc[NQ_RX];
+    for (int i = 0; i < rx; i++) acc[i] = vdupq_n_f32(0.0f);
+    uint8_t scm[NQ_RW][16]; /* Q4_K: per row, the super-block's scales and mins */
+    float32x4_t dw = vdupq_n_f32(0.0f), dm = dw;
+    for (size_t b = 0; b < nb; b++) {
+        const size_t j = b % per;
+        const uint8_t *p[NQ_RW]; /* the rows' (super-)blocks */
+        for (int r = 0; r < NQ_RW; r++) p[r] = a->w + (size_t)r * a->ws + b / per * bytes;
+        if (t == KQ_Q5_0) dw = rows4_h(p, 0);
+        if (j == 0 && t == KQ_Q6_K) dw = rows4_h(p, 208);
+        if (j == 0 && t == KQ_Q4_K) {
+            for (int r = 0; r < NQ_RW; r++) ix__k4_scales(p[r] + 4, scm[r]);
+            dw = rows4_h(p, 0);
+            dm = vnegq_f32(rows4_h(p, 2)); /* -dmin, exactly */
+        }
+        int8x16_t lo[NQ_RW], hi[NQ_RW];
+        int32_t sc0[NQ_RW] = {0}, sc1[NQ_RW] = {0}, mn[NQ_RW] = {0};
+        for (int r = 0; r < NQ_RW; r++) {
+            kq_decode(t, p[r], j, &lo[r], &hi[r]);
+            if (t == KQ_Q4_K) sc0[r] = scm[r][j], mn[r] = scm[r][8 + j];
+            if (t == KQ_Q6_K) sc0[r] = (int8_t)p[r][192 + 2 * j], sc1[r] = (int8_t)p[r][193 + 2 * j];
+        }
+        const int32x4_t vsc0 = vld1q_s32(sc0), vsc1 = vld1q_s32(sc1), vmn = vld1q_s32(mn);
+        for (int i = 0; i < rx; i++) {
+            const uint8_t *xr = a->x + (size_t)i * a->xs;
+            const int8_t *xq = (const int8_t *)xr + b * IX__QK;
+            const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(xr + a->blk_off) + b;
+            const int8x16_t x0 = vld1q_s8(xq), x1 = vld1q_s8(xq + 16);
+            int32x4_t idot;
+            if (t == KQ_Q6_K) {
+                int32x4_t dl[NQ_RW], dh[NQ_RW];
+                for (int r = 0; r < NQ_RW; r++) {
+                    dl[r] = NQ(dot16)(vdupq_n_s32(0), lo[r], x0);
+                    dh[r] = NQ(dot16)(vdupq_n_s32(0), hi[r], x1);
+                }
+                idot = vmlaq_s32(vmulq_s32(vsc0, NQ(reduce4)(dl)), vsc1, NQ(reduce4)(dh));
+            } else {
+                int32x4_t d[NQ_RW];
+                for (int r = 0; r < NQ_RW; r++) d[r] = NQ(dot16)(NQ(dot16)(vdupq_n_s32(0), lo[r], x0), hi[r], x1);
+                idot = NQ(reduce4)(d);
+                if (t == KQ_Q4_K) idot = vmulq_s32(vsc0, idot);
+            }
+            acc[i] = vfmaq_f32(acc[i], vcvtq_f32_s32(idot), vmulq_n_f32(dw, xb->d));
+            if (t == KQ_Q4_K)
+                acc[i] = vfmaq_f32(acc[i], vcvtq_f32_s32(vmulq_n_s32(vmn, xb->s)), vmulq_n_f32(dm, xb->d));
+        }
+    }
+    for (int i = 0; i < rx; i++) { /* ncols: NQ_RW, or 1 in the walker's narrow path */
+        float *y = a->y + (size_t)i * a->ldy;
+        if (a->ncols == NQ_RW) vst1q_f32(y, acc[i]);
+        else vst1q_lane_f32(y, acc[i], 0);
+    }
+}
+
+#define NQ_KQ(T, R) static void NQ(kq_##T##_##R)(const ix__tile *a) { NQ(kq_run)(a, KQ_##T, R); }
+NQ_KQ(Q5_0, 1) NQ_KQ(Q5_0, 2) NQ_KQ(Q5_0, 3) NQ_KQ(Q5_0, 4)
+NQ_KQ(Q4_K, 1) NQ_KQ(Q4_K, 2) NQ_KQ(Q4_K, 3) NQ_KQ(Q4_K, 4)
+NQ_KQ(Q6_K, 1) NQ_KQ(Q6_K, 2) NQ_KQ(Q6_K, 3) NQ_KQ(Q6_K, 4)
+#undef NQ_KQ
+static const ix__tile_fn NQ(k_kqtiles)[3][NQ_RX] = {
+    {NQ(kq_Q5_0_1), NQ(kq_Q5_0_2), NQ(kq_Q5_0_3), NQ(kq_Q5_0_4)},
+    {NQ(kq_Q4_K_1), NQ(kq_Q4_K_2), NQ(kq_Q4_K_3), NQ(kq_Q4_K_4)},
+    {NQ(kq_Q6_K_1), NQ(kq_Q6_K_2), NQ(kq_Q6_K_3), NQ(kq_Q6_K_4)}};
 
 /* ---- packed layout (ix_kernels_pack) -----------------------------------------
  * A 16-byte quarter of a 64-byte plane is 4 W rows ("a quad"), 4 code bytes
@@ -233,16 +310,29 @@ static const ix__pk_fn NQ(k_pk)[2][NQ_PK_RX] = {
     {NQ(pk_Q8_0_1), NQ(pk_Q8_0_2), NQ(pk_Q8_0_3), NQ(pk_Q8_0_4)},
     {NQ(pk_Q4_0_1), NQ(pk_Q4_0_2), NQ(pk_Q4_0_3), NQ(pk_Q4_0_4)}};
 
-/* The table entry: quantized weights here, float ones in matmul_float. */
-static void NQ(matmul_rows)(const ix_matmul *mm, size_t n0, size_t n1) {
-    if (!ix__w_quantized(mm->w_type)) {
-        matmul_float(mm, n0, n1);
-        return;
-    }
-    const int t = mm->w_type == IX_DTYPE_Q4_0;
-    if (mm->w_packed) ix__pk_walk(mm, n0, n1, NQ(k_pk)[t], NQ_PK_RX, NQ_PK_MCHUNK, NULL);
-    else ix__matmul_tiles(mm, n0, n1, NQ(k_qtiles)[t], NQ_RX, NQ_RW);
+/* The traits' entries (quants.c) of this copy's table. */
+#define NQ_MM2(t, path) ix__mm_##t##_##path
+#define NQ_MM(t, path) NQ_MM2(t, path)
+void NQ_MM(q8_0, NQ_PATH)(const ix_matmul *mm, size_t n0, size_t n1) {
+    if (mm->w_packed) ix__pk_walk(mm, n0, n1, NQ(k_pk)[0], NQ_PK_RX, NQ_PK_MCHUNK, NULL);
+    else ix__matmul_tiles(mm, n0, n1, NQ(k_qtiles)[0], NQ_RX, NQ_RW);
 }
+
+void NQ_MM(q4_0, NQ_PATH)(const ix_matmul *mm, size_t n0, size_t n1) {
+    if (mm->w_packed) ix__pk_walk(mm, n0, n1, NQ(k_pk)[1], NQ_PK_RX, NQ_PK_MCHUNK, NULL);
+    else ix__matmul_tiles(mm, n0, n1, NQ(k_qtiles)[1], NQ_RX, NQ_RW);
+}
+void NQ_MM(q5_0, NQ_PATH)(const ix_matmul *mm, size_t n0, size_t n1) {
+    ix__matmul_tiles(mm, n0, n1, NQ(k_kqtiles)[KQ_Q5_0], NQ_RX, NQ_RW);
+}
+void NQ_MM(q4_k, NQ_PATH)(const ix_matmul *mm, size_t n0, size_t n1) {
+    ix__matmul_tiles(mm, n0, n1, NQ(k_kqtiles)[KQ_Q4_K], NQ_RX, NQ_RW);
+}
+void NQ_MM(q6_k, NQ_PATH)(const ix_matmul *mm, size_t n0, size_t n1) {
+    ix__matmul_tiles(mm, n0, n1, NQ(k_kqtiles)[KQ_Q6_K], NQ_RX, NQ_RW);
+}
+#undef NQ_MM
+#undef NQ_MM2
 
 #undef NQ_RX
 #undef NQ_RW

@@ -21,9 +21,14 @@ typedef struct loader {
     ix_errbuf *err;
 } loader;
 
-static bool matmul_type_ok(ix_dtype t) {
-    return t == IX_DTYPE_F32 || t == IX_DTYPE_F16 || t == IX_DTYPE_BF16 || t == IX_DTYPE_Q8_0 ||
-           t == IX_DTYPE_Q4_0;
+/* "F32, F16, ...": the weight types the kernels read (a type with kernels
+ * loads in any role, any mix of them in one file). */
+static void weight_types_list(char *buf, size_t len) {
+    ix_dtype ts[64];
+    size_t n = ix_kernels_types(ts, IX_ARRAY_LEN(ts)), at = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < n && i < IX_ARRAY_LEN(ts) && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%s", i ? ", " : "", ix_dtype_name(ts[i]));
 }
 
 /* Binds a 2-D weight (ne0 = in, ne1 = out); whole quantized blocks per row. */
@@ -40,12 +45,12 @@ static ix_status bind_weight(loader *L, const char *name, int64_t ne0, int64_t n
                        "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]", name,
                        (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
                        (long long)t->ne[3], (long long)ne0, (long long)ne1);
-    if (!matmul_type_ok(t->type)) {
+    if (!ix_kernels_has_type(t->type)) {
         const char *tn = ix_dtype_name(t->type);
-        return ix_errf(L->err, IX_ERR_UNSUPPORTED,
-                       "tensor '%s' has type %s (%d); supported weight types are F32, F16, BF16, "
-                       "Q8_0 and Q4_0",
-                       name, tn ? tn : "unknown", (int)t->type);
+        char types[256];
+        weight_types_list(types, sizeof types);
+        return ix_errf(L->err, IX_ERR_UNSUPPORTED, "tensor '%s' has type %s (%d), which inferx cannot compute with; "
+                       "supported weight types are %s", name, tn ? tn : "unknown", (int)t->type, types);
     }
     uint64_t rb;
     if (!ix_dtype_row_bytes(t->type, (uint64_t)ne0, &rb))
