@@ -68,6 +68,17 @@ mk -o "$tmp/phi3-long.gguf" --shape tiny --arch phi3 --rope-scaling longrope --r
 out=$("$bin" info "$tmp/phi3-long.gguf") || fail "info phi3 longrope"
 expect "rope_factors_long.weight"
 run "$tmp/phi3-long.gguf"
+# The other weight types (K-quant rows are blocks of 256).
+for t in q4_1 q5_0 q5_1 iq4_nl; do
+    mk -o "$tmp/t-$t.gguf" --shape tiny --type $t
+    run "$tmp/t-$t.gguf"
+done
+for t in q2_k q3_k q4_k q5_k q6_k iq4_xs; do
+    mk -o "$tmp/t-$t.gguf" --shape tiny --type $t --embd 256 --ff 512
+    run "$tmp/t-$t.gguf"
+done
+expect_exit 2 mkmodel -o "$tmp/bad-k.gguf" --shape tiny --type q4_k
+expect "multiples of 256"
 mk -o "$tmp/yarn.gguf" --shape tiny --rope-scaling yarn --rope-factor 4 --rope-orig-ctx 64
 run "$tmp/yarn.gguf"
 
@@ -94,7 +105,7 @@ printf keep >"$tmp/keep.gguf"
 o=$tmp/bad.gguf
 expect_exit 2 mkmodel --shape tiny
 expect_exit 2 mkmodel -o "$o" --shape huge
-expect_exit 2 mkmodel -o "$o" --type q5_0
+expect_exit 2 mkmodel -o "$o" --type q7_0
 expect_exit 2 mkmodel -o "$o" --layers abc
 expect_exit 2 mkmodel -o "$o" --layers 0
 expect_exit 2 mkmodel -o "$o" --layers -3

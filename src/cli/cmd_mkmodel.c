@@ -59,6 +59,17 @@ static const wtype k_types[] = {
     {"bf16", IX_DTYPE_BF16, 32},
     {"q8_0", IX_DTYPE_Q8_0, 7},
     {"q4_0", IX_DTYPE_Q4_0, 2},
+    {"q4_1", IX_DTYPE_Q4_1, 3},
+    {"q5_0", IX_DTYPE_Q5_0, 8},
+    {"q5_1", IX_DTYPE_Q5_1, 9},
+    /* the K and IQ types everywhere: llama.cpp's "pure" file types */
+    {"q2_k", IX_DTYPE_Q2_K, 10},
+    {"q3_k", IX_DTYPE_Q3_K, 11},
+    {"q4_k", IX_DTYPE_Q4_K, 14},
+    {"q5_k", IX_DTYPE_Q5_K, 16},
+    {"q6_k", IX_DTYPE_Q6_K, 18},
+    {"iq4_nl", IX_DTYPE_IQ4_NL, 25},
+    {"iq4_xs", IX_DTYPE_IQ4_XS, 30},
 };
 
 typedef struct mk_opts {
@@ -85,7 +96,9 @@ static void usage(FILE *f) {
             "                         4 KV heads, FFN 5632, ctx 2048; the default) or tiny\n"
             "                         (2 layers, dim 64, 4 heads, 2 KV heads, FFN 128, ctx 256)\n"
             "  --type T               weight type of the matmuls and the token embedding:\n"
-            "                         f32, f16 (default), bf16, q8_0, q4_0; norms and biases are f32\n"
+            "                         f32, f16 (default), bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k,\n"
+            "                         q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs (K and IQ4_XS rows are\n"
+            "                         blocks of 256); norms and biases are f32\n"
             "  --vocab FILE           copy the tokenizer (every tokenizer.* key) from this GGUF,\n"
             "                         e.g. a vocab-only file; default: the bundled model's\n"
             "                         (%s)\n"
@@ -232,7 +245,8 @@ static int parse_args(int argc, char **argv, mk_opts *o) {
     for (size_t k = 0; k < IX_ARRAY_LEN(k_types); k++)
         if (!strcmp(type_name, k_types[k].name)) o->wt = &k_types[k];
     if (!o->wt) {
-        fprintf(stderr, "inferx mkmodel: --type must be f32, f16, bf16, q8_0 or q4_0, got '%s'\n", type_name);
+        fprintf(stderr, "inferx mkmodel: --type must be one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, "
+                        "q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs; got '%s'\n", type_name);
         return 2;
     }
     o->sh = *sh;
@@ -256,9 +270,11 @@ static int parse_args(int argc, char **argv, mk_opts *o) {
                 s->n_head_kv);
         return 2;
     }
-    if (ix_dtype_block_size(o->wt->type) > 1 && (s->n_embd % 32 || s->n_ff % 32)) {
-        fprintf(stderr, "inferx mkmodel: %s rows are blocks of 32: --embd %d and --ff %d must be multiples of 32\n",
-                o->wt->name, s->n_embd, s->n_ff);
+    int64_t blk = (int64_t)ix_dtype_block_size(o->wt->type);
+    if (blk > 1 && (s->n_embd % blk || s->n_ff % blk)) {
+        fprintf(stderr,
+                "inferx mkmodel: %s rows are blocks of %lld: --embd %d and --ff %d must be multiples of %lld\n",
+                o->wt->name, (long long)blk, s->n_embd, s->n_ff, (long long)blk);
         return 2;
     }
     if (!strcmp(o->rope_scaling, "none") && have_factor) {
