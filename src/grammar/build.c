@@ -407,68 +407,139 @@ size_t ix__gram_ranges_normalize(uint32_t *r, size_t n, bool negate) {
     return k;
 }
 
-/* Appends to helper rule h one alternative per UTF-8 byte-range sequence of
- * [lo, hi] (both of one encoded length, no surrogates inside): the split of
- * Rust's regex-syntax Utf8Sequences, so each sequence is a product of byte
- * ranges. */
-static ix_status push_utf8_seqs(gram_builder *b, int32_t h, uint32_t lo, uint32_t hi, size_t off) {
+/* A character class compiles to UTF-8 byte-range sequences (the split of
+ * Rust's regex-syntax Utf8Sequences: each sequence is a product of byte
+ * ranges), merged into a trie on their leading ranges so that a class of
+ * thousands of scattered code points costs a few dozen alternatives per
+ * byte, not one parse per code point. */
+typedef struct useq {
+    uint8_t n, lo[4], hi[4];
+} useq;
+
+typedef struct useqs {
+    useq *s;
+    size_t n, cap;
+} useqs;
+
+static ix_status seq_add(gram_builder *b, useqs *q, uint32_t lo, uint32_t hi) {
+    if (q->n == q->cap) {
+        size_t cap = q->cap ? q->cap * 2 : 32;
+        useq *s = ix_realloc(q->s, cap * sizeof *s);
+        if (!s) return nomem(b);
+        q->s = s;
+        q->cap = cap;
+    }
+    useq *e = &q->s[q->n++];
+    uint8_t a[4], z[4];
+    e->n = (uint8_t)ix__gram_utf8_encode(lo, a);
+    ix__gram_utf8_encode(hi, z);
+    memcpy(e->lo, a, 4);
+    memcpy(e->hi, z, 4);
+    return IX_OK;
+}
+
+/* [lo, hi]: one encoded length, no surrogates inside. */
+static ix_status split_utf8(gram_builder *b, useqs *q, uint32_t lo, uint32_t hi) {
     for (int i = 1; i < 4; i++) {
         uint32_t m = (1u << (6 * i)) - 1;
         if ((lo & ~m) != (hi & ~m)) {
             if ((lo & m) != 0) {
-                ix_status s = push_utf8_seqs(b, h, lo, lo | m, off);
-                return s != IX_OK ? s : push_utf8_seqs(b, h, (lo | m) + 1, hi, off);
+                ix_status s = split_utf8(b, q, lo, lo | m);
+                return s != IX_OK ? s : split_utf8(b, q, (lo | m) + 1, hi);
             }
             if ((hi & m) != m) {
-                ix_status s = push_utf8_seqs(b, h, lo, (hi & ~m) - 1, off);
-                return s != IX_OK ? s : push_utf8_seqs(b, h, hi & ~m, hi, off);
+                ix_status s = split_utf8(b, q, lo, (hi & ~m) - 1);
+                return s != IX_OK ? s : split_utf8(b, q, hi & ~m, hi);
             }
         }
     }
-    uint8_t a[4], z[4];
-    size_t n = ix__gram_utf8_encode(lo, a);
-    ix__gram_utf8_encode(hi, z);
+    return seq_add(b, q, lo, hi);
+}
+
+static int cmp_useq(const void *pa, const void *pb) {
+    const useq *x = pa, *y = pb;
+    for (int k = 0; k < 4; k++) {
+        int lx = k < x->n ? x->lo[k] * 256 + x->hi[k] : -1, ly = k < y->n ? y->lo[k] * 256 + y->hi[k] : -1;
+        if (lx != ly) return lx < ly ? -1 : 1;
+    }
+    return 0;
+}
+
+/* Alternatives of rule h for the sequences q[a, z), which agree on their
+ * first k ranges: the ones ending at k+1 share one set, the others are
+ * grouped on range k and continue in a helper (or inline when alone). */
+static ix_status emit_seqs(gram_builder *b, int32_t h, const useq *q, size_t a, size_t z, int k,
+                           size_t off) {
+    gram_set finals = {{0}};
+    bool any_final = false;
     ix_status s = IX_OK;
-    for (size_t i = 0; i < n && s == IX_OK; i++) s = push_range(b, h, a[i], z[i], off);
-    return s != IX_OK ? s : ix__gram_push(b, h, GRAM_END, 0, off);
+    if (k >= 3) return IX_ERR_INTERNAL; /* sequences are at most 4 long: k + 1 < 4 */
+    for (size_t i = a; i < z && s == IX_OK;) {
+        size_t j = i + 1;
+        while (j < z && q[j].lo[k] == q[i].lo[k] && q[j].hi[k] == q[i].hi[k]) j++;
+        if (q[i].n == k + 1) { /* same lead byte, same length: all end here */
+            set_add_range(&finals, q[i].lo[k], q[i].hi[k]);
+            any_final = true;
+        } else if (j == i + 1) {
+            for (int t = k; t < q[i].n && s == IX_OK; t++) s = push_range(b, h, q[i].lo[t], q[i].hi[t], off);
+            if (s == IX_OK) s = ix__gram_push(b, h, GRAM_END, 0, off);
+        } else if (q[i].n == k + 2) { /* one lead, then one byte of a set: inline */
+            gram_set tail = {{0}};
+            for (size_t t = i; t < j; t++) set_add_range(&tail, q[t].lo[k + 1], q[t].hi[k + 1]);
+            int32_t id;
+            if ((s = push_range(b, h, q[i].lo[k], q[i].hi[k], off)) != IX_OK ||
+                (s = set_intern(b, &tail, &id)) != IX_OK || (s = ix__gram_push(b, h, GRAM_SET, id, off)) != IX_OK)
+                return s;
+            s = ix__gram_push(b, h, GRAM_END, 0, off);
+        } else {
+            int32_t sub;
+            if ((s = push_range(b, h, q[i].lo[k], q[i].hi[k], off)) != IX_OK ||
+                (s = ix__gram_rule_helper(b, h, off, &sub)) != IX_OK ||
+                (s = ix__gram_push(b, h, GRAM_REF, sub, off)) != IX_OK ||
+                (s = ix__gram_push(b, h, GRAM_END, 0, off)) != IX_OK)
+                return s;
+            s = emit_seqs(b, sub, q, i, j, k + 1, off);
+        }
+        i = j;
+    }
+    if (s == IX_OK && any_final) {
+        int32_t id;
+        if ((s = set_intern(b, &finals, &id)) != IX_OK) return s;
+        if ((s = ix__gram_push(b, h, GRAM_SET, id, off)) != IX_OK) return s;
+        s = ix__gram_push(b, h, GRAM_END, 0, off);
+    }
+    return s;
 }
 
 ix_status ix__gram_push_class(gram_builder *b, int32_t rule, const uint32_t *r, size_t n,
                               size_t off) {
-    gram_set ascii = {{0}};
-    bool any_ascii = false, multi = false;
-    for (size_t i = 0; i < n; i++) {
-        if (r[2 * i] < 0x80) {
-            set_add_range(&ascii, r[2 * i], r[2 * i + 1] < 0x80 ? r[2 * i + 1] : 0x7f);
-            any_ascii = true;
-        }
-        if (r[2 * i + 1] >= 0x80) multi = true;
-    }
-    int32_t id;
-    ix_status s;
-    if (!multi) {
-        if ((s = set_intern(b, &ascii, &id)) != IX_OK) return s;
-        return ix__gram_push(b, rule, GRAM_SET, id, off);
-    }
-    int32_t h;
-    if ((s = ix__gram_rule_helper(b, rule, off, &h)) != IX_OK) return s;
-    if (any_ascii) {
-        if ((s = set_intern(b, &ascii, &id)) != IX_OK ||
-            (s = ix__gram_push(b, h, GRAM_SET, id, off)) != IX_OK ||
-            (s = ix__gram_push(b, h, GRAM_END, 0, off)) != IX_OK)
-            return s;
-    }
     static const uint32_t len_max[] = {0x7f, 0x7ff, 0xffff, 0x10ffff};
-    for (size_t i = 0; i < n; i++) {
-        uint32_t lo = r[2 * i] < 0x80 ? 0x80 : r[2 * i], hi = r[2 * i + 1];
-        for (size_t k = 1; k < IX_ARRAY_LEN(len_max) && lo <= hi; k++) {
+    useqs q = {0};
+    ix_status s = IX_OK;
+    for (size_t i = 0; i < n && s == IX_OK; i++) {
+        uint32_t lo = r[2 * i], hi = r[2 * i + 1];
+        for (size_t k = 0; k < IX_ARRAY_LEN(len_max) && lo <= hi && s == IX_OK; k++) {
             if (lo > len_max[k]) continue;
             uint32_t top = hi < len_max[k] ? hi : len_max[k];
-            if ((s = push_utf8_seqs(b, h, lo, top, off)) != IX_OK) return s;
+            s = split_utf8(b, &q, lo, top);
             lo = top + 1;
         }
     }
-    return ix__gram_push(b, rule, GRAM_REF, h, off);
+    if (s == IX_OK) qsort(q.s, q.n, sizeof *q.s, cmp_useq);
+    bool ascii = true;
+    for (size_t i = 0; i < q.n; i++) ascii = ascii && q.s[i].n == 1;
+    if (s == IX_OK && ascii) { /* one set, no rule */
+        gram_set set = {{0}};
+        for (size_t i = 0; i < q.n; i++) set_add_range(&set, q.s[i].lo[0], q.s[i].hi[0]);
+        int32_t id;
+        if ((s = set_intern(b, &set, &id)) == IX_OK) s = ix__gram_push(b, rule, GRAM_SET, id, off);
+    } else if (s == IX_OK) {
+        int32_t h;
+        if ((s = ix__gram_rule_helper(b, rule, off, &h)) == IX_OK) s = emit_seqs(b, h, q.s, 0, q.n, 0, off);
+        if (s == IX_OK) s = ix__gram_push(b, rule, GRAM_REF, h, off);
+    }
+    ix_free(q.s);
+    return s;
 }
 
 /* ---- compile ---------------------------------------------------------------------- */

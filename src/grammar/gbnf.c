@@ -99,7 +99,7 @@ static ix_status parse_char(gparser *p, uint32_t *cp) {
     case 'U': digits = 8; break;
     default:
         /* Any ASCII punctuation stands for itself: \" \\ \] \- \^ \[ ... */
-        if ((unsigned char)e < 0x80 && e > 0x20 && !is_word(e)) {
+        if (e > 0x20 && e < 0x7f && !((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || (e >= '0' && e <= '9'))) {
             *cp = (unsigned char)e;
             return IX_OK;
         }

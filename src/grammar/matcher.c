@@ -74,10 +74,10 @@ typedef struct gcache {
     size_t n_work, cap_work, n_emit, cap_emit;
 
     /* masks */
-    uint32_t *masks;      /* (n_slots, v->n_words) */
-    int32_t *slot_state;  /* (n_slots) */
-    uint64_t *slot_tick;  /* (n_slots) last use */
-    int32_t n_slots, n_slots_used;
+    uint32_t *masks;      /* (cap_slots, v->n_words), grown up to n_slots */
+    int32_t *slot_state;  /* (cap_slots) */
+    uint64_t *slot_tick;  /* (cap_slots) last use */
+    int32_t n_slots, n_slots_used, cap_slots;
     uint64_t tick;
     int32_t *walk;        /* (v->max_depth + 1) state per trie depth */
 
@@ -404,7 +404,7 @@ static ix_status flush(gcache *c) {
         ix_buf_free(&exp);
         return cache_nomem(c);
     }
-    for (int32_t i = 0; i < c->n_slots; i++) c->slot_state[i] = -1;
+    for (int32_t i = 0; i < c->n_slots_used; i++) c->slot_state[i] = -1;
     c->n_slots_used = 0;
     tables_free(c);
     if ((s = tables_init(c)) != IX_OK) goto out;
@@ -504,15 +504,8 @@ ix_status ix_grammar_matcher_create(ix_grammar_matcher **out, const ix_grammar *
     c->n_slots = slots > (1u << 20) ? 1 << 20 : (int32_t)slots;
     c->node_class = ix_malloc((size_t)v->n_nodes + 1);
     c->walk = ix_malloc(((size_t)v->max_depth + 1) * sizeof *c->walk);
-    if (c->n_slots) {
-        c->masks = ix_malloc((size_t)c->n_slots * mask_bytes);
-        c->slot_state = ix_malloc((size_t)c->n_slots * sizeof *c->slot_state);
-        c->slot_tick = ix_calloc((size_t)c->n_slots, sizeof *c->slot_tick);
-    }
     ix_status s = IX_OK;
-    if (!c->node_class || !c->walk ||
-        (c->n_slots && (!c->masks || !c->slot_state || !c->slot_tick)))
-        s = cache_nomem(c);
+    if (!c->node_class || !c->walk) s = cache_nomem(c);
     if (s == IX_OK) s = tables_init(c);
     if (s == IX_OK) {
         for (int32_t i = 0; i < v->n_nodes; i++) c->node_class[i] = g->byte_class[v->node_byte[i]];
@@ -611,6 +604,23 @@ static ix_status error_status(const gcache *c) {
     return strncmp(c->err.msg, "out of memory", 13) == 0 ? IX_ERR_NOMEM : IX_ERR_UNSUPPORTED;
 }
 
+/* Mask slots are allocated as they fill, doubling up to n_slots. */
+static ix_status grow_slots(gcache *c) {
+    size_t cap = c->cap_slots ? (size_t)c->cap_slots * 2 : 16;
+    if (cap > (size_t)c->n_slots) cap = (size_t)c->n_slots;
+    uint32_t *m = ix_realloc(c->masks, cap * c->v->n_words * sizeof *m);
+    if (!m) return IX_ERR_NOMEM;
+    c->masks = m;
+    int32_t *st = ix_realloc(c->slot_state, cap * sizeof *st);
+    if (!st) return IX_ERR_NOMEM;
+    c->slot_state = st;
+    uint64_t *tk = ix_realloc(c->slot_tick, cap * sizeof *tk);
+    if (!tk) return IX_ERR_NOMEM;
+    c->slot_tick = tk;
+    c->cap_slots = (int32_t)cap;
+    return IX_OK;
+}
+
 ix_status ix_grammar_matcher_fill_mask(ix_grammar_matcher *m, uint32_t *mask, size_t n_words) {
     gcache *c = m->c;
     const size_t nw = c->v->n_words;
@@ -638,6 +648,7 @@ ix_status ix_grammar_matcher_fill_mask(ix_grammar_matcher *m, uint32_t *mask, si
     }
     int32_t slot;
     if (c->n_slots_used < c->n_slots) {
+        if (c->n_slots_used == c->cap_slots && grow_slots(c) != IX_OK) return cache_nomem(c);
         slot = c->n_slots_used++;
     } else { /* least recently used */
         slot = 0;
@@ -794,7 +805,7 @@ void ix_grammar_matcher_get_stats(const ix_grammar_matcher *m, ix_grammar_matche
     memset(out, 0, sizeof *out);
     out->n_states = c->n_st;
     out->n_stacks = c->n_nodes;
-    out->cache_bytes = tables_bytes(c) + (size_t)c->n_slots * c->v->n_words * 4;
+    out->cache_bytes = tables_bytes(c) + (size_t)c->cap_slots * (c->v->n_words * 4 + 12);
     out->mask_hits = c->mask_hits;
     out->mask_misses = c->mask_misses;
     out->trie_nodes = c->trie_nodes;

@@ -849,12 +849,19 @@ static ix_status convert(sctx *c, json_t *schema, ix_buf *out) {
     ix_status st = IX_OK;
     for (int p = 0; p < P_COUNT && st == IX_OK; p++) st = strmap_put(&c->names, k_prims[p].name, NULL);
     if (st == IX_OK) st = strmap_put(&c->names, "root", NULL);
-    if (st == IX_OK) st = strmap_put(&c->refs, "#", "root"); /* the whole document */
+    if (st == IX_OK) st = strmap_put(&c->names, "json", NULL);
+    if (st == IX_OK) st = strmap_put(&c->refs, "#", "json"); /* the whole document */
     if (st != IX_OK) return nomem(c);
-    ix_buf expr = {0};
-    st = gen_expr(c, schema, "root", true, &expr);
-    if (st == IX_OK && !(expr.data && !strcmp(expr.data, "root"))) st = emit_rule(c, "root", &expr);
+    /* root ::= ws json: leading whitespace too, since SPM models like to
+     * start with a "▁{" token. */
+    ix_buf expr = {0}, start = {0};
+    st = gen_expr(c, schema, "json", true, &expr);
+    if (st == IX_OK && !(expr.data && !strcmp(expr.data, "json"))) st = emit_rule(c, "json", &expr);
+    if (st == IX_OK) st = use_prim(c, P_WS, &start);
+    if (st == IX_OK) st = ix_buf_append(&start, " json", 5);
+    if (st == IX_OK) st = emit_rule(c, "root", &start);
     ix_buf_free(&expr);
+    ix_buf_free(&start);
     if (st == IX_OK) st = emit_prims(c);
     /* root first, for the reader */
     if (st == IX_OK) {
