@@ -6,3 +6,5 @@ if(NOT TARGET PkgConfig::JANSSON)
   pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson)
 endif()
 ix_add_test(test_grammar SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_grammar.c LIBS ix_grammar)
+ix_add_test(test_grammar_schema SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_grammar_schema.c
+  LIBS ix_grammar PkgConfig::JANSSON TIMEOUT 600)

@@ -144,6 +144,7 @@ static const ecase k_errors[] = {
     {"root ::= (\"a\"?)*", IX_ERR_FORMAT, "left recursion"},
     {"root ::= \"a\" root", IX_ERR_FORMAT, "rule 'root' can never complete"},
     {"root ::= \"a\" | b\nb ::= \"(\" b \")\"", IX_ERR_FORMAT, "rule 'b' can never complete"},
+    {"root ::= c\nc ::= d \"x\"\nd ::= \"y\" c", IX_ERR_FORMAT, "rules 'root', 'c', 'd' can never complete"},
     {"root ::= \"\xC3\"", IX_ERR_UTF8, "not valid UTF-8 at byte 10"},
 };
 

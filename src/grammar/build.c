@@ -809,12 +809,19 @@ ix_status ix__gram_finish(gram_builder *b, ix_grammar **out) {
     memset(&a, 0, sizeof a);
     ix_status s = flatten(b, g);
     if (s == IX_OK) s = analyze(b, g, &a);
-    for (int32_t r = 0; r < g->n_rules && s == IX_OK; r++)
-        if (a.reach[r] && !a.productive[r])
-            s = ix__gram_errf(b, IX_ERR_FORMAT, b->rules[r].off,
-                              "rule '%s' can never complete: every alternative needs the rule "
-                              "itself again",
-                              rule_name(g, r));
+    int32_t first_bad = -1, n_bad = 0;
+    char bad[256] = "";
+    for (int32_t r = 0; r < g->n_rules && s == IX_OK; r++) {
+        if (!a.reach[r] || a.productive[r]) continue;
+        if (first_bad < 0) first_bad = r;
+        size_t n = strlen(bad);
+        if (n_bad++ < 4) snprintf(bad + n, sizeof bad - n, "%s'%s'", n ? ", " : "", rule_name(g, r));
+    }
+    if (s == IX_OK && n_bad)
+        s = ix__gram_errf(b, IX_ERR_FORMAT, b->rules[first_bad].off,
+                          "%s %s%s can never complete: every alternative needs %s again",
+                          n_bad > 1 ? "rules" : "rule", bad, n_bad > 4 ? " (...)" : "",
+                          n_bad > 1 ? "one of them" : "the rule itself");
     if (s == IX_OK) s = check_left_recursion(b, g, &a);
     analysis_free(&a);
     if (s != IX_OK) {

@@ -199,6 +199,7 @@ typedef struct sctx {
     ix_buf rules;  /* rules emitted so far */
     strmap names;  /* rule names in use */
     strmap refs;   /* "$ref" string -> rule name */
+    strmap defined; /* rule names emitted */
     uint64_t prims;
     int depth;
     char path[256]; /* JSON pointer of the schema being converted (for messages) */
@@ -266,6 +267,7 @@ static ix_status reserve_name(sctx *c, const char *hint, char out[NAME_MAX_LEN +
 
 static ix_status emit_rule(sctx *c, const char *name, const ix_buf *body) {
     ix_status s = ix_buf_printf(&c->rules, "%s ::= %s\n", name, body->data ? body->data : "\"\"");
+    if (s == IX_OK) s = strmap_put(&c->defined, name, NULL);
     if (s != IX_OK) return nomem(c);
     if (c->rules.len > IX_GRAMMAR_MAX_TEXT_BYTES)
         return serr(c, IX_ERR_TOO_LONG, "the schema's grammar exceeds %u bytes", IX_GRAMMAR_MAX_TEXT_BYTES);
@@ -672,8 +674,9 @@ static ix_status gen_ref(sctx *c, json_t *s, ix_buf *expr) {
     st = gen_expr(c, target, name, true, &body);
     memcpy(c->path, saved, sizeof saved);
     c->path_len = saved_len;
-    /* gen_expr defined the rule itself when it made one named `name`. */
-    if (st == IX_OK && !(body.data && !strcmp(body.data, name))) st = emit_rule(c, name, &body);
+    /* gen_expr defined the rule itself when it made one named `name` (a
+     * reference straight back to it stays, and fails as left recursion). */
+    if (st == IX_OK && !strmap_get(&c->defined, name)) st = emit_rule(c, name, &body);
     if (st == IX_OK) st = ix_buf_printf(expr, "%s", name);
     ix_buf_free(&body);
     return st;
@@ -856,7 +859,7 @@ static ix_status convert(sctx *c, json_t *schema, ix_buf *out) {
      * start with a "▁{" token. */
     ix_buf expr = {0}, start = {0};
     st = gen_expr(c, schema, "json", true, &expr);
-    if (st == IX_OK && !(expr.data && !strcmp(expr.data, "json"))) st = emit_rule(c, "json", &expr);
+    if (st == IX_OK && !strmap_get(&c->defined, "json")) st = emit_rule(c, "json", &expr);
     if (st == IX_OK) st = use_prim(c, P_WS, &start);
     if (st == IX_OK) st = ix_buf_append(&start, " json", 5);
     if (st == IX_OK) st = emit_rule(c, "root", &start);
@@ -903,6 +906,7 @@ ix_status ix_json_schema_to_gbnf(const char *schema, size_t len, unsigned flags,
     ix_buf_free(&c.rules);
     strmap_free(&c.names);
     strmap_free(&c.refs);
+    strmap_free(&c.defined);
     json_decref(root);
     return st;
 }
