@@ -370,10 +370,10 @@ int main(int argc, char **argv) {
         ix_grammar_matcher_stats st;
         ix_grammar_matcher_get_stats(wm, &st);
         printf("  walks' cache: %lld states, %lld stacks, %.1f MiB, %lld mask hits / %lld misses, "
-               "%.0f trie nodes per miss\n",
+               "%.0f trie nodes per miss, %lld parse expansions\n",
                (long long)st.n_states, (long long)st.n_stacks, (double)st.cache_bytes / (1 << 20),
                (long long)st.mask_hits, (long long)st.mask_misses,
-               st.mask_misses ? (double)st.trie_nodes / (double)st.mask_misses : 0.0);
+               st.mask_misses ? (double)st.trie_nodes / (double)st.mask_misses : 0.0, (long long)st.expansions);
         ix_grammar_matcher_destroy(wm);
         ix_buf_free(&blob);
         free(bytes);
@@ -383,8 +383,9 @@ int main(int argc, char **argv) {
     if (!schema_path) {
         ix_grammar_matcher_stats st;
         ix_grammar_matcher_get_stats(tmpl, &st);
-        printf("  documents' cache: %lld states, %.1f MiB, %lld hits / %lld misses\n", (long long)st.n_states,
-               (double)st.cache_bytes / (1 << 20), (long long)st.mask_hits, (long long)st.mask_misses);
+        printf("  documents' cache: %lld states, %.1f MiB, %lld hits / %lld misses, %lld parse expansions\n",
+               (long long)st.n_states, (double)st.cache_bytes / (1 << 20), (long long)st.mask_hits,
+               (long long)st.mask_misses, (long long)st.expansions);
     }
 
     /* 2. the sampler, free and masked, on random logits */

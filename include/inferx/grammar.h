@@ -189,6 +189,7 @@ typedef struct ix_grammar_matcher_stats {
     int64_t mask_misses;   /* fill_mask calls that walked the token trie */
     int64_t trie_nodes;    /* trie nodes visited by those walks */
     int64_t flushes;       /* times the state cache was emptied */
+    int64_t expansions;    /* parse stack expansions computing transitions */
 } ix_grammar_matcher_stats;
 /* Statistics of the family's shared cache. */
 void ix_grammar_matcher_get_stats(const ix_grammar_matcher *m, ix_grammar_matcher_stats *out);

@@ -31,10 +31,12 @@
 #define ST_UNKNOWN (-2) /* transition not computed yet */
 #define ST_ERROR (-3)   /* computing it failed (message in the cache) */
 
-/* Bounds on one transition, against grammars ambiguous enough to keep
- * thousands of parses alive at once. */
-#define GRAM_MAX_STACKS 4096
-#define GRAM_MAX_CLOSURE_WORK (1 << 18)
+/* Bounds against grammars ambiguous enough to keep thousands of parses
+ * alive at once: parses per state, and parse-stack expansions per public
+ * call (generating a JSON-schema document from a cold cache needs ~2e4 in
+ * all; this budget is a few tens of milliseconds). */
+#define GRAM_MAX_STACKS 2048
+#define GRAM_MAX_CALL_WORK (1 << 20)
 
 typedef struct gstate {
     uint32_t off, n;   /* stacks: pool[off .. off + n), sorted node ids */
@@ -81,7 +83,8 @@ typedef struct gcache {
     uint64_t tick;
     int32_t *walk;        /* (v->max_depth + 1) state per trie depth */
 
-    int64_t mask_hits, mask_misses, trie_nodes, flushes;
+    int64_t mask_hits, mask_misses, trie_nodes, flushes, expansions;
+    int64_t budget; /* expansions left to the current public call */
     bool broken; /* a flush ran out of memory: the matchers' states are lost */
 } gcache;
 
@@ -299,15 +302,15 @@ static void closure_begin(gcache *c) {
  * are dropped: that parse cannot continue. */
 static ix_status closure_run(gcache *c) {
     const ix_grammar *g = c->g;
-    int32_t work_done = 0;
     while (c->n_work) {
         int32_t n = c->work[--c->n_work];
         if (c->stamp[n] == c->cur_stamp) continue;
         c->stamp[n] = c->cur_stamp;
-        if (++work_done > GRAM_MAX_CLOSURE_WORK)
+        c->expansions++;
+        if (--c->budget < 0)
             return ix_errf(&c->err, IX_ERR_UNSUPPORTED,
-                           "grammar too ambiguous: one byte needs more than %d expansions",
-                           GRAM_MAX_CLOSURE_WORK);
+                           "grammar too ambiguous: one step needs more than %d parse expansions",
+                           GRAM_MAX_CALL_WORK);
         int32_t pos = n ? c->npos[n] : -1;
         if (n == 0 || g->elems[pos].type == GRAM_SET) {
             if (c->n_emit >= GRAM_MAX_STACKS)
@@ -438,7 +441,9 @@ out:
     return s;
 }
 
+/* Every public call that may compute transitions starts here. */
 static ix_status maybe_flush(gcache *c) {
+    c->budget = GRAM_MAX_CALL_WORK;
     if (c->broken)
         return ix_errf(&c->err, IX_ERR_NOMEM, "out of memory while the cache was rebuilt");
     if (tables_bytes(c) <= c->p.state_cache_bytes) return IX_OK;
@@ -509,6 +514,7 @@ ix_status ix_grammar_matcher_create(ix_grammar_matcher **out, const ix_grammar *
     if (s == IX_OK) s = tables_init(c);
     if (s == IX_OK) {
         for (int32_t i = 0; i < v->n_nodes; i++) c->node_class[i] = g->byte_class[v->node_byte[i]];
+        c->budget = GRAM_MAX_CALL_WORK;
         c->start = start_state(c);
         if (c->start < 0) s = c->start == ST_DEAD ? IX_ERR_INTERNAL : IX_ERR_UNSUPPORTED;
         if (c->start == ST_ERROR && !strncmp(c->err.msg, "out of memory", 13)) s = IX_ERR_NOMEM;
@@ -810,4 +816,5 @@ void ix_grammar_matcher_get_stats(const ix_grammar_matcher *m, ix_grammar_matche
     out->mask_misses = c->mask_misses;
     out->trie_nodes = c->trie_nodes;
     out->flushes = c->flushes;
+    out->expansions = c->expansions;
 }
