@@ -571,8 +571,8 @@ static void test_tokenized_documents(void **state) {
         "{\n  \"name\": \"Grace Hopper\",\n  \"age\": 85,\n  \"email\": \"grace@navy.mil\",\n  \"born\": \"1906-12-09\",\n"
         "  \"role\": null,\n  \"tags\": [\"cobol\", \"compilers\"],\n  \"zip\": \"22201-1234\",\n  \"score\": 9.75,\n"
         "  \"ok\": false,\n  \"note\": [1, 2]\n}",
-        "{\"name\":\"\xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x98\x80\",\"age\":0,\"role\":3,\"tags\":[\"\\\"q\\\"\"],\"ok\":true,"
-        "\"note\":\"multi\\nline\"}",
+        ("{\"name\":\"\xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x98\x80\",\"age\":0,\"role\":3,\"tags\":[\"\\\"q\\\"\"],\"ok\":true,"
+         "\"note\":\"multi\\nline\"}"),
     };
     for (size_t vi = 0; vi < IX_ARRAY_LEN(k_vocabs); vi++) {
         rvocab *r = load_rvocab(k_vocabs[vi]);

@@ -613,9 +613,9 @@ static void analysis_free(analysis *a) {
 static void close_over(const ix_grammar *g, analysis *a, uint8_t *flag, bool sets_count) {
     int32_t nq = 0;
     for (int32_t k = 0; k < g->n_alts; k++) {
-        int32_t w = 0;
-        for (int32_t p = g->alt_start[k]; g->elems[p].type != GRAM_END; p++)
-            w += g->elems[p].type == GRAM_REF ? 1 : sets_count ? 0 : 1 << 20;
+        int32_t w = 0; /* references to wait for; -1: never (a set that does not count) */
+        for (int32_t p = g->alt_start[k]; g->elems[p].type != GRAM_END && w >= 0; p++)
+            w = g->elems[p].type == GRAM_REF ? w + 1 : sets_count ? w : -1;
         a->wait[k] = w;
         int32_t r = a->alt_rule[k];
         if (w == 0 && !flag[r]) {

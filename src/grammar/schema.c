@@ -499,14 +499,24 @@ static ix_status put_member(sctx *c, ix_buf *b, const char *key, const char *val
     return st;
 }
 
-/* Properties in the schema's order; required ones always, optional ones
- * maybe, commas only between. With optional properties, two rule chains:
- * NAME-a-i ("after i: something came before, each next one starts with a
- * comma") and NAME-f-i ("first from i: nothing came yet"). Both are tail
- * references, so they cost rules, not stack. */
-static ix_status gen_object(sctx *c, json_t *s, const char *hint, bool exact, ix_buf *expr) {
-    json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
-    json_t *addl = json_object_get(s, "additionalProperties");
+/* An object's members: one expression per declared property, in the
+ * schema's order, and the expression of one extra member when
+ * additionalProperties allows them. */
+typedef struct members {
+    size_t n, n_opt;
+    ix_buf *kv;     /* (n) "\"key\"" ws ":" ws VALUE */
+    bool *required; /* (n) */
+    ix_buf extra;   /* empty when no extra member is allowed */
+} members;
+
+static void members_free(members *mb) {
+    for (size_t k = 0; mb->kv && k < mb->n; k++) ix_buf_free(&mb->kv[k]);
+    ix_free(mb->kv);
+    ix_free(mb->required);
+    ix_buf_free(&mb->extra);
+}
+
+static ix_status check_object(sctx *c, json_t *props, json_t *req, json_t *addl) {
     if (props && !json_is_object(props)) return serr(c, IX_ERR_FORMAT, "'properties' must be an object");
     if (req && !json_is_array(req)) return serr(c, IX_ERR_FORMAT, "'required' must be an array");
     if (addl && !json_is_boolean(addl) && !json_is_object(addl))
@@ -518,100 +528,121 @@ static ix_status gen_object(sctx *c, json_t *s, const char *hint, bool exact, ix
             return serr(c, IX_ERR_UNSUPPORTED, "required property '%s' is not in 'properties'",
                         json_string_value(r));
     }
-    size_t n = props ? json_object_size(props) : 0;
     if ((c->flags & IX_GRAMMAR_SCHEMA_STRICT) && !json_is_false(addl))
         return serr(c, IX_ERR_UNSUPPORTED, "strict mode needs \"additionalProperties\": false");
-    char name[NAME_MAX_LEN + 16], sub[NAME_MAX_LEN + 32];
+    return IX_OK;
+}
+
+static ix_status collect_members(sctx *c, json_t *props, json_t *req, json_t *addl, const char *me,
+                                 members *mb) {
+    char sub[NAME_MAX_LEN + 32];
+    mb->n = props ? json_object_size(props) : 0;
+    mb->kv = ix_calloc(mb->n + 1, sizeof *mb->kv);
+    mb->required = ix_calloc(mb->n + 1, sizeof *mb->required);
+    if (!mb->kv || !mb->required) return nomem(c);
     ix_status st = IX_OK;
-    if (!exact && (st = reserve_name(c, hint, name)) != IX_OK) return st;
-    const char *me = exact ? hint : name;
-    ix_buf *kv = ix_calloc(n + 1, sizeof *kv); /* (n) member expressions */
-    bool *required = ix_calloc(n + 1, sizeof *required);
-    ix_buf extra = {0}, body = {0}, tmp = {0};
-    if (!kv || !required) st = nomem(c);
-    size_t i = 0, n_opt = 0;
+    size_t i = 0;
     const char *key;
     json_t *ps;
     json_object_foreach(props, key, ps) {
-        if (st != IX_OK) break;
         for (size_t k = 0; req && k < json_array_size(req); k++)
-            required[i] = required[i] || !strcmp(json_string_value(json_array_get(req, k)), key);
-        if (!required[i]) n_opt++;
-        if (!required[i] && (c->flags & IX_GRAMMAR_SCHEMA_STRICT))
-            st = serr(c, IX_ERR_UNSUPPORTED, "strict mode needs every property in 'required' ('%s' is not)", key);
+            mb->required[i] = mb->required[i] || !strcmp(json_string_value(json_array_get(req, k)), key);
+        if (!mb->required[i]) mb->n_opt++;
+        if (!mb->required[i] && (c->flags & IX_GRAMMAR_SCHEMA_STRICT))
+            return serr(c, IX_ERR_UNSUPPORTED, "strict mode needs every property in 'required' ('%s' is not)",
+                        key);
         ix_buf val = {0};
         child_hint(sub, sizeof sub, me, key);
-        if (st == IX_OK) st = gen_child(c, ps, "properties", key, sub, &val);
-        if (st == IX_OK) st = put_member(c, &kv[i], key, val.data);
+        st = gen_child(c, ps, "properties", key, sub, &val);
+        if (st == IX_OK) st = put_member(c, &mb->kv[i], key, val.data);
         ix_buf_free(&val);
+        if (st != IX_OK) return st;
         i++;
     }
-    bool extras = addl && !json_is_false(addl);
-    if (st == IX_OK && extras) { /* extra members: any key */
-        ix_buf val = {0};
-        child_hint(sub, sizeof sub, me, "extra");
-        if (json_is_true(addl))
-            st = use_prim(c, P_VALUE, &val);
-        else
-            st = gen_child(c, addl, "additionalProperties", NULL, sub, &val);
-        if (st == IX_OK) st = use_prim(c, P_STRING, &extra);
-        if (st == IX_OK) st = ix_buf_printf(&extra, " \":\" ws %s", val.data);
-        ix_buf_free(&val);
+    if (!addl || json_is_false(addl)) return IX_OK;
+    ix_buf val = {0}; /* extra members: any key */
+    child_hint(sub, sizeof sub, me, "extra");
+    st = json_is_true(addl) ? use_prim(c, P_VALUE, &val)
+                            : gen_child(c, addl, "additionalProperties", NULL, sub, &val);
+    if (st == IX_OK) st = use_prim(c, P_STRING, &mb->extra);
+    if (st == IX_OK) st = ix_buf_printf(&mb->extra, " \":\" ws %s", val.data);
+    ix_buf_free(&val);
+    return st;
+}
+
+/* Optional properties, in order, commas only between: two chains of rules,
+ * ME-a-k ("after k: something came before, so each next member starts with
+ * a comma") and ME-f-k ("first from k: nothing came yet"). Both are tail
+ * references, so they cost rules, not stack. Appends ME-f-0 to body. */
+static ix_status put_member_chains(sctx *c, const members *mb, const char *me, ix_buf *body) {
+    typedef char rname[NAME_MAX_LEN + 16];
+    size_t n = mb->n;
+    const char *extra = mb->extra.data;
+    rname *an = ix_malloc((n + 1) * sizeof *an), *fn = ix_malloc((n + 1) * sizeof *fn);
+    ix_buf rule = {0};
+    ix_status st = an && fn ? IX_OK : nomem(c);
+    for (size_t k = 0; k <= n && st == IX_OK; k++) {
+        char h[NAME_MAX_LEN + 40];
+        snprintf(h, sizeof h, "%s-a-%zu", me, k);
+        st = reserve_name(c, h, an[k]);
+        snprintf(h, sizeof h, "%s-f-%zu", me, k);
+        if (st == IX_OK) st = reserve_name(c, h, fn[k]);
     }
+    /* a-0 is never used; f-(k+1) only after an optional property k */
+    for (size_t k = 1; k <= n && st == IX_OK; k++) {
+        ix_buf_clear(&rule);
+        if (k == n)
+            st = extra ? ix_buf_printf(&rule, "(\",\" ws %s)*", extra) : ix_buf_append(&rule, "\"\"", 2);
+        else
+            st = ix_buf_printf(&rule, mb->required[k] ? "\",\" ws %s %s" : "(\",\" ws %s)? %s",
+                               mb->kv[k].data, an[k + 1]);
+        if (st == IX_OK) st = emit_rule(c, an[k], &rule);
+    }
+    for (size_t k = 0; k <= n && st == IX_OK && !(k > 0 && mb->required[k - 1]); k++) {
+        ix_buf_clear(&rule);
+        if (k == n)
+            st = extra ? ix_buf_printf(&rule, "(%s (\",\" ws %s)*)?", extra, extra) : ix_buf_append(&rule, "\"\"", 2);
+        else if (mb->required[k])
+            st = ix_buf_printf(&rule, "%s %s", mb->kv[k].data, an[k + 1]);
+        else
+            st = ix_buf_printf(&rule, "%s %s | %s", mb->kv[k].data, an[k + 1], fn[k + 1]);
+        if (st == IX_OK) st = emit_rule(c, fn[k], &rule);
+    }
+    if (st == IX_OK) st = ix_buf_printf(body, " %s", fn[0]);
+    ix_buf_free(&rule);
+    ix_free(an);
+    ix_free(fn);
+    return st;
+}
+
+static ix_status gen_object(sctx *c, json_t *s, const char *hint, bool exact, ix_buf *expr) {
+    json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
+    json_t *addl = json_object_get(s, "additionalProperties");
+    ix_status st = check_object(c, props, req, addl);
+    char name[NAME_MAX_LEN + 16];
+    if (st == IX_OK && !exact) st = reserve_name(c, hint, name);
+    if (st != IX_OK) return st;
+    const char *me = exact ? hint : name;
+    members mb;
+    memset(&mb, 0, sizeof mb);
+    ix_buf body = {0};
+    st = collect_members(c, props, req, addl, me, &mb);
     if (st == IX_OK) st = ix_buf_append(&body, "\"{\" ws", 6);
-    if (st == IX_OK && n_opt == 0) { /* all required: one sequence */
-        for (size_t k = 0; k < n && st == IX_OK; k++)
-            st = ix_buf_printf(&body, "%s %s", k ? " \",\" ws" : "", kv[k].data);
-        if (st == IX_OK && extras)
-            st = n ? ix_buf_printf(&body, " (\",\" ws %s)*", extra.data)
-                   : ix_buf_printf(&body, " (%s (\",\" ws %s)*)?", extra.data, extra.data);
+    if (st == IX_OK && mb.n_opt == 0) { /* all required: one sequence */
+        for (size_t k = 0; k < mb.n && st == IX_OK; k++)
+            st = ix_buf_printf(&body, "%s %s", k ? " \",\" ws" : "", mb.kv[k].data);
+        if (st == IX_OK && mb.extra.data)
+            st = mb.n ? ix_buf_printf(&body, " (\",\" ws %s)*", mb.extra.data)
+                      : ix_buf_printf(&body, " (%s (\",\" ws %s)*)?", mb.extra.data, mb.extra.data);
     } else if (st == IX_OK) {
-        typedef char rname[NAME_MAX_LEN + 16];
-        rname *an = ix_malloc((n + 1) * sizeof *an), *fn = ix_malloc((n + 1) * sizeof *fn);
-        if (!an || !fn) st = nomem(c);
-        for (size_t k = 0; k <= n && st == IX_OK; k++) {
-            char h[NAME_MAX_LEN + 40];
-            snprintf(h, sizeof h, "%s-a-%zu", me, k);
-            st = reserve_name(c, h, an[k]);
-            snprintf(h, sizeof h, "%s-f-%zu", me, k);
-            if (st == IX_OK) st = reserve_name(c, h, fn[k]);
-        }
-        /* a-0 is never used; f-(k+1) only after an optional property k */
-        for (size_t k = 1; k <= n && st == IX_OK; k++) { /* after k: something came before */
-            ix_buf_clear(&tmp);
-            if (k == n)
-                st = extras ? ix_buf_printf(&tmp, "(\",\" ws %s)*", extra.data) : ix_buf_append(&tmp, "\"\"", 2);
-            else
-                st = ix_buf_printf(&tmp, required[k] ? "\",\" ws %s %s" : "(\",\" ws %s)? %s", kv[k].data,
-                                   an[k + 1]);
-            if (st == IX_OK) st = emit_rule(c, an[k], &tmp);
-        }
-        for (size_t k = 0; k <= n && st == IX_OK; k++) { /* first from k: nothing came yet */
-            if (k > 0 && required[k - 1]) break;
-            ix_buf_clear(&tmp);
-            if (k == n)
-                st = extras ? ix_buf_printf(&tmp, "(%s (\",\" ws %s)*)?", extra.data, extra.data)
-                            : ix_buf_append(&tmp, "\"\"", 2);
-            else if (required[k])
-                st = ix_buf_printf(&tmp, "%s %s", kv[k].data, an[k + 1]);
-            else
-                st = ix_buf_printf(&tmp, "%s %s | %s", kv[k].data, an[k + 1], fn[k + 1]);
-            if (st == IX_OK) st = emit_rule(c, fn[k], &tmp);
-        }
-        if (st == IX_OK) st = ix_buf_printf(&body, " %s", fn[0]);
-        ix_free(an);
-        ix_free(fn);
+        st = put_member_chains(c, &mb, me, &body);
     }
     if (st == IX_OK) st = ix_buf_append(&body, " \"}\" ", 5);
     if (st == IX_OK) st = use_prim(c, P_WS, &body);
     if (st == IX_OK) st = emit_rule(c, me, &body);
     if (st == IX_OK) st = ix_buf_printf(expr, "%s", me);
-    for (size_t k = 0; kv && k < n; k++) ix_buf_free(&kv[k]);
-    ix_free(kv);
-    ix_free(required);
-    ix_buf_free(&extra);
+    members_free(&mb);
     ix_buf_free(&body);
-    ix_buf_free(&tmp);
     return st;
 }
 
