@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar_walk.h"
+#include "grammar_test_util.h"
 #include "inferx/grammar.h"
 #include "inferx/kv.h"
 #include "inferx/model.h"
@@ -334,21 +334,6 @@ int main(int argc, char **argv) {
         ix_grammar_matcher_destroy(nc);
     }
     {
-        ix_str *bytes = calloc((size_t)n_vocab, sizeof *bytes);
-        uint8_t *eog = calloc((size_t)n_vocab, 1);
-        ix_buf blob = {0};
-        size_t *off = calloc((size_t)n_vocab + 1, sizeof *off);
-        for (int32_t id = 0; id < n_vocab; id++) {
-            off[id] = blob.len;
-            eog[id] = ix_tokenizer_is_eog(t, id);
-            ix_token_type ty = ix_tokenizer_token_type(t, id);
-            if (!eog[id] && ty != IX_TOKEN_TYPE_CONTROL && ty != IX_TOKEN_TYPE_UNKNOWN &&
-                ty != IX_TOKEN_TYPE_UNUSED)
-                ix_tokenizer_token_bytes(t, id, 0, false, &blob);
-        }
-        off[n_vocab] = blob.len;
-        for (int32_t id = 0; id < n_vocab; id++) bytes[id] = (ix_str){blob.data + off[id], off[id + 1] - off[id]};
-        gwalk_vocab gv = {n_vocab, bytes, eog};
         ix_grammar_matcher *wm;
         if (ix_grammar_matcher_create(&wm, g, v, NULL, &err) != IX_OK) die("matcher", err.msg);
         uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -360,7 +345,7 @@ int main(int argc, char **argv) {
                 uint64_t a = ix_time_ns();
                 if (ix_grammar_matcher_fill_mask(wm, mask, nw2) != IX_OK) die("mask", ix_grammar_matcher_errmsg(wm));
                 series_add(&walk, ix_time_ns() - a);
-                ix_token id = gwalk_pick(wm, &gv, mask, taken >= 48, &rng);
+                ix_token id = gwalk_pick(wm, v, mask, taken >= 48, &rng);
                 if (id == IX_TOKEN_NONE) break;
                 if (ix_grammar_matcher_accept(wm, id) != IX_OK) die("accept", ix_grammar_matcher_errmsg(wm));
                 taken++;
@@ -375,10 +360,6 @@ int main(int argc, char **argv) {
                (long long)st.mask_hits, (long long)st.mask_misses,
                st.mask_misses ? (double)st.trie_nodes / (double)st.mask_misses : 0.0, (long long)st.expansions);
         ix_grammar_matcher_destroy(wm);
-        ix_buf_free(&blob);
-        free(bytes);
-        free(eog);
-        free(off);
     }
     if (!schema_path) {
         ix_grammar_matcher_stats st;

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar_walk.h"
+#include "grammar_test_util.h"
 #include "inferx/grammar.h"
 
 static ix_grammar *gp(const char *text) {
@@ -21,23 +21,6 @@ static ix_grammar *gp(const char *text) {
     ix_status s = ix_grammar_parse(&g, text, strlen(text), &err);
     if (s != IX_OK) fail_msg("grammar does not parse: %s\n%s", err.msg, text);
     return g;
-}
-
-/* A vocabulary of the 256 single bytes (ids 0..255) and nothing else; the
- * last id is end-of-generation. */
-static ix_grammar_vocab *byte_vocab(void) {
-    static char ch[256];
-    ix_str bytes[257];
-    for (int i = 0; i < 256; i++) {
-        ch[i] = (char)i;
-        bytes[i] = (ix_str){&ch[i], 1};
-    }
-    bytes[256] = (ix_str){NULL, 0};
-    ix_token eog = 256;
-    ix_grammar_vocab *v;
-    ix_errbuf err = {{0}};
-    if (ix_grammar_vocab_create_from_bytes(&v, bytes, 257, &eog, 1, &err) != IX_OK) fail_msg("%s", err.msg);
-    return v;
 }
 
 static ix_grammar_matcher *mk(const ix_grammar *g, const ix_grammar_vocab *v) {
@@ -89,7 +72,7 @@ static const gcase k_cases[] = {
 
 static void test_parse_and_match(void **state) {
     (void)state;
-    ix_grammar_vocab *v = byte_vocab();
+    ix_grammar_vocab *v = gtest_byte_vocab();
     for (size_t i = 0; i < IX_ARRAY_LEN(k_cases); i++) {
         const gcase *c = &k_cases[i];
         ix_grammar *g = gp(c->grammar);
@@ -217,7 +200,7 @@ static void test_hostile(void **state) {
     for (int i = 1; i < 45000; i++) ix_buf_printf(&b, "r%d ::= r%d\n", i, i + 1);
     ix_buf_printf(&b, "r45000 ::= \"z\"\n");
     ix_grammar *g = gp(b.data);
-    ix_grammar_vocab *v = byte_vocab();
+    ix_grammar_vocab *v = gtest_byte_vocab();
     assert_true(matches(g, v, "z", 1));
     ix_grammar_destroy(g);
     /* and a left-recursive cycle 45000 long is found */
@@ -242,7 +225,7 @@ static void test_hostile(void **state) {
 /* Code points in and out of a class, through the UTF-8 byte automaton. */
 static void test_utf8_classes(void **state) {
     (void)state;
-    ix_grammar_vocab *v = byte_vocab();
+    ix_grammar_vocab *v = gtest_byte_vocab();
     ix_grammar *g = gp("root ::= [^a-z\\u00e9\\u0800-\\u0FFF\\U00010000-\\U0001FFFF]");
     ix_grammar *any = gp("root ::= .");
     for (uint32_t c = 0; c <= 0x10ffff; c += (c < 0x3000 ? 7 : 4099)) {
@@ -358,7 +341,6 @@ static void test_masks_brute_force(void **state) {
                               "root ::= \"x\"? | \"xyz\" \"abc\"*"};
     size_t nw = ix_grammar_vocab_mask_words(t.v);
     uint32_t *mask = calloc(nw + 1, sizeof *mask);
-    gwalk_vocab gv = {t.n, t.bytes, t.eog};
     for (size_t gi = 0; gi < IX_ARRAY_LEN(grammars); gi++) {
         ix_grammar *g = gp(grammars[gi]);
         ix_grammar_matcher *m = mk(g, t.v);
@@ -372,7 +354,7 @@ static void test_masks_brute_force(void **state) {
                 assert_false(mask[(t.n - 3) >> 5] >> ((t.n - 3) & 31) & 1);
                 bool eog_bit = mask[(t.n - 1) >> 5] >> ((t.n - 1) & 31) & 1;
                 assert_int_equal(eog_bit, ix_grammar_matcher_can_end(m));
-                ix_token id = gwalk_pick(m, &gv, mask, step >= 30, &rng);
+                ix_token id = gwalk_pick(m, t.v, mask, step >= 30, &rng);
                 if (id == IX_TOKEN_NONE) break;
                 assert_int_equal(ix_grammar_matcher_accept(m, id), IX_OK);
             }
@@ -432,7 +414,7 @@ static void test_end_of_generation(void **state) {
 
 static void test_complete_bytes(void **state) {
     (void)state;
-    ix_grammar_vocab *v = byte_vocab();
+    ix_grammar_vocab *v = gtest_byte_vocab();
     ix_grammar *g = gp(k_json_gbnf);
     ix_grammar_matcher *m = mk(g, v);
     const char *prefix = "{\"a\": [1, {\"b\": \"x";
@@ -459,7 +441,7 @@ static void test_complete_bytes(void **state) {
 
 static void test_clone_and_copy(void **state) {
     (void)state;
-    ix_grammar_vocab *v = byte_vocab();
+    ix_grammar_vocab *v = gtest_byte_vocab();
     ix_grammar *g = gp("root ::= \"ab\" \"c\" | \"ad\"");
     ix_grammar_matcher *a = mk(g, v), *b, *other = mk(g, v);
     assert_int_equal(ix_grammar_matcher_accept(a, 'a'), IX_OK);
@@ -500,14 +482,13 @@ static void test_flush(void **state) {
     assert_int_equal(ix_grammar_matcher_clone(&m2, m), IX_OK);
     size_t nw = ix_grammar_vocab_mask_words(t.v);
     uint32_t *a = calloc(nw, sizeof *a), *b = calloc(nw, sizeof *b);
-    gwalk_vocab gv = {t.n, t.bytes, t.eog};
     uint64_t rng = 99;
     for (int step = 0; step < 80 && !ix_grammar_matcher_is_finished(ref); step++) {
         assert_int_equal(ix_grammar_matcher_fill_mask(ref, a, nw), IX_OK);
         assert_int_equal(ix_grammar_matcher_fill_mask(m, b, nw), IX_OK);
         assert_memory_equal(a, b, nw * sizeof *a);
         assert_int_equal(ix_grammar_matcher_fill_mask(m2, b, nw), IX_OK); /* m2 one step behind */
-        ix_token id = gwalk_pick(ref, &gv, a, step >= 40, &rng);
+        ix_token id = gwalk_pick(ref, t.v, a, step >= 40, &rng);
         if (id == IX_TOKEN_NONE) break;
         assert_int_equal(ix_grammar_matcher_accept(ref, id), IX_OK);
         assert_int_equal(ix_grammar_matcher_accept(m, id), IX_OK);
@@ -559,7 +540,7 @@ static void test_mask_cache_eviction(void **state) {
 
 static void test_depth_and_ambiguity_limits(void **state) {
     (void)state;
-    ix_grammar_vocab *v = byte_vocab();
+    ix_grammar_vocab *v = gtest_byte_vocab();
     ix_grammar *g = gp("root ::= \"(\" root \")\" | \"x\"");
     ix_grammar_matcher_params p = ix_grammar_matcher_default_params();
     p.max_stack_depth = 8;

@@ -19,7 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "grammar_walk.h"
+#include "grammar_test_util.h"
 #include "inferx/grammar.h"
 #include "inferx/tokenizer.h"
 
@@ -164,20 +164,6 @@ static const char *invalid(json_t *root, json_t *s, json_t *v) {
 
 /* ---- keyword tests on a byte vocabulary ------------------------------------------------ */
 
-static ix_grammar_vocab *byte_vocab(void) {
-    static char ch[256];
-    ix_str bytes[257];
-    for (int i = 0; i < 256; i++) {
-        ch[i] = (char)i;
-        bytes[i] = (ix_str){&ch[i], 1};
-    }
-    bytes[256] = (ix_str){NULL, 0};
-    ix_token eog = 256;
-    ix_grammar_vocab *v;
-    if (ix_grammar_vocab_create_from_bytes(&v, bytes, 257, &eog, 1, NULL) != IX_OK) fail_msg("vocab");
-    return v;
-}
-
 static ix_grammar *from_schema(const char *schema, unsigned flags) {
     ix_grammar *g;
     ix_errbuf err = {{0}};
@@ -263,7 +249,7 @@ static const scase k_schemas[] = {
 
 static void test_keywords(void **state) {
     (void)state;
-    ix_grammar_vocab *v = byte_vocab();
+    ix_grammar_vocab *v = gtest_byte_vocab();
     for (size_t i = 0; i < IX_ARRAY_LEN(k_schemas); i++) {
         const scase *c = &k_schemas[i];
         ix_grammar *g = from_schema(c->schema, c->flags);
@@ -376,50 +362,25 @@ static void test_refusals(void **state) {
 typedef struct rvocab {
     ix_tokenizer *tok;
     ix_grammar_vocab *v;
-    gwalk_vocab gv;
-    ix_str *bytes;
-    uint8_t *eog;
-    ix_buf blob;
 } rvocab;
 
-/* NULL (and a message) when the file is not there. */
-static rvocab *load_rvocab(const char *name) {
+/* false (and a message) when the file is not there. */
+static bool load_rvocab(const char *name, rvocab *r) {
     char path[1024];
     snprintf(path, sizeof path, "%s/vocab/%s", IX_SHARED_DIR, name);
     if (access(path, R_OK) != 0) {
         printf("test_grammar_schema: %s absent, skipping its checks\n", path);
-        return NULL;
+        return false;
     }
-    rvocab *r = calloc(1, sizeof *r);
     ix_errbuf err = {{0}};
     if (ix_tokenizer_load(&r->tok, path, &err) != IX_OK) fail_msg("%s: %s", path, err.msg);
     if (ix_grammar_vocab_create(&r->v, r->tok, &err) != IX_OK) fail_msg("%s: %s", path, err.msg);
-    int32_t n = ix_tokenizer_n_vocab(r->tok);
-    size_t *off = calloc((size_t)n + 1, sizeof *off);
-    r->bytes = calloc((size_t)n, sizeof *r->bytes);
-    r->eog = calloc((size_t)n, 1);
-    for (int32_t id = 0; id < n; id++) {
-        off[id] = r->blob.len;
-        r->eog[id] = ix_tokenizer_is_eog(r->tok, id);
-        ix_token_type t = ix_tokenizer_token_type(r->tok, id);
-        if (!r->eog[id] && t != IX_TOKEN_TYPE_CONTROL && t != IX_TOKEN_TYPE_UNKNOWN && t != IX_TOKEN_TYPE_UNUSED)
-            ix_tokenizer_token_bytes(r->tok, id, 0, false, &r->blob);
-    }
-    off[n] = r->blob.len;
-    for (int32_t id = 0; id < n; id++) r->bytes[id] = (ix_str){r->blob.data + off[id], off[id + 1] - off[id]};
-    free(off);
-    r->gv = (gwalk_vocab){n, r->bytes, r->eog};
-    return r;
+    return true;
 }
 
 static void free_rvocab(rvocab *r) {
-    if (!r) return;
     ix_grammar_vocab_destroy(r->v);
     ix_tokenizer_destroy(r->tok);
-    ix_buf_free(&r->blob);
-    free(r->bytes);
-    free(r->eog);
-    free(r);
 }
 
 static const char *const k_vocabs[] = {"ggml-vocab-gpt-2.gguf", "ggml-vocab-llama-spm.gguf", "ggml-vocab-phi-3.gguf"};
@@ -484,7 +445,7 @@ static void walk_and_validate(rvocab *r, const ix_grammar *g, json_t *schema, in
         ix_grammar_matcher_reset(m);
         ix_buf text = {0};
         int64_t free_steps = (int64_t)(gwalk_rand(&rng) % 60);
-        int64_t n = gwalk_run(m, &r->gv, mask, free_steps, 20000, &rng, &text);
+        int64_t n = gwalk_run(m, r->v, mask, free_steps, 20000, &rng, &text);
         if (n < 0) fail_msg("walk failed after: %s (%s)", text.data ? text.data : "", ix_grammar_matcher_errmsg(m));
         if (!ix_grammar_matcher_is_finished(m) && !ix_grammar_matcher_can_end(m))
             fail_msg("walk ended incomplete: %s", text.data);
@@ -504,8 +465,8 @@ static void walk_and_validate(rvocab *r, const ix_grammar *g, json_t *schema, in
 static void test_random_walks(void **state) {
     (void)state;
     for (size_t vi = 0; vi < IX_ARRAY_LEN(k_vocabs); vi++) {
-        rvocab *r = load_rvocab(k_vocabs[vi]);
-        if (!r) continue;
+        rvocab rv, *r = &rv;
+        if (!load_rvocab(k_vocabs[vi], r)) continue;
         for (size_t si = 0; si < IX_ARRAY_LEN(k_walk_schemas); si++) {
             const char *s = k_walk_schemas[si];
             for (unsigned flags = 0; flags <= IX_GRAMMAR_SCHEMA_COMPACT; flags += IX_GRAMMAR_SCHEMA_COMPACT) {
@@ -526,39 +487,56 @@ static void test_random_walks(void **state) {
     }
 }
 
+/* k_person over one real vocabulary: a matcher and a mask buffer. */
+typedef struct person {
+    rvocab r;
+    ix_grammar *g;
+    ix_grammar_matcher *m;
+    uint32_t *mask;
+    size_t nw;
+} person;
+
+static bool person_open(const char *vocab, person *p) {
+    if (!load_rvocab(vocab, &p->r)) return false;
+    p->g = from_schema(k_person, 0);
+    assert_int_equal(ix_grammar_matcher_create(&p->m, p->g, p->r.v, NULL, NULL), IX_OK);
+    p->nw = ix_grammar_vocab_mask_words(p->r.v);
+    p->mask = calloc(p->nw, sizeof *p->mask);
+    return true;
+}
+
+static void person_close(person *p) {
+    free(p->mask);
+    ix_grammar_matcher_destroy(p->m);
+    ix_grammar_destroy(p->g);
+    free_rvocab(&p->r);
+}
+
 /* Masks over a whole real vocabulary against accepting each token in turn. */
 static void test_real_masks(void **state) {
     (void)state;
     const char *prefixes[] = {"", " {\"name\": \"Al", "{\"name\":\"x\",\"age\":1", "{\"name\":\"x\",\"age\":12,\"role\":",
                               "{\"name\":\"\xC3", "{\"name\":\"x\",\"age\":1,\"role\":3,\"tags\":[\"a\"],\"ok\":true}"};
     for (size_t vi = 0; vi < IX_ARRAY_LEN(k_vocabs); vi++) {
-        rvocab *r = load_rvocab(k_vocabs[vi]);
-        if (!r) continue;
-        ix_grammar *g = from_schema(k_person, 0);
-        ix_grammar_matcher *m;
-        assert_int_equal(ix_grammar_matcher_create(&m, g, r->v, NULL, NULL), IX_OK);
-        size_t nw = ix_grammar_vocab_mask_words(r->v);
-        uint32_t *mask = calloc(nw, sizeof *mask);
-        for (size_t p = 0; p < IX_ARRAY_LEN(prefixes); p++) {
-            ix_grammar_matcher_reset(m);
-            assert_int_equal(ix_grammar_matcher_accept_bytes(m, prefixes[p], strlen(prefixes[p])), IX_OK);
-            assert_int_equal(ix_grammar_matcher_fill_mask(m, mask, nw), IX_OK);
+        person p;
+        if (!person_open(k_vocabs[vi], &p)) continue;
+        for (size_t k = 0; k < IX_ARRAY_LEN(prefixes); k++) {
+            ix_grammar_matcher_reset(p.m);
+            assert_int_equal(ix_grammar_matcher_accept_bytes(p.m, prefixes[k], strlen(prefixes[k])), IX_OK);
+            assert_int_equal(ix_grammar_matcher_fill_mask(p.m, p.mask, p.nw), IX_OK);
             int32_t allowed = 0;
-            for (int32_t id = 0; id < r->gv.n_vocab; id++) {
+            for (int32_t id = 0; id < ix_grammar_vocab_n_vocab(p.r.v); id++) {
                 ix_grammar_matcher *c;
-                assert_int_equal(ix_grammar_matcher_clone(&c, m), IX_OK);
+                assert_int_equal(ix_grammar_matcher_clone(&c, p.m), IX_OK);
                 bool ok = ix_grammar_matcher_accept(c, id) == IX_OK;
                 ix_grammar_matcher_destroy(c);
-                bool bit = mask[id >> 5] >> (id & 31) & 1;
-                if (ok != bit) fail_msg("%s, prefix %zu, token %d: mask %d accept %d", k_vocabs[vi], p, id, bit, ok);
+                bool bit = gwalk_allowed(p.mask, id);
+                if (ok != bit) fail_msg("%s, prefix %zu, token %d: mask %d accept %d", k_vocabs[vi], k, id, bit, ok);
                 allowed += bit;
             }
             assert_true(allowed > 0);
         }
-        free(mask);
-        ix_grammar_matcher_destroy(m);
-        ix_grammar_destroy(g);
-        free_rvocab(r);
+        person_close(&p);
     }
 }
 
@@ -575,30 +553,21 @@ static void test_tokenized_documents(void **state) {
          "\"note\":\"multi\\nline\"}"),
     };
     for (size_t vi = 0; vi < IX_ARRAY_LEN(k_vocabs); vi++) {
-        rvocab *r = load_rvocab(k_vocabs[vi]);
-        if (!r) continue;
-        ix_grammar *g = from_schema(k_person, 0);
-        ix_grammar_matcher *m;
-        assert_int_equal(ix_grammar_matcher_create(&m, g, r->v, NULL, NULL), IX_OK);
-        size_t nw = ix_grammar_vocab_mask_words(r->v);
-        uint32_t *mask = calloc(nw, sizeof *mask);
+        person p;
+        if (!person_open(k_vocabs[vi], &p)) continue;
         for (size_t d = 0; d < IX_ARRAY_LEN(docs); d++) {
             ix_token_vec ids = {0};
-            assert_int_equal(ix_tokenizer_encode(r->tok, docs[d], strlen(docs[d]), 0, &ids, NULL), IX_OK);
-            ix_grammar_matcher_reset(m);
+            assert_int_equal(ix_tokenizer_encode(p.r.tok, docs[d], strlen(docs[d]), 0, &ids, NULL), IX_OK);
+            ix_grammar_matcher_reset(p.m);
             for (size_t i = 0; i < ids.n; i++) {
-                assert_int_equal(ix_grammar_matcher_fill_mask(m, mask, nw), IX_OK);
-                if (!(mask[ids.ids[i] >> 5] >> (ids.ids[i] & 31) & 1))
-                    fail_msg("%s doc %zu token %zu not allowed", k_vocabs[vi], d, i);
-                assert_int_equal(ix_grammar_matcher_accept(m, ids.ids[i]), IX_OK);
+                assert_int_equal(ix_grammar_matcher_fill_mask(p.m, p.mask, p.nw), IX_OK);
+                if (!gwalk_allowed(p.mask, ids.ids[i])) fail_msg("%s doc %zu token %zu not allowed", k_vocabs[vi], d, i);
+                assert_int_equal(ix_grammar_matcher_accept(p.m, ids.ids[i]), IX_OK);
             }
-            assert_true(ix_grammar_matcher_can_end(m));
+            assert_true(ix_grammar_matcher_can_end(p.m));
             ix_token_vec_free(&ids);
         }
-        free(mask);
-        ix_grammar_matcher_destroy(m);
-        ix_grammar_destroy(g);
-        free_rvocab(r);
+        person_close(&p);
     }
 }
 

@@ -117,6 +117,11 @@ void ix_grammar_vocab_destroy(ix_grammar_vocab *v); /* NULL is a no-op */
 int32_t ix_grammar_vocab_n_vocab(const ix_grammar_vocab *v);
 /* uint32_t words of one mask: (n_vocab + 31) / 32. */
 size_t ix_grammar_vocab_mask_words(const ix_grammar_vocab *v);
+/* The bytes the grammar matches token id against (empty: never allowed
+ * as text; pointing into v). Out of range: empty. */
+ix_str ix_grammar_vocab_token(const ix_grammar_vocab *v, ix_token id);
+/* Whether id is one of the vocabulary's end-of-generation tokens. */
+bool ix_grammar_vocab_is_eog(const ix_grammar_vocab *v, ix_token id);
 
 /* ---- matcher ----------------------------------------------------------------- */
 typedef struct ix_grammar_matcher ix_grammar_matcher;

@@ -349,6 +349,17 @@ size_t ix__gram_utf8_encode(uint32_t c, uint8_t out[4]) {
     return 4;
 }
 
+uint32_t ix__gram_utf8_decode(const char *s, size_t n, size_t *len) {
+    const unsigned char *p = (const unsigned char *)s;
+    unsigned c = p[0];
+    size_t k = c < 0x80 ? 1 : c < 0xe0 ? 2 : c < 0xf0 ? 3 : 4;
+    if (k > n) k = 1; /* cannot happen on valid UTF-8; never read past the end */
+    uint32_t cp = k == 1 ? c : k == 2 ? c & 0x1f : k == 3 ? c & 0x0f : c & 0x07;
+    for (size_t i = 1; i < k; i++) cp = (cp << 6) | (p[i] & 0x3f);
+    *len = k;
+    return cp;
+}
+
 static int cmp_range(const void *a, const void *b) {
     const uint32_t *x = a, *y = b;
     return (x[0] > y[0]) - (x[0] < y[0]);

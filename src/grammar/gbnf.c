@@ -58,17 +58,6 @@ static ix_status errf_here(gparser *p, ix_status s, const char *what) {
     return ix__gram_errf(p->b, s, p->i, "%s, found byte 0x%02X", what, c);
 }
 
-/* The text is valid UTF-8 (checked up front), so a lead byte says the length. */
-static uint32_t decode_raw(gparser *p) {
-    const unsigned char *s = (const unsigned char *)p->s + p->i;
-    unsigned c = s[0];
-    size_t n = c < 0x80 ? 1 : c < 0xe0 ? 2 : c < 0xf0 ? 3 : 4;
-    uint32_t cp = n == 1 ? c : n == 2 ? c & 0x1f : n == 3 ? c & 0x0f : c & 0x07;
-    for (size_t k = 1; k < n; k++) cp = (cp << 6) | (s[k] & 0x3f);
-    p->i += n;
-    return cp;
-}
-
 static int hexval(char c) {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -81,7 +70,9 @@ static ix_status parse_char(gparser *p, uint32_t *cp) {
     if (p->s[p->i] != '\\') {
         if (p->s[p->i] == '\n')
             return ix__gram_errf(p->b, IX_ERR_FORMAT, p->i, "newline inside a string or class (write \\n)");
-        *cp = decode_raw(p);
+        size_t n; /* the text is valid UTF-8, checked up front */
+        *cp = ix__gram_utf8_decode(p->s + p->i, p->n - p->i, &n);
+        p->i += n;
         return IX_OK;
     }
     size_t at = p->i++;

@@ -109,6 +109,9 @@ size_t ix__gram_ranges_normalize(uint32_t *ranges, size_t n, bool negate);
 
 /* Encodes code point c (valid, not a surrogate) as UTF-8; returns the length. */
 size_t ix__gram_utf8_encode(uint32_t c, uint8_t out[4]);
+/* Decodes the character at s[0..n) (n > 0), valid UTF-8 (checked by the
+ * caller); *len receives its length. */
+uint32_t ix__gram_utf8_decode(const char *s, size_t n, size_t *len);
 
 /* ---- vocabulary (vocab.c) -----------------------------------------------------
  * The token byte strings in a trie laid out in preorder (structure of arrays):

@@ -83,23 +83,14 @@ static int hexv(char c) {
     return -1;
 }
 
-static uint32_t decode_utf8(rx *x) {
-    const unsigned char *p = (const unsigned char *)x->s + x->i;
-    unsigned c = p[0];
-    size_t n = c < 0x80 ? 1 : c < 0xe0 ? 2 : c < 0xf0 ? 3 : 4;
-    if (x->i + n > x->n) n = 1;
-    uint32_t cp = n == 1 ? c : n == 2 ? c & 0x1f : n == 3 ? c & 0x0f : c & 0x07;
-    for (size_t k = 1; k < n; k++) cp = (cp << 6) | (p[k] & 0x3f);
-    x->i += n;
-    return cp;
-}
-
 /* One character (x->i at it), escapes decoded; *is_class set when it was a
  * class escape (then its ranges were added instead). */
 static ix_status read_char(rx *x, uint32_t *cp, bool *is_class) {
     *is_class = false;
-    if (x->s[x->i] != '\\') {
-        *cp = decode_utf8(x);
+    if (x->s[x->i] != '\\') { /* jansson gave valid UTF-8 */
+        size_t n;
+        *cp = ix__gram_utf8_decode(x->s + x->i, x->n - x->i, &n);
+        x->i += n;
         return IX_OK;
     }
     if (++x->i >= x->n) return rx_err(x, "'\\' at the end");

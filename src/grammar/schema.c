@@ -274,6 +274,16 @@ static ix_status emit_rule(sctx *c, const char *name, const ix_buf *body) {
     return IX_OK;
 }
 
+/* Ends body with `close` and whitespace, defines rule name with it, and
+ * refers to it from expr. */
+static ix_status finish_rule(sctx *c, const char *name, ix_buf *body, const char *close, ix_buf *expr) {
+    ix_status s = ix_buf_printf(body, " %s ", close);
+    if (s == IX_OK) s = use_prim(c, P_WS, body);
+    if (s == IX_OK) s = emit_rule(c, name, body);
+    if (s == IX_OK) s = ix_buf_printf(expr, "%s", name);
+    return s;
+}
+
 /* A GBNF string literal of s[0..n) (UTF-8). */
 static ix_status put_literal(ix_buf *b, const char *s, size_t n) {
     ix_status st = ix_buf_append(b, "\"", 1);
@@ -425,12 +435,9 @@ static ix_status gen_string(sctx *c, json_t *s, const char *hint, bool exact, ix
         st = use_prim(c, P_CHAR, &body);
         if (st == IX_OK) st = put_repeat(&body, min, max);
     }
-    if (st == IX_OK) st = ix_buf_append(&body, " \"\\\"\" ", 6);
-    if (st == IX_OK) st = use_prim(c, P_WS, &body);
     char name[NAME_MAX_LEN + 16];
     if (st == IX_OK && !exact) st = reserve_name(c, hint, name);
-    if (st == IX_OK) st = emit_rule(c, exact ? hint : name, &body);
-    if (st == IX_OK) st = ix_buf_printf(expr, "%s", exact ? hint : name);
+    if (st == IX_OK) st = finish_rule(c, exact ? hint : name, &body, "\"\\\"\"", expr);
     ix_buf_free(&body);
     return st;
 }
@@ -478,10 +485,7 @@ static ix_status gen_array(sctx *c, json_t *s, const char *hint, bool exact, ix_
         if (st == IX_OK) st = put_repeat(&body, min > 0 ? min - 1 : 0, max < 0 ? -1 : max - 1);
         if (st == IX_OK && min == 0) st = ix_buf_append(&body, ")?", 2);
     }
-    if (st == IX_OK) st = ix_buf_append(&body, " \"]\" ", 5);
-    if (st == IX_OK) st = use_prim(c, P_WS, &body);
-    if (st == IX_OK) st = emit_rule(c, me, &body);
-    if (st == IX_OK) st = ix_buf_printf(expr, "%s", me);
+    if (st == IX_OK) st = finish_rule(c, me, &body, "\"]\"", expr);
     ix_buf_free(&item);
     ix_buf_free(&body);
     return st;
@@ -637,10 +641,7 @@ static ix_status gen_object(sctx *c, json_t *s, const char *hint, bool exact, ix
     } else if (st == IX_OK) {
         st = put_member_chains(c, &mb, me, &body);
     }
-    if (st == IX_OK) st = ix_buf_append(&body, " \"}\" ", 5);
-    if (st == IX_OK) st = use_prim(c, P_WS, &body);
-    if (st == IX_OK) st = emit_rule(c, me, &body);
-    if (st == IX_OK) st = ix_buf_printf(expr, "%s", me);
+    if (st == IX_OK) st = finish_rule(c, me, &body, "\"}\"", expr);
     members_free(&mb);
     ix_buf_free(&body);
     return st;

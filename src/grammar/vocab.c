@@ -188,3 +188,14 @@ ix_status ix_grammar_vocab_create(ix_grammar_vocab **out, const ix_tokenizer *t,
 int32_t ix_grammar_vocab_n_vocab(const ix_grammar_vocab *v) { return v->n_vocab; }
 
 size_t ix_grammar_vocab_mask_words(const ix_grammar_vocab *v) { return v->n_words; }
+
+ix_str ix_grammar_vocab_token(const ix_grammar_vocab *v, ix_token id) {
+    if (id < 0 || id >= v->n_vocab) return (ix_str){NULL, 0};
+    uint32_t len = v->bytes_off[id + 1] - v->bytes_off[id];
+    if (len > GRAM_MAX_TOKEN_BYTES || v->is_eog[id]) len = 0; /* never matched as text */
+    return (ix_str){len ? v->blob + v->bytes_off[id] : NULL, len};
+}
+
+bool ix_grammar_vocab_is_eog(const ix_grammar_vocab *v, ix_token id) {
+    return id >= 0 && id < v->n_vocab && v->is_eog[id];
+}
