@@ -360,6 +360,41 @@ uint32_t ix__gram_utf8_decode(const char *s, size_t n, size_t *len) {
     return cp;
 }
 
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f') return (c | 0x20) - 'a' + 10;
+    return -1;
+}
+
+int ix__gram_escape(const char *s, size_t n, size_t *i, bool regex, uint32_t *cp) {
+    static const char simple[][2] = {{'n', '\n'}, {'r', '\r'}, {'t', '\t'}, {'f', '\f'}, {'v', '\v'}};
+    char e = s[(*i)++];
+    for (size_t k = 0; k < IX_ARRAY_LEN(simple); k++)
+        if (e == simple[k][0]) {
+            *cp = (unsigned char)simple[k][1];
+            return GRAM_ESC_OK;
+        }
+    int digits = e == 'x' ? 2 : e == 'u' ? 4 : e == 'U' && !regex ? 8 : 0;
+    if (!digits) {
+        bool alnum = (e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || (e >= '0' && e <= '9');
+        if (regex && e == '0') {
+            *cp = 0;
+            return GRAM_ESC_OK;
+        }
+        if (e < 0x20 || e >= 0x7f || alnum) return GRAM_ESC_UNKNOWN;
+        *cp = (unsigned char)e;
+        return GRAM_ESC_OK;
+    }
+    uint32_t v = 0;
+    for (int k = 0; k < digits; k++, (*i)++) {
+        int h = *i < n ? hexval(s[*i]) : -1;
+        if (h < 0) return GRAM_ESC_HEX;
+        v = v * 16 + (uint32_t)h;
+    }
+    *cp = v;
+    return v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff) ? GRAM_ESC_NOT_CHAR : GRAM_ESC_OK;
+}
+
 static int cmp_range(const void *a, const void *b) {
     const uint32_t *x = a, *y = b;
     return (x[0] > y[0]) - (x[0] < y[0]);

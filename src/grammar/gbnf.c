@@ -58,13 +58,6 @@ static ix_status errf_here(gparser *p, ix_status s, const char *what) {
     return ix__gram_errf(p->b, s, p->i, "%s, found byte 0x%02X", what, c);
 }
 
-static int hexval(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
 /* One character of a literal or a class, escaped or not. */
 static ix_status parse_char(gparser *p, uint32_t *cp) {
     if (p->s[p->i] != '\\') {
@@ -77,39 +70,17 @@ static ix_status parse_char(gparser *p, uint32_t *cp) {
     }
     size_t at = p->i++;
     if (p->i >= p->n) return ix__gram_errf(p->b, IX_ERR_FORMAT, at, "'\\' at the end of the text");
-    char e = p->s[p->i++];
-    int digits = 0;
-    switch (e) {
-    case 'n': *cp = '\n'; return IX_OK;
-    case 'r': *cp = '\r'; return IX_OK;
-    case 't': *cp = '\t'; return IX_OK;
-    case 'f': *cp = '\f'; return IX_OK;
-    case 'v': *cp = '\v'; return IX_OK;
-    case 'x': digits = 2; break;
-    case 'u': digits = 4; break;
-    case 'U': digits = 8; break;
+    switch (ix__gram_escape(p->s, p->n, &p->i, false, cp)) {
+    case GRAM_ESC_OK: return IX_OK;
+    case GRAM_ESC_HEX:
+        return ix__gram_errf(p->b, IX_ERR_FORMAT, at, "\\%c needs %d hexadecimal digits", p->s[at + 1],
+                             p->s[at + 1] == 'x' ? 2 : p->s[at + 1] == 'u' ? 4 : 8);
+    case GRAM_ESC_NOT_CHAR: return ix__gram_errf(p->b, IX_ERR_FORMAT, at, "U+%04X is not a character", *cp);
     default:
-        /* Any ASCII punctuation stands for itself: \" \\ \] \- \^ \[ ... */
-        if (e > 0x20 && e < 0x7f && !((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || (e >= '0' && e <= '9'))) {
-            *cp = (unsigned char)e;
-            return IX_OK;
-        }
         return ix__gram_errf(p->b, IX_ERR_FORMAT, at,
                              "unknown escape (use \\n \\r \\t \\f \\v \\xHH \\uHHHH \\UHHHHHHHH or "
                              "\\ before punctuation)");
     }
-    uint32_t v = 0;
-    for (int k = 0; k < digits; k++) {
-        int h = p->i < p->n ? hexval(p->s[p->i]) : -1;
-        if (h < 0)
-            return ix__gram_errf(p->b, IX_ERR_FORMAT, at, "\\%c needs %d hexadecimal digits", e, digits);
-        v = v * 16 + (uint32_t)h;
-        p->i++;
-    }
-    if (v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
-        return ix__gram_errf(p->b, IX_ERR_FORMAT, at, "U+%04X is not a character", v);
-    *cp = v;
-    return IX_OK;
 }
 
 static ix_status parse_literal(gparser *p, int32_t rule) {

@@ -113,6 +113,13 @@ size_t ix__gram_utf8_encode(uint32_t c, uint8_t out[4]);
  * caller); *len receives its length. */
 uint32_t ix__gram_utf8_decode(const char *s, size_t n, size_t *len);
 
+/* The escape whose letter is at s[*i] (after the backslash; s[0..n)), as
+ * GBNF literals and classes and JSON Schema patterns share them: \n \r \t
+ * \f \v, \xHH, \uHHHH, \UHHHHHHHH (GBNF) or \0 (regex), and a backslash
+ * before ASCII punctuation or a space for that character. *i moves past it. */
+enum { GRAM_ESC_OK = 0, GRAM_ESC_UNKNOWN, GRAM_ESC_HEX, GRAM_ESC_NOT_CHAR };
+int ix__gram_escape(const char *s, size_t n, size_t *i, bool regex, uint32_t *cp);
+
 /* ---- vocabulary (vocab.c) -----------------------------------------------------
  * The token byte strings in a trie laid out in preorder (structure of arrays):
  * node i's subtree is nodes [i, end[i]), its depth is depth[i] (root children:

@@ -77,12 +77,6 @@ static int class_escape(rx *x, char e, ix_status *s) {
     return 1;
 }
 
-static int hexv(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f') return (c | 0x20) - 'a' + 10;
-    return -1;
-}
-
 /* One character (x->i at it), escapes decoded; *is_class set when it was a
  * class escape (then its ranges were added instead). */
 static ix_status read_char(rx *x, uint32_t *cp, bool *is_class) {
@@ -100,34 +94,15 @@ static ix_status read_char(rx *x, uint32_t *cp, bool *is_class) {
         *is_class = true;
         return s;
     }
-    int digits = 0;
-    switch (e) {
-    case 'n': *cp = '\n'; return IX_OK;
-    case 'r': *cp = '\r'; return IX_OK;
-    case 't': *cp = '\t'; return IX_OK;
-    case 'f': *cp = '\f'; return IX_OK;
-    case 'v': *cp = '\v'; return IX_OK;
-    case '0': *cp = 0; return IX_OK;
-    case 'x': digits = 2; break;
-    case 'u': digits = 4; break;
+    x->i--; /* back to the escape's letter */
+    switch (ix__gram_escape(x->s, x->n, &x->i, true, cp)) {
+    case GRAM_ESC_OK: return IX_OK;
+    case GRAM_ESC_HEX: return rx_err(x, "bad hexadecimal escape");
+    case GRAM_ESC_NOT_CHAR: return rx_err(x, "escape of a non-character (a surrogate?)");
     default:
-        if ((unsigned char)e < 0x80 && !((e >= '0' && e <= '9') || ((e | 0x20) >= 'a' && (e | 0x20) <= 'z'))) {
-            *cp = (unsigned char)e;
-            return IX_OK;
-        }
         x->i--;
         return rx_err(x, "unsupported escape (back-references, \\b and \\p are not supported)");
     }
-    uint32_t v = 0;
-    for (int k = 0; k < digits; k++) {
-        int h = x->i < x->n ? hexv(x->s[x->i]) : -1;
-        if (h < 0) return rx_err(x, "bad hexadecimal escape");
-        v = v * 16 + (uint32_t)h;
-        x->i++;
-    }
-    if (v >= 0xd800 && v <= 0xdfff) return rx_err(x, "surrogate escape");
-    *cp = v;
-    return IX_OK;
 }
 
 /* ---- output: a code-point set as JSON string contents ----------------------------- */
