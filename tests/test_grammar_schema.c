@@ -156,9 +156,18 @@ static const char *invalid(json_t *root, json_t *s, json_t *v) {
         if ((k = json_object_get(s, "pattern")) && !regex_ok(json_string_value(k), json_string_value(v))) return "pattern";
         if ((k = json_object_get(s, "format")) && !format_ok(json_string_value(k), json_string_value(v))) return "format";
     }
-    if (json_is_number(v) && (k = json_object_get(s, "minimum")) && json_number_value(k) >= 0 &&
-        json_number_value(v) < 0)
-        return "minimum sign";
+    /* bounds: exact for integers; for other numbers only the sign (docs/grammar.md) */
+    json_t *type = json_object_get(s, "type");
+    bool integer = json_is_string(type) && !strcmp(json_string_value(type), "integer");
+    if (json_is_number(v)) {
+        double x = json_number_value(v);
+        if ((k = json_object_get(s, "minimum")) && (integer ? x < json_number_value(k) : json_number_value(k) >= 0 && x < 0))
+            return "minimum";
+        if ((k = json_object_get(s, "exclusiveMinimum")) && (integer ? x <= json_number_value(k) : json_number_value(k) >= 0 && x < 0))
+            return "exclusiveMinimum";
+        if (integer && (k = json_object_get(s, "maximum")) && x > json_number_value(k)) return "maximum";
+        if (integer && (k = json_object_get(s, "exclusiveMaximum")) && x >= json_number_value(k)) return "exclusiveMaximum";
+    }
     return NULL;
 }
 
@@ -208,6 +217,15 @@ static const scase k_schemas[] = {
     {"{\"type\":\"string\",\"enum\":[\"a\",1,\"b\"]}", 0, {"\"a\"", "\"b\""}, {"1"}},
     {"{\"type\":\"integer\"}", 0, {"0", "-3", "1234567890123456"}, {"1.5", "01", "-", "+1", "12345678901234567", "1e3"}},
     {"{\"type\":\"integer\",\"minimum\":0}", 0, {"0", "7"}, {"-3"}},
+    {"{\"type\":\"integer\",\"minimum\":3,\"maximum\":120}", 0, {"3", "45", "99", "100", "120"},
+     {"2", "121", "-5", "0", "1000", "03"}},
+    {"{\"type\":\"integer\",\"minimum\":-15,\"exclusiveMaximum\":7}", 0, {"-15", "-1", "0", "6", "-9"},
+     {"-16", "7", "-0", "-20", "10"}},
+    {"{\"type\":\"integer\",\"exclusiveMinimum\":0.5,\"maximum\":1e300}", 0, {"1", "9999999999999999"}, {"0", "-1"}},
+    {"{\"type\":\"integer\",\"maximum\":-1}", 0, {"-1", "-9999"}, {"0", "1"}},
+    {"{\"type\":\"integer\",\"minimum\":1234,\"maximum\":56789}", 0, {"1234", "1299", "9999", "10000", "56789", "56700"},
+     {"1233", "56790", "999", "57000", "100000"}},
+    {"{\"type\":\"number\",\"minimum\":0,\"maximum\":1}", 0, {"0.5", "0", "1e-3"}, {"-0.5"}},
     {"{\"type\":\"number\"}", 0, {"1.5e10", "-0.0", "3", "2E-07"}, {".5", "1.", "+1", "1e", "0x1", "1e123"}},
     {"{\"type\":\"boolean\"}", 0, {"true", "false"}, {"True", "1"}},
     {"{\"type\":\"null\"}", 0, {"null"}, {"nul", "None"}},
@@ -303,6 +321,9 @@ static const rcase k_refusals[] = {
     {"{\"type\":\"string\",\"pattern\":\"x**\"}", 0, IX_ERR_UNSUPPORTED, "nested quantifier"},
     {"{\"type\":\"string\",\"pattern\":\"a\",\"maxLength\":3}", 0, IX_ERR_UNSUPPORTED, "together with 'pattern'"},
     {"{\"type\":\"array\",\"minItems\":20000}", 0, IX_ERR_TOO_LONG, "above the limit"},
+    {"{\"type\":\"integer\",\"minimum\":5,\"maximum\":3}", 0, IX_ERR_UNSUPPORTED, "no integer lies between"},
+    {"{\"type\":\"integer\",\"minimum\":1e17}", 0, IX_ERR_UNSUPPORTED, "'minimum' leaves no integer of at most 16"},
+    {"{\"type\":\"integer\",\"exclusiveMinimum\":true}", 0, IX_ERR_FORMAT, "'exclusiveMinimum' must be a number"},
     {"{\"type\":\"array\",\"minItems\":3,\"maxItems\":2}", 0, IX_ERR_FORMAT, "maxItems is below minItems"},
     {"{\"type\":\"array\",\"minItems\":-1}", 0, IX_ERR_FORMAT, "non-negative integer"},
     {"{\"enum\":[1,2],\"type\":\"string\"}", 0, IX_ERR_UNSUPPORTED, "no value of 'enum'"},
@@ -389,6 +410,8 @@ static const char k_person[] =
     "{\"type\":\"object\",\"properties\":{"
     "\"name\":{\"type\":\"string\",\"maxLength\":40},"
     "\"age\":{\"type\":\"integer\",\"minimum\":0},"
+    "\"rating\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":5},"
+    "\"delta\":{\"type\":\"integer\",\"minimum\":-250,\"maximum\":1300},"
     "\"email\":{\"type\":\"string\",\"format\":\"email\"},"
     "\"born\":{\"type\":\"string\",\"format\":\"date\"},"
     "\"seen\":{\"type\":\"string\",\"format\":\"date-time\"},"

@@ -442,23 +442,129 @@ static ix_status gen_string(sctx *c, json_t *s, const char *hint, bool exact, ix
     return st;
 }
 
+/* ---- integer ranges ----------------------------------------------------------------
+ * minimum / maximum of an integer become an exact grammar: digit strings of
+ * each length between the bounds, split on the first digit that differs
+ * (the classic numeric-range construction; O(digits^2) alternatives). */
+
+#define INT_MAX_ABS 9999999999999999LL /* 16 digits, what the integer rule allows */
+
+/* n-digit strings (leading zeros allowed) from l to h, l <= h. */
+static ix_status put_fixed(ix_buf *b, const char *l, const char *h, size_t n) {
+    if (n == 0) return IX_OK;
+    if (n == 1) return ix_buf_printf(b, "[%c-%c]", l[0], h[0]);
+    if (l[0] == h[0]) {
+        ix_status s = ix_buf_printf(b, "\"%c\" ", l[0]);
+        return s != IX_OK ? s : put_fixed(b, l + 1, h + 1, n - 1);
+    }
+    char zeros[24], nines[24];
+    memset(zeros, '0', n - 1);
+    memset(nines, '9', n - 1);
+    bool lo_full = memcmp(l + 1, zeros, n - 1) == 0, hi_full = memcmp(h + 1, nines, n - 1) == 0;
+    char first = lo_full ? l[0] : (char)(l[0] + 1), last = hi_full ? h[0] : (char)(h[0] - 1);
+    ix_status s = ix_buf_append(b, "(", 1);
+    bool alt = false;
+    if (s == IX_OK && !lo_full) {
+        s = ix_buf_printf(b, "\"%c\" ", l[0]);
+        if (s == IX_OK) s = put_fixed(b, l + 1, nines, n - 1);
+        alt = true;
+    }
+    if (s == IX_OK && first <= last) {
+        s = ix_buf_printf(b, n > 2 ? "%s[%c-%c] [0-9]{%zu}" : "%s[%c-%c] [0-9]", alt ? " | " : "", first, last, n - 1);
+        alt = true;
+    }
+    if (s == IX_OK && !hi_full) {
+        s = ix_buf_printf(b, "%s\"%c\" ", alt ? " | " : "", h[0]);
+        if (s == IX_OK) s = put_fixed(b, zeros, h + 1, n - 1);
+    }
+    return s != IX_OK ? s : ix_buf_append(b, ")", 1);
+}
+
+static ix_status put_alt(ix_buf *b) { return b->data[b->len - 1] == '(' ? IX_OK : ix_buf_append(b, " | ", 3); }
+
+/* 0 <= a <= b: the decimal numerals (no leading zeros) between them: one
+ * alternative per length, lengths fully inside the range merged into one
+ * ([1-9] [0-9]{m,n}). */
+static ix_status put_nonneg_range(ix_buf *b, int64_t a, int64_t bmax) {
+    ix_status s = ix_buf_append(b, "(", 1);
+    size_t run = 0; /* first length of a run of full lengths, 0: none */
+    int64_t pow = 1; /* 10^(d-1) */
+    for (size_t d = 1; d <= 17 && s == IX_OK; d++, pow *= 10) {
+        int64_t first = d == 1 ? 0 : pow, lo = a > first ? a : first;
+        int64_t hi = d > 16 ? -1 : bmax < pow * 10 - 1 ? bmax : pow * 10 - 1;
+        bool full = d > 1 && lo == first && hi == pow * 10 - 1;
+        if (run && !full) { /* close the run: lengths run .. d-1 */
+            s = put_alt(b);
+            if (s == IX_OK) s = ix_buf_printf(b, "[1-9] [0-9]{%zu,%zu}", run - 1, d - 2);
+            run = 0;
+        }
+        if (full && !run) run = d;
+        if (full || lo > hi || s != IX_OK) continue;
+        char l[24], h[24];
+        snprintf(l, sizeof l, "%0*lld", (int)d, (long long)lo);
+        snprintf(h, sizeof h, "%0*lld", (int)d, (long long)hi);
+        s = put_alt(b);
+        if (s == IX_OK) s = put_fixed(b, l, h, d);
+    }
+    return s != IX_OK ? s : ix_buf_append(b, ")", 1);
+}
+
+/* The bounds of an integer schema, clamped to what the integer rule allows. */
+static ix_status int_bounds(sctx *c, json_t *s, int64_t *lo, int64_t *hi) {
+    static const struct {
+        const char *key;
+        bool lower, exclusive;
+    } k[] = {{"minimum", true, false}, {"exclusiveMinimum", true, true},
+             {"maximum", false, false}, {"exclusiveMaximum", false, true}};
+    *lo = -INT_MAX_ABS;
+    *hi = INT_MAX_ABS;
+    for (size_t i = 0; i < IX_ARRAY_LEN(k); i++) {
+        json_t *v = json_object_get(s, k[i].key);
+        if (!v) continue;
+        if (!json_is_number(v)) return serr(c, IX_ERR_FORMAT, "'%s' must be a number", k[i].key);
+        double x = json_number_value(v);
+        double bound = k[i].lower ? (k[i].exclusive ? floor(x) + 1 : ceil(x)) : (k[i].exclusive ? ceil(x) - 1 : floor(x));
+        if ((k[i].lower && bound > (double)INT_MAX_ABS) || (!k[i].lower && bound < (double)-INT_MAX_ABS))
+            return serr(c, IX_ERR_UNSUPPORTED, "'%s' leaves no integer of at most 16 digits", k[i].key);
+        /* in the integers: 1e16 - 1 is no double */
+        int64_t ib = bound <= -1e16 ? -INT_MAX_ABS : bound >= 1e16 ? INT_MAX_ABS : (int64_t)bound;
+        ib = ib < -INT_MAX_ABS ? -INT_MAX_ABS : ib > INT_MAX_ABS ? INT_MAX_ABS : ib;
+        if (k[i].lower && ib > *lo) *lo = ib;
+        if (!k[i].lower && ib < *hi) *hi = ib;
+    }
+    if (*lo > *hi) return serr(c, IX_ERR_UNSUPPORTED, "no integer lies between the schema's bounds");
+    return IX_OK;
+}
+
 static ix_status gen_number(sctx *c, json_t *s, bool integer, ix_buf *expr) {
-    /* minimum / maximum are not enforced (docs/grammar.md), except that a
+    if (integer) {
+        int64_t lo, hi;
+        ix_status st = int_bounds(c, s, &lo, &hi);
+        if (st != IX_OK) return st;
+        if (lo == -INT_MAX_ABS && hi == INT_MAX_ABS) return use_prim(c, P_INTEGER, expr);
+        if (lo == 0 && hi == INT_MAX_ABS) return use_prim(c, P_INTEGER_NN, expr);
+        st = ix_buf_append(expr, "(", 1);
+        if (st == IX_OK && lo < 0) { /* "-" and the magnitudes: never "-0" */
+            st = ix_buf_append(expr, "\"-\" ", 4);
+            if (st == IX_OK) st = put_nonneg_range(expr, hi < 0 ? -hi : 1, -lo);
+        }
+        if (st == IX_OK && hi >= 0) {
+            if (lo < 0) st = ix_buf_append(expr, " | ", 3);
+            if (st == IX_OK) st = put_nonneg_range(expr, lo > 0 ? lo : 0, hi);
+        }
+        if (st == IX_OK) st = ix_buf_append(expr, ") ", 2);
+        return st == IX_OK ? use_prim(c, P_WS, expr) : st;
+    }
+    /* A number's bounds are not enforced (docs/grammar.md), except that a
      * lower bound >= 0 drops the minus sign. */
     bool nonneg = false;
-    const char *keys[] = {"minimum", "exclusiveMinimum"};
+    static const char *const keys[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
     for (size_t i = 0; i < IX_ARRAY_LEN(keys); i++) {
         json_t *v = json_object_get(s, keys[i]);
         if (v && !json_is_number(v)) return serr(c, IX_ERR_FORMAT, "'%s' must be a number", keys[i]);
-        if (v && json_number_value(v) >= 0) nonneg = true;
+        if (v && i < 2 && json_number_value(v) >= 0) nonneg = true;
     }
-    const char *keys2[] = {"maximum", "exclusiveMaximum"};
-    for (size_t i = 0; i < IX_ARRAY_LEN(keys2); i++) {
-        json_t *v = json_object_get(s, keys2[i]);
-        if (v && !json_is_number(v)) return serr(c, IX_ERR_FORMAT, "'%s' must be a number", keys2[i]);
-    }
-    return use_prim(c, integer ? (nonneg ? P_INTEGER_NN : P_INTEGER) : (nonneg ? P_NUMBER_NN : P_NUMBER),
-                    expr);
+    return use_prim(c, nonneg ? P_NUMBER_NN : P_NUMBER, expr);
 }
 
 static ix_status gen_array(sctx *c, json_t *s, const char *hint, bool exact, ix_buf *expr) {
