@@ -556,6 +556,11 @@ static void test_depth_and_ambiguity_limits(void **state) {
     ix_grammar_matcher_destroy(m);
     p.max_stack_depth = 0;
     assert_int_equal(ix_grammar_matcher_create(&m, g, v, &p, &err), IX_ERR_INVALID);
+    ix_grammar *deep = gp("root ::= a\na ::= b \"x\"\nb ::= c \"y\"\nc ::= \"z\"");
+    p.max_stack_depth = 2;
+    assert_int_equal(ix_grammar_matcher_create(&m, deep, v, &p, &err), IX_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "cannot start within max_stack_depth 2"));
+    ix_grammar_destroy(deep);
     ix_grammar_destroy(g);
     /* 5000 rules that all start alike: more parses alive than the matcher keeps */
     ix_buf b = {0};

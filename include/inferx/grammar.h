@@ -157,16 +157,18 @@ void ix_grammar_matcher_destroy(ix_grammar_matcher *m); /* NULL is a no-op */
 void ix_grammar_matcher_reset(ix_grammar_matcher *m);
 
 /* Writes the mask of tokens allowed next into mask (n_words words, at least
- * ix_grammar_vocab_mask_words). Masks are cached per grammar state, so a
- * repeated state costs a copy. IX_ERR_UNSUPPORTED when the grammar turns out
- * too ambiguous to follow (more parse stacks than the matcher keeps: the
- * grammar, not the text, is at fault), IX_ERR_NOMEM; the message is in
- * ix_grammar_matcher_errmsg. After the end-of-generation token the mask is
- * empty. */
+ * ix_grammar_vocab_mask_words; words past the vocabulary are zeroed). Masks
+ * are cached per grammar state, so a repeated state costs a copy.
+ * IX_ERR_UNSUPPORTED when the grammar turns out too ambiguous to follow
+ * (more live parses, or more work in one call, than the bounds in
+ * docs/grammar.md: the grammar, not the text, is at fault), IX_ERR_NOMEM;
+ * the message is in ix_grammar_matcher_errmsg. After the end-of-generation
+ * token the mask is empty. */
 ix_status ix_grammar_matcher_fill_mask(ix_grammar_matcher *m, uint32_t *mask, size_t n_words);
 /* Advances over token id. IX_ERR_INVALID (state unchanged) when the mask
- * would not allow it; an end-of-generation token is accepted only where the
- * grammar may end, and ends the matcher (is_finished). */
+ * would not allow it, IX_ERR_RANGE outside the vocabulary; an end-of-
+ * generation token is accepted only where the grammar may end, and ends the
+ * matcher (is_finished). Other errors as for fill_mask. */
 ix_status ix_grammar_matcher_accept(ix_grammar_matcher *m, ix_token id);
 /* Advances over raw bytes (e.g. text forced into the output); all or nothing:
  * IX_ERR_INVALID with the state unchanged if some byte is not accepted. */

@@ -97,6 +97,11 @@ struct ix_grammar_matcher {
 
 static ix_status cache_nomem(gcache *c) { return ix_errf(&c->err, IX_ERR_NOMEM, "out of memory"); }
 
+/* The status of a failed transition (its message is in c->err). */
+static ix_status error_status(const gcache *c) {
+    return strncmp(c->err.msg, "out of memory", 13) == 0 ? IX_ERR_NOMEM : IX_ERR_UNSUPPORTED;
+}
+
 static ix_status grow(void **p, size_t elem, size_t need, size_t *cap) {
     if (need <= *cap) return IX_OK;
     size_t n = *cap ? *cap : 64;
@@ -516,8 +521,11 @@ ix_status ix_grammar_matcher_create(ix_grammar_matcher **out, const ix_grammar *
         for (int32_t i = 0; i < v->n_nodes; i++) c->node_class[i] = g->byte_class[v->node_byte[i]];
         c->budget = GRAM_MAX_CALL_WORK;
         c->start = start_state(c);
-        if (c->start < 0) s = c->start == ST_DEAD ? IX_ERR_INTERNAL : IX_ERR_UNSUPPORTED;
-        if (c->start == ST_ERROR && !strncmp(c->err.msg, "out of memory", 13)) s = IX_ERR_NOMEM;
+        if (c->start == ST_DEAD)
+            s = ix_errf(&c->err, IX_ERR_INVALID, "the grammar cannot start within max_stack_depth %d",
+                        p.max_stack_depth);
+        else if (c->start == ST_ERROR)
+            s = error_status(c);
     }
     if (s != IX_OK) {
         ix_errf(err, s, "%s", c->err.msg[0] ? c->err.msg : "cannot start the grammar");
@@ -604,10 +612,6 @@ static ix_status walk_trie(gcache *c, int32_t s, uint32_t *mask) {
     }
     c->trie_nodes += visited;
     return IX_OK;
-}
-
-static ix_status error_status(const gcache *c) {
-    return strncmp(c->err.msg, "out of memory", 13) == 0 ? IX_ERR_NOMEM : IX_ERR_UNSUPPORTED;
 }
 
 /* Mask slots are allocated as they fill, doubling up to n_slots. */
