@@ -596,16 +596,18 @@ static ix_status walk_trie(gcache *c, int32_t s, uint32_t *mask) {
     for (int32_t i = 0; i < n;) {
         int32_t d = depth[i];
         int32_t t = trans[(size_t)walk[d - 1] * (size_t)nc + ncls[i]];
-        if (t == ST_UNKNOWN) {
-            t = delta_slow(c, walk[d - 1], ncls[i]);
-            trans = c->trans; /* may have moved */
-        }
         visited++;
-        if (t == ST_DEAD) {
-            i = end[i];
-            continue;
+        if (t < 0) { /* one branch for the common case */
+            if (t == ST_UNKNOWN) {
+                t = delta_slow(c, walk[d - 1], ncls[i]);
+                trans = c->trans; /* may have moved */
+            }
+            if (t == ST_DEAD) {
+                i = end[i];
+                continue;
+            }
+            if (t == ST_ERROR) return IX_ERR_UNSUPPORTED;
         }
-        if (t == ST_ERROR) return IX_ERR_UNSUPPORTED;
         walk[d] = t;
         for (int32_t k = tb[i]; k < tb[i + 1]; k++) set_bit(mask, v->toks[k]);
         i++;
