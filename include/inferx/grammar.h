@@ -89,7 +89,8 @@ ix_status ix_json_schema_to_gbnf(const char *schema, size_t len, unsigned flags,
 /* ix_json_schema_to_gbnf then ix_grammar_parse. */
 ix_status ix_grammar_from_json_schema(ix_grammar **out, const char *schema, size_t len,
                                       unsigned flags, ix_errbuf *err);
-/* Any JSON object (response_format {"type": "json_object"}); flags as above. */
+/* Any JSON object (response_format {"type": "json_object"}); flags as above
+ * (IX_GRAMMAR_SCHEMA_STRICT has nothing to act on and is ignored). */
 ix_status ix_grammar_json_object(ix_grammar **out, unsigned flags, ix_errbuf *err);
 
 void ix_grammar_destroy(ix_grammar *g); /* NULL is a no-op */

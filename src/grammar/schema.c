@@ -189,6 +189,19 @@ static ix_status strmap_put(strmap *m, const char *k, const char *v) {
     return IX_OK;
 }
 
+/* Sets k's value, inserting k if absent. */
+static ix_status strmap_set(strmap *m, const char *k, const char *v) {
+    for (uint32_t h = m->cap ? str_hash(k) & (m->cap - 1) : 0; m->cap && m->keys[h]; h = (h + 1) & (m->cap - 1))
+        if (!strcmp(m->keys[h], k)) {
+            char *nv = ix_strdup(v);
+            if (!nv) return IX_ERR_NOMEM;
+            ix_free(m->vals[h]);
+            m->vals[h] = nv;
+            return IX_OK;
+        }
+    return strmap_put(m, k, v);
+}
+
 /* ---- the walk ----------------------------------------------------------------- */
 
 #define NAME_MAX_LEN 48
@@ -200,6 +213,7 @@ typedef struct sctx {
     strmap names;  /* rule names in use */
     strmap refs;   /* "$ref" string -> rule name */
     strmap defined; /* rule names emitted */
+    strmap suffix;  /* name base -> last numeric suffix given to it */
     uint64_t prims;
     int depth;
     char path[256]; /* JSON pointer of the schema being converted (for messages) */
@@ -261,7 +275,15 @@ static ix_status reserve_name(sctx *c, const char *hint, char out[NAME_MAX_LEN +
     if (!n) base[n++] = 'x';
     base[n] = '\0';
     snprintf(out, NAME_MAX_LEN + 16, "%s", base);
-    for (unsigned k = 2; strmap_get(&c->names, out); k++) snprintf(out, NAME_MAX_LEN + 16, "%s-%u", base, k);
+    if (strmap_get(&c->names, out)) { /* taken: the next free suffix, from the last one used */
+        const char *last = strmap_get(&c->suffix, base);
+        unsigned long k = last ? strtoul(last, NULL, 10) : 1;
+        do snprintf(out, NAME_MAX_LEN + 16, "%s-%lu", base, ++k);
+        while (strmap_get(&c->names, out));
+        char num[24];
+        snprintf(num, sizeof num, "%lu", k);
+        if (strmap_set(&c->suffix, base, num) != IX_OK) return nomem(c);
+    }
     return strmap_put(&c->names, out, NULL) == IX_OK ? IX_OK : nomem(c);
 }
 
@@ -1045,6 +1067,7 @@ ix_status ix_json_schema_to_gbnf(const char *schema, size_t len, unsigned flags,
     strmap_free(&c.names);
     strmap_free(&c.refs);
     strmap_free(&c.defined);
+    strmap_free(&c.suffix);
     json_decref(root);
     return st;
 }
@@ -1065,5 +1088,6 @@ ix_status ix_grammar_from_json_schema(ix_grammar **out, const char *schema, size
 
 ix_status ix_grammar_json_object(ix_grammar **out, unsigned flags, ix_errbuf *err) {
     static const char k_any_object[] = "{\"type\": \"object\", \"additionalProperties\": true}";
+    flags &= ~(unsigned)IX_GRAMMAR_SCHEMA_STRICT; /* any object: nothing to be strict about */
     return ix_grammar_from_json_schema(out, k_any_object, sizeof k_any_object - 1, flags, err);
 }
