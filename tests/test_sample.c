@@ -286,12 +286,67 @@ static void test_stop_strings(void **state) {
     ix_stopper_destroy(st);
 }
 
+/* A token mask (constrained decoding): one sample only, never an excluded
+ * token, excluded tokens out of the logprob alternatives, bits past n_vocab
+ * ignored, no allowed token an error. */
+static void test_mask(void **state) {
+    (void)state;
+    enum { N = 37 };
+    float l[N];
+    for (int i = 0; i < N; i++) l[i] = (float)i * 0.1f; /* best: 36 */
+    uint32_t mask[2] = {0, 0};
+    mask[0] = (1u << 3) | (1u << 7);
+    mask[1] = 0xFFFFFFE0u; /* ids 37..63 do not exist: ignored */
+    ix_sample_params p = ix_sample_default_params();
+    p.temperature = 0;
+    p.logprobs = true;
+    p.n_logprobs = 5;
+    ix_sampler *s = mk(p, N);
+    ix_sample_result r;
+    ix_sampler_set_mask(s, mask);
+    assert_int_equal(ix_sampler_sample(s, l, &r), IX_OK);
+    assert_int_equal(r.id, 7);
+    assert_int_equal(r.n_top, 2); /* only the allowed ones */
+    assert_int_equal(r.top_ids[0], 7);
+    assert_int_equal(r.top_ids[1], 3);
+    assert_true(r.logprob < 0 && r.logprob > -1.0f);
+    assert_int_equal(sample1(s, l), 36); /* the mask held for one sample */
+    ix_sampler_set_mask(s, mask);
+    ix_sampler_set_mask(s, NULL); /* cleared */
+    assert_int_equal(sample1(s, l), 36);
+    uint32_t none[2] = {0, 0xFFFFFFE0u};
+    ix_sampler_set_mask(s, none);
+    assert_int_equal(ix_sampler_sample(s, l, &r), IX_ERR_STATE);
+    assert_int_equal(r.id, IX_TOKEN_NONE);
+    /* an allowed token whose logit is -inf is still the one chosen */
+    float inf[N];
+    for (int i = 0; i < N; i++) inf[i] = i == 9 ? -INFINITY : 1.0f;
+    uint32_t only9[2] = {1u << 9, 0};
+    ix_sampler_set_mask(s, only9);
+    assert_int_equal(ix_sampler_sample(s, inf, &r), IX_OK);
+    assert_int_equal(r.id, 9);
+    ix_sampler_destroy(s);
+    /* draws: never outside the mask */
+    p = ix_sample_default_params();
+    p.seed = 5;
+    s = mk(p, N);
+    int hist[N] = {0};
+    for (int i = 0; i < 2000; i++) {
+        ix_sampler_set_mask(s, mask);
+        hist[sample1(s, l)]++;
+    }
+    for (int i = 0; i < N; i++) assert_true(i == 3 || i == 7 || hist[i] == 0);
+    assert_true(hist[3] > 700 && hist[7] > 700);
+    ix_sampler_destroy(s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy),       cmocka_unit_test(test_distribution_and_seed),
         cmocka_unit_test(test_filters),      cmocka_unit_test(test_top_p_wide),
         cmocka_unit_test(test_penalties_and_bias), cmocka_unit_test(test_logprobs),
         cmocka_unit_test(test_param_checks), cmocka_unit_test(test_stop_strings),
+        cmocka_unit_test(test_mask),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,9 +11,12 @@
  *   3. temperature 0 -> greedy argmax (ties: lowest id)
  *   4. temperature scaling, then top-k, top-p (nucleus) and min-p filtering
  *   5. a draw from the remaining distribution
+ * A token mask (constrained decoding, ix_sampler_set_mask) applies after
+ * steps 1-2: the tokens it excludes get logit -inf.
  * Log-probabilities reported (of the chosen token and the top-n alternatives)
- * are those of the model's distribution after steps 1-2, before temperature
- * and filtering, which is what OpenAI-compatible servers report.
+ * are those of the model's distribution after steps 1-2 (and the mask),
+ * before temperature and filtering, which is what OpenAI-compatible servers
+ * report; tokens a mask excludes are never among the alternatives.
  *
  * Stop strings live here too: ix_stopper holds back text that might be the
  * start of a stop string, so a stop string is never emitted even when it
@@ -81,8 +84,18 @@ void ix_sampler_accept(ix_sampler *s, ix_token id);
  * that is recomputed from scratch). Prompt history stays. */
 void ix_sampler_reset(ix_sampler *s);
 /* Samples from logits (n_vocab floats; not modified). Does not accept the
- * token: call ix_sampler_accept. */
+ * token: call ix_sampler_accept. With a mask that allows no token:
+ * IX_ERR_STATE and out->id = IX_TOKEN_NONE. */
 ix_status ix_sampler_sample(ix_sampler *s, const float *logits, ix_sample_result *out);
+/* Restricts the next ix_sampler_sample (that call only) to the tokens a mask
+ * allows: n_vocab bits in uint32_t words, token i allowed iff bit (i & 31) of
+ * word i >> 5 is set; bits past n_vocab are ignored. The mask is copied; NULL
+ * removes one set before. This is the hook for constrained decoding: the
+ * caller (the engine) fills the mask from a grammar matcher each step
+ * (ix_grammar_matcher_fill_mask in grammar.h writes this very layout), then
+ * samples, then advances the matcher with the chosen token; the sampler
+ * itself knows nothing of grammars. */
+void ix_sampler_set_mask(ix_sampler *s, const uint32_t *mask);
 
 /* ---- stop strings --------------------------------------------------------- */
 typedef struct ix_stopper ix_stopper;

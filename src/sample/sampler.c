@@ -30,6 +30,8 @@ struct ix_sampler {
     uint8_t *in_prompt;  /* (n_vocab) 1 if the token occurs in the prompt */
     ix_token *seen;      /* (n_vocab) distinct tokens with a count or in the prompt */
     int32_t n_seen;
+    uint32_t *mask;      /* ((n_vocab + 31) / 32) allowed tokens of the next sample */
+    bool mask_on;
 };
 
 ix_sample_params ix_sample_default_params(void) {
@@ -125,7 +127,8 @@ ix_status ix_sampler_create(ix_sampler **out, const ix_sample_params *p, int32_t
     s->in_prompt = ix_calloc(n, 1);
     s->seen = ix_malloc(n * sizeof *s->seen);
     s->bias = p->n_logit_bias ? ix_malloc(p->n_logit_bias * sizeof *s->bias) : NULL;
-    if (!s->work || !s->cands || !s->out_count || !s->in_prompt || !s->seen ||
+    s->mask = ix_malloc((n + 31) / 32 * sizeof *s->mask);
+    if (!s->work || !s->cands || !s->out_count || !s->in_prompt || !s->seen || !s->mask ||
         (p->n_logit_bias && !s->bias)) {
         ix_sampler_destroy(s);
         return ix_errf(err, IX_ERR_NOMEM, "out of memory for a sampler over %d tokens", n_vocab);
@@ -145,6 +148,7 @@ void ix_sampler_destroy(ix_sampler *s) {
     ix_free(s->in_prompt);
     ix_free(s->seen);
     ix_free(s->bias);
+    ix_free(s->mask);
     ix_free(s);
 }
 
@@ -240,6 +244,7 @@ static void fill_logprobs(ix_sampler *s, ix_sample_result *r) {
     /* Insertion into a small sorted list: n_logprobs <= 20. */
     int32_t k = s->p.n_logprobs < n ? s->p.n_logprobs : n;
     for (int32_t i = 0; i < n; i++) {
+        if (w[i] == -INFINITY) continue; /* masked out */
         if (r->n_top == k && w[i] <= w[r->top_ids[k - 1]]) continue;
         int32_t j = r->n_top < k ? r->n_top++ : k - 1;
         while (j > 0 && w[r->top_ids[j - 1]] < w[i]) {
@@ -314,9 +319,42 @@ static ix_token draw(ix_sampler *s) {
     return c[n - 1].id;
 }
 
+void ix_sampler_set_mask(ix_sampler *s, const uint32_t *mask) {
+    s->mask_on = mask != NULL;
+    if (mask) memcpy(s->mask, mask, ((size_t)s->n_vocab + 31) / 32 * sizeof *mask);
+}
+
+/* Excluded tokens to -inf; returns the first allowed token, or
+ * IX_TOKEN_NONE when none is. */
+static ix_token apply_mask(ix_sampler *s) {
+    ix_token first = IX_TOKEN_NONE;
+    for (int32_t w = 0; w * 32 < s->n_vocab; w++) {
+        uint32_t m = s->mask[w];
+        int32_t end = s->n_vocab - w * 32 < 32 ? s->n_vocab - w * 32 : 32;
+        if (end < 32) m &= (1u << end) - 1;
+        if (m && first == IX_TOKEN_NONE) first = w * 32 + __builtin_ctz(m);
+        if (m == UINT32_MAX) continue;
+        for (int32_t b = 0; b < end; b++)
+            if (!(m >> b & 1)) s->work[w * 32 + b] = -INFINITY;
+    }
+    return first;
+}
+
 ix_status ix_sampler_sample(ix_sampler *s, const float *logits, ix_sample_result *out) {
     apply_bias_and_penalties(s, logits);
+    ix_token allowed = IX_TOKEN_NONE;
+    if (s->mask_on) {
+        s->mask_on = false;
+        if ((allowed = apply_mask(s)) == IX_TOKEN_NONE) {
+            out->id = IX_TOKEN_NONE;
+            out->logprob = 0.0f;
+            out->n_top = 0;
+            return IX_ERR_STATE;
+        }
+    }
     out->id = s->p.temperature == 0.0f ? argmax(s->work, s->n_vocab) : draw(s);
+    /* Every allowed logit -inf: the draw fell back to an arbitrary id. */
+    if (allowed != IX_TOKEN_NONE && s->work[out->id] == -INFINITY) out->id = allowed;
     out->logprob = 0.0f;
     out->n_top = 0;
     if (s->p.logprobs || s->p.n_logprobs > 0) fill_logprobs(s, out);
