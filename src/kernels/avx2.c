@@ -258,8 +258,9 @@ static const ix__tile_fn k_qtiles[2][Q_RX] = {TILE_ROW(qtile, Q8_0), TILE_ROW(qt
  * scale, offset and min terms (kernels_int.h); the generic path's bits.
  *   Q5_0  c = 16; the fifth bits spread from qh by a byte shuffle and compare;
  *   Q4_K  c = 0; the rows' 6-bit scales and mins decoded once per super-block;
+ *   Q5_K  as Q4_K, with the fifth bits from qh;
  *   Q6_K  c = 32 and a scale per 16: the halves dotted and reduced apart. */
-typedef enum kq_type { KQ_Q5_0, KQ_Q4_K, KQ_Q6_K } kq_type;
+typedef enum kq_type { KQ_Q5_0, KQ_Q4_K, KQ_Q5_K, KQ_Q6_K } kq_type;
 
 static inline __attribute__((always_inline)) __m256i kq_dp(__m256i acc, __m256i w, __m256i x) {
 #if IX_AVX2_VNNI
@@ -300,7 +301,9 @@ static inline __m256i q5_bits(uint32_t qh0, uint32_t qh1, int from) {
 
 static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_type t, int rx, bool pf) {
     const size_t nb = a->k / IX__QK, ws = a->ws, xs = a->xs;
-    const size_t per = t == KQ_Q5_0 ? 1 : 8, bytes = t == KQ_Q5_0 ? 22 : t == KQ_Q4_K ? 144 : 210;
+    const size_t per = t == KQ_Q5_0 ? 1 : 8;
+    const size_t bytes = t == KQ_Q5_0 ? 22 : t == KQ_Q4_K ? 144 : t == KQ_Q5_K ? 176 : 210;
+    const bool k4 = t == KQ_Q4_K || t == KQ_Q5_K; /* 6-bit scales and mins per 32 */
     const __m256i nib = _mm256_set1_epi8(0x0f);
     __m256 acc[Q_RX];
     for (int i = 0; i < rx; i++) acc[i] = _mm256_setzero_ps();
@@ -317,17 +320,23 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
             wl = _mm256_or_si256(_mm256_and_si256(v, nib), q5_bits(h0, h1, 0));
             wh = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), nib), q5_bits(h0, h1, 16));
             dw = rows2_h(p0, p1);
-        } else if (t == KQ_Q4_K) {
+        } else if (k4) {
             if (j == 0) {
                 ix__k4_scales(p0 + 4, scm[0]);
                 ix__k4_scales(p1 + 4, scm[1]);
                 dw = rows2_h(p0, p1);
                 dm = _mm256_xor_ps(rows2_h(p0 + 2, p1 + 2), _mm256_set1_ps(-0.0f)); /* -dmin, exactly */
             }
-            const size_t o = 16 + 32 * (j / 2);
+            const size_t o = (t == KQ_Q5_K ? 48 : 16) + 32 * (j / 2);
             const __m128i sh = _mm_cvtsi32_si128(4 * (int)(j % 2));
             wl = _mm256_and_si256(_mm256_srl_epi16(load2x16(p0 + o, p1 + o), sh), nib);
             wh = _mm256_and_si256(_mm256_srl_epi16(load2x16(p0 + o + 16, p1 + o + 16), sh), nib);
+            if (t == KQ_Q5_K) { /* bit j of qh[i]: element i's fifth bit */
+                const __m128i sj = _mm_cvtsi32_si128((int)j);
+                const __m256i one = _mm256_set1_epi8(1);
+                wl = _mm256_or_si256(wl, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(load2x16(p0 + 16, p1 + 16), sj), one), 4));
+                wh = _mm256_or_si256(wh, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(load2x16(p0 + 32, p1 + 32), sj), one), 4));
+            }
             sc0 = rows2_i32(scm[0][j], scm[1][j]);
             mn = rows2_i32(scm[0][8 + j], scm[1][8 + j]);
         } else {
@@ -363,10 +372,10 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
             } else {
                 const __m256i bias = _mm256_set1_epi32(t == KQ_Q5_0 ? -4 * xb->s : 0);
                 idot = reduce2(kq_dp(kq_dp(bias, wl, xl), wh, xh));
-                if (t == KQ_Q4_K) idot = _mm256_mullo_epi32(sc0, idot);
+                if (k4) idot = _mm256_mullo_epi32(sc0, idot);
             }
             acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(idot), _mm256_mul_ps(dw, sx), acc[i]);
-            if (t == KQ_Q4_K)
+            if (k4)
                 acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_mullo_epi32(mn, _mm256_set1_epi32(xb->s))),
                                          _mm256_mul_ps(dm, sx), acc[i]);
         }
@@ -386,8 +395,10 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
 #define KQ_ALL(T) KQ_INST(T, 1) KQ_INST(T, 2) KQ_INST(T, 3) KQ_INST(T, 4)
 KQ_ALL(Q5_0)
 KQ_ALL(Q4_K)
+KQ_ALL(Q5_K)
 KQ_ALL(Q6_K)
-static const ix__tile_fn k_kqtiles[3][Q_RX] = {TILE_ROW(kq, Q5_0), TILE_ROW(kq, Q4_K), TILE_ROW(kq, Q6_K)};
+static const ix__tile_fn k_kqtiles[4][Q_RX] = {TILE_ROW(kq, Q5_0), TILE_ROW(kq, Q4_K), TILE_ROW(kq, Q5_K),
+                                               TILE_ROW(kq, Q6_K)};
 
 /* ---- float matmul tiles ----------------------------------------------------------------- */
 #define F_RX 2
@@ -650,6 +661,7 @@ void MM(q4_0)(const ix_matmul *mm, size_t n0, size_t n1) {
 
 void MM(q5_0)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_Q5_0], Q_RX, Q_RW); }
 void MM(q4_k)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_Q4_K], Q_RX, Q_RW); }
+void MM(q5_k)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_Q5_K], Q_RX, Q_RW); }
 void MM(q6_k)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_Q6_K], Q_RX, Q_RW); }
 
 void MM(f32)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_ftiles[0], F_RX, F_RW); }

@@ -451,10 +451,11 @@ static const ix__tile_fn k_qtiles[2][2][Q_RX] = {
  *   Q5_0  c = 16, one scale; the fifth bits are spread from qh by a byte mask;
  *   Q4_K  c = 0, the sub-block's 6-bit scale and min (decoded for 4 rows at a
  *         time once per super-block), min term mn * s;
+ *   Q5_K  as Q4_K, with the fifth bits from qh;
  *   Q6_K  c = 32 and a scale per 16: the halves are dotted and reduced apart,
  *         each starting from -c times its share of the X block sum (the first
  *         half's from vpsadbw). */
-typedef enum kq_type { KQ_Q5_0, KQ_Q4_K, KQ_Q6_K } kq_type;
+typedef enum kq_type { KQ_Q5_0, KQ_Q4_K, KQ_Q5_K, KQ_Q6_K } kq_type;
 
 /* 16 bytes at p, p + ws, p + 2 ws, p + 3 ws into 128-bit lanes 0..3. */
 static inline __attribute__((always_inline)) __m512i ld4x16(const uint8_t *p, size_t ws) {
@@ -501,7 +502,9 @@ static inline __attribute__((always_inline)) __m512i q4k_scales4(const uint8_t *
 
 static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_type t, bool vnni, int rx, bool pf) {
     const size_t nb = a->k / IX__QK, ws = a->ws, xs = a->xs;
-    const size_t per = t == KQ_Q5_0 ? 1 : 8, bytes = t == KQ_Q5_0 ? 22 : t == KQ_Q4_K ? 144 : 210;
+    const size_t per = t == KQ_Q5_0 ? 1 : 8;
+    const size_t bytes = t == KQ_Q5_0 ? 22 : t == KQ_Q4_K ? 144 : t == KQ_Q5_K ? 176 : 210;
+    const bool k4 = t == KQ_Q4_K || t == KQ_Q5_K; /* 6-bit scales and mins per 32 */
     const __m512i nib = _mm512_set1_epi8(0x0f);
     const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
     __m512 acc[Q_RX];
@@ -514,9 +517,9 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
         const uint8_t *sb = a->w + b / per * bytes; /* row 0's (super-)block */
         if (j == 0 && t != KQ_Q5_0) {
             for (int g = 0; g < Q_RG; g++)
-                scm[g] = t == KQ_Q4_K ? q4k_scales4(sb + (size_t)(4 * g) * ws, ws) : ld4x16(sb + 192 + (size_t)(4 * g) * ws, ws);
-            dw = scales8(sb + (t == KQ_Q4_K ? 0 : 208), ws);
-            if (t == KQ_Q4_K) /* -dmin, exactly */
+                scm[g] = k4 ? q4k_scales4(sb + (size_t)(4 * g) * ws, ws) : ld4x16(sb + 192 + (size_t)(4 * g) * ws, ws);
+            dw = scales8(sb + (k4 ? 0 : 208), ws);
+            if (k4) /* -dmin, exactly */
                 dm = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(scales8(sb + 2, ws)), sign));
         }
         __m512i wl[Q_RG], wh[Q_RG], sc0 = _mm512_setzero_si512(), sc1 = sc0, mn = sc0;
@@ -536,11 +539,17 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
                 const __m512i b4 = _mm512_set1_epi8(16);
                 wl[g] = _mm512_or_si512(wl[g], _mm512_maskz_mov_epi8((__mmask64)ml, b4));
                 wh[g] = _mm512_or_si512(wh[g], _mm512_maskz_mov_epi8((__mmask64)mh, b4));
-            } else if (t == KQ_Q4_K) {
-                const uint8_t *q = p + 16 + 32 * (j / 2);
+            } else if (k4) {
+                const uint8_t *q = p + (t == KQ_Q5_K ? 48 : 16) + 32 * (j / 2);
                 const __m128i sh = _mm_cvtsi32_si128(4 * (int)(j % 2));
                 wl[g] = _mm512_and_si512(_mm512_srl_epi16(ld4x16(q, ws), sh), nib);
                 wh[g] = _mm512_and_si512(_mm512_srl_epi16(ld4x16(q + 16, ws), sh), nib);
+                if (t == KQ_Q5_K) { /* bit j of qh[i]: element i's fifth bit */
+                    const __m128i sj = _mm_cvtsi32_si128((int)j);
+                    const __m512i one = _mm512_set1_epi8(1);
+                    wl[g] = _mm512_or_si512(wl[g], _mm512_slli_epi16(_mm512_and_si512(_mm512_srl_epi16(ld4x16(p + 16, ws), sj), one), 4));
+                    wh[g] = _mm512_or_si512(wh[g], _mm512_slli_epi16(_mm512_and_si512(_mm512_srl_epi16(ld4x16(p + 32, ws), sj), one), 4));
+                }
             } else {
                 const size_t h = j / 4, e = j % 4;
                 const uint8_t *ql = p + 64 * h + 32 * (e % 2), *qh = p + 128 + 32 * h;
@@ -553,7 +562,7 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
             }
         }
         if (t == KQ_Q5_0) dw = scales8(sb, ws);
-        if (t == KQ_Q4_K) {
+        if (k4) {
             const int64_t k = (int64_t)j;
             const __m512i idx = _mm512_set1_epi64((int64_t)(0x80808000u | (8 + k)) << 32 | (0x80808000u | k));
             sc0 = kq_pick8(scm[0], scm[1], idx, 0);
@@ -589,10 +598,10 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
                 __m512i iv[Q_RG];
                 for (int g = 0; g < Q_RG; g++) iv[g] = kq_dp(kq_dp(bias, wl[g], xl, vnni), wh[g], xh, vnni);
                 idot = reduce8(iv[0], iv[1]);
-                if (t == KQ_Q4_K) idot = _mm512_mullo_epi32(sc0, idot);
+                if (k4) idot = _mm512_mullo_epi32(sc0, idot);
             }
             acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(idot), _mm512_mul_ps(dw, sx), acc[i]);
-            if (t == KQ_Q4_K)
+            if (k4)
                 acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_mullo_epi32(mn, _mm512_set1_epi32(xb->s))),
                                          _mm512_mul_ps(dm, sx), acc[i]);
         }
@@ -616,15 +625,17 @@ KQ_ALL(Q5_0, vnni, true)
 KQ_ALL(Q5_0, bw, false)
 KQ_ALL(Q4_K, vnni, true)
 KQ_ALL(Q4_K, bw, false)
+KQ_ALL(Q5_K, vnni, true)
+KQ_ALL(Q5_K, bw, false)
 KQ_ALL(Q6_K, vnni, true)
 KQ_ALL(Q6_K, bw, false)
 #define KQ_ROW(T, TAG)                                                                         \
     {kq_##T##_##TAG##_1, kq_##T##_##TAG##_2, kq_##T##_##TAG##_3,                                \
      kq_##T##_##TAG##_4, kq_##T##_##TAG##_5, kq_##T##_##TAG##_6}
 /* [vnni][kq_type][rx - 1] */
-static const ix__tile_fn k_kqtiles[2][3][Q_RX] = {
-    {KQ_ROW(Q5_0, bw), KQ_ROW(Q4_K, bw), KQ_ROW(Q6_K, bw)},
-    {KQ_ROW(Q5_0, vnni), KQ_ROW(Q4_K, vnni), KQ_ROW(Q6_K, vnni)},
+static const ix__tile_fn k_kqtiles[2][4][Q_RX] = {
+    {KQ_ROW(Q5_0, bw), KQ_ROW(Q4_K, bw), KQ_ROW(Q5_K, bw), KQ_ROW(Q6_K, bw)},
+    {KQ_ROW(Q5_0, vnni), KQ_ROW(Q4_K, vnni), KQ_ROW(Q5_K, vnni), KQ_ROW(Q6_K, vnni)},
 };
 
 /* ---- packed quantized weights (ix_kernels_pack) ------------------------------------------
@@ -938,6 +949,8 @@ void ix__mm_q5_0_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) { ix__mat
 void ix__mm_q5_0_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[0][KQ_Q5_0], Q_RX, Q_RW); }
 void ix__mm_q4_k_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[1][KQ_Q4_K], Q_RX, Q_RW); }
 void ix__mm_q4_k_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[0][KQ_Q4_K], Q_RX, Q_RW); }
+void ix__mm_q5_k_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[1][KQ_Q5_K], Q_RX, Q_RW); }
+void ix__mm_q5_k_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[0][KQ_Q5_K], Q_RX, Q_RW); }
 void ix__mm_q6_k_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[1][KQ_Q6_K], Q_RX, Q_RW); }
 void ix__mm_q6_k_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[0][KQ_Q6_K], Q_RX, Q_RW); }
 

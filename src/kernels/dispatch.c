@@ -143,12 +143,16 @@ void ix__pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *fns
                      .xs = q ? ix__q8a_row_bytes(mm->K) : ix__mm_ldx(mm) * sizeof(float),
                      .gstride = ix__pk_group_bytes(t, mm->K)};
     const uint8_t *x0 = q ? (const uint8_t *)mm->scratch : (const uint8_t *)mm->x;
+    /* group g's codes at w + g * gstride, its scales sc_off further (the
+     * traits looked up once per call, not per group) */
+    const uint8_t *w = mm->w;
+    const size_t sc_off = q ? (size_t)(ix__pk_scales(t, w, mm->K, 0) - w) : 0;
     if (lock && mm->M == 1) {
         size_t g = n0 / IX__PK;
         a.x = x0;
         for (; g + IX__PK_LOCK <= n1 / IX__PK; g += IX__PK_LOCK) {
-            a.w = ix__pk_codes(t, mm->w, mm->K, g);
-            a.scales = q ? ix__pk_scales(t, mm->w, mm->K, g) : NULL;
+            a.w = w + g * a.gstride;
+            a.scales = q ? a.w + sc_off : NULL;
             a.y = mm->y + g * IX__PK;
             lock(&a);
         }
@@ -157,8 +161,8 @@ void ix__pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *fns
     for (size_t mc = 0; mc < mm->M; mc += mchunk) {
         size_t mend = mm->M - mc < mchunk ? mm->M : mc + mchunk;
         for (size_t g = n0 / IX__PK; g < n1 / IX__PK; g++) {
-            a.w = ix__pk_codes(t, mm->w, mm->K, g);
-            a.scales = q ? ix__pk_scales(t, mm->w, mm->K, g) : NULL;
+            a.w = w + g * a.gstride;
+            a.scales = q ? a.w + sc_off : NULL;
             for (size_t m = mc; m < mend; m += (size_t)rx_max) {
                 int rx = mend - m < (size_t)rx_max ? (int)(mend - m) : rx_max;
                 a.x = x0 + m * a.xs;
@@ -270,10 +274,11 @@ void ix__matmul_tiles(const ix_matmul *mm, size_t n0, size_t n1, const ix__tile_
     const uint8_t *x0 = q ? (const uint8_t *)mm->scratch : (const uint8_t *)mm->x;
     t.xs = q ? ix__q8a_row_bytes(mm->K) : ix__mm_ldx(mm) * sizeof(float);
     size_t urw = (size_t)rw;
+    const uint8_t *w = mm->w; /* row n at w + n * t.ws */
     /* the tiles prefetch IX__PF_TILES ahead of themselves; the range's own
      * first tiles are requested here, or every grab would start cold */
     size_t head = (size_t)IX__PF_TILES * urw < n1 - n0 ? (size_t)IX__PF_TILES * urw : n1 - n0;
-    for (size_t o = 0; o < head * t.ws; o += 64) __builtin_prefetch(ix__mm_wrow(mm, n0) + o, 0, 2);
+    for (size_t o = 0; o < head * t.ws; o += 64) __builtin_prefetch(w + n0 * t.ws + o, 0, 2);
     /* X rows per chunk: about IX__MM_XCHUNK_BYTES of X (f32 rows are 4x the
      * bytes of q8a rows), whole tiles; band mode keeps IX__MM_MCHUNK rows,
      * which its transpose is amortized over */
@@ -291,7 +296,7 @@ void ix__matmul_tiles(const ix_matmul *mm, size_t n0, size_t n1, const ix__tile_
             one.ws = 0;
             one.ncols = 1;
             for (size_t n = n0; n < n1; n++) {
-                one.w = ix__mm_wrow(mm, n);
+                one.w = w + n * t.ws;
                 one.y = mm->y + n;
                 tile_rows(fns, rx_max, one, x0, mc, mend);
             }
@@ -299,7 +304,7 @@ void ix__matmul_tiles(const ix_matmul *mm, size_t n0, size_t n1, const ix__tile_
         }
         for (size_t n = n0; n < n1; n += urw) {
             size_t at = n1 - n >= urw ? n : n1 - urw;
-            t.w = ix__mm_wrow(mm, at);
+            t.w = w + at * t.ws;
             t.y = mm->y + at;
             tile_rows(fns, rx_max, t, x0, mc, mend);
         }

@@ -297,9 +297,9 @@ IX__MM_DECL(ix__mm_q_generic)     /* every quantized type, through its unpack */
 #define IX__MM_DECL_AVX2(t) IX__MM_DECL(ix__mm_##t##_avx2) IX__MM_DECL(ix__mm_##t##_avx2vnni)
 #define IX__MM_DECL_AVX512(t) IX__MM_DECL(ix__mm_##t##_avx512bw) IX__MM_DECL(ix__mm_##t##_avx512vnni)
 IX__MM_DECL_AVX2(f32) IX__MM_DECL_AVX2(f16) IX__MM_DECL_AVX2(bf16) IX__MM_DECL_AVX2(q8_0) IX__MM_DECL_AVX2(q4_0)
-IX__MM_DECL_AVX2(q5_0) IX__MM_DECL_AVX2(q4_k) IX__MM_DECL_AVX2(q6_k)
+IX__MM_DECL_AVX2(q5_0) IX__MM_DECL_AVX2(q4_k) IX__MM_DECL_AVX2(q5_k) IX__MM_DECL_AVX2(q6_k)
 IX__MM_DECL_AVX512(q8_0) IX__MM_DECL_AVX512(q4_0) IX__MM_DECL_AVX512(q5_0) IX__MM_DECL_AVX512(q4_k)
-IX__MM_DECL_AVX512(q6_k)
+IX__MM_DECL_AVX512(q5_k) IX__MM_DECL_AVX512(q6_k)
 IX__MM_DECL(ix__mm_f32_avx512) IX__MM_DECL(ix__mm_f16_avx512) IX__MM_DECL(ix__mm_bf16_avx512)
 #endif
 #if defined(IX_KERNELS_HAVE_NEON)
@@ -308,6 +308,7 @@ IX__MM_DECL(ix__mm_q8_0_neon) IX__MM_DECL(ix__mm_q8_0_neondot)
 IX__MM_DECL(ix__mm_q4_0_neon) IX__MM_DECL(ix__mm_q4_0_neondot)
 IX__MM_DECL(ix__mm_q5_0_neon) IX__MM_DECL(ix__mm_q5_0_neondot)
 IX__MM_DECL(ix__mm_q4_k_neon) IX__MM_DECL(ix__mm_q4_k_neondot)
+IX__MM_DECL(ix__mm_q5_k_neon) IX__MM_DECL(ix__mm_q5_k_neondot)
 IX__MM_DECL(ix__mm_q6_k_neon) IX__MM_DECL(ix__mm_q6_k_neondot)
 #endif
 

@@ -358,7 +358,7 @@ void ix__mm_float_neon(const ix_matmul *mm, size_t n0, size_t n1) {
 /* ---- the other quantized types: block decoders for neon_q.h's kq tiles -------------------
  * A W row's 32-element block decoded in registers into signed codes q (two
  * int8x16), which the signed dots take as they are: no offsets to remove. */
-typedef enum kq_type { KQ_Q5_0, KQ_Q4_K, KQ_Q6_K } kq_type;
+typedef enum kq_type { KQ_Q5_0, KQ_Q4_K, KQ_Q5_K, KQ_Q6_K } kq_type;
 
 /* v >> n per byte (n a run-time count) */
 static inline __attribute__((always_inline)) uint8x16_t shr_u8(uint8x16_t v, int n) {
@@ -384,10 +384,15 @@ static inline __attribute__((always_inline)) void kq_decode(kq_type t, const uin
         l = vorrq_u8(vandq_u8(v, nib), q5_bits(qh, 0));
         h = vorrq_u8(vshrq_n_u8(v, 4), q5_bits(qh, 16));
         off = 16;
-    } else if (t == KQ_Q4_K) {
-        const uint8_t *q = p + 16 + 32 * (j / 2);
+    } else if (t == KQ_Q4_K || t == KQ_Q5_K) {
+        const uint8_t *q = p + (t == KQ_Q5_K ? 48 : 16) + 32 * (j / 2);
         l = vandq_u8(shr_u8(vld1q_u8(q), 4 * (int)(j % 2)), nib);
         h = vandq_u8(shr_u8(vld1q_u8(q + 16), 4 * (int)(j % 2)), nib);
+        if (t == KQ_Q5_K) { /* bit j of qh[i]: element i's fifth bit */
+            const uint8x16_t one = vdupq_n_u8(1);
+            l = vorrq_u8(l, vshlq_n_u8(vandq_u8(shr_u8(vld1q_u8(p + 16), (int)j), one), 4));
+            h = vorrq_u8(h, vshlq_n_u8(vandq_u8(shr_u8(vld1q_u8(p + 32), (int)j), one), 4));
+        }
         off = 0;
     } else {
         const size_t hf = j / 4, e = j % 4;
@@ -451,6 +456,7 @@ void ix__mm_q8_0_neondot(const ix_matmul *mm, size_t n0, size_t n1) { ix__mm_q8_
 void ix__mm_q4_0_neondot(const ix_matmul *mm, size_t n0, size_t n1) { ix__mm_q4_0_neon(mm, n0, n1); }
 void ix__mm_q5_0_neondot(const ix_matmul *mm, size_t n0, size_t n1) { ix__mm_q5_0_neon(mm, n0, n1); }
 void ix__mm_q4_k_neondot(const ix_matmul *mm, size_t n0, size_t n1) { ix__mm_q4_k_neon(mm, n0, n1); }
+void ix__mm_q5_k_neondot(const ix_matmul *mm, size_t n0, size_t n1) { ix__mm_q5_k_neon(mm, n0, n1); }
 void ix__mm_q6_k_neondot(const ix_matmul *mm, size_t n0, size_t n1) { ix__mm_q6_k_neon(mm, n0, n1); }
 #endif
 

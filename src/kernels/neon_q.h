@@ -1,6 +1,6 @@
 /*
  * The quantized matmul tiles of neon.c (Q8_0 / Q4_0 rows and packed; Q5_0,
- * Q4_K and Q6_K rows through neon.c's block decoders), written once over the
+ * Q4_K, Q5_K and Q6_K rows through neon.c's block decoders), written once over the
  * int8 dot and included twice by it: with NQ_SDOT 0 for every ARMv8.0 core
  * (smull / smlal / sadalp) and with NQ_SDOT 1 inside a dotprod target region
  * (sdot), each time with NQ(name) giving the names their own suffix. Two
@@ -104,7 +104,9 @@ static inline __attribute__((always_inline)) int32x4_t NQ(reduce4)(const int32x4
 
 static inline __attribute__((always_inline)) void NQ(kq_run)(const ix__tile *a, kq_type t, int rx) {
     const size_t nb = a->k / IX__QK;
-    const size_t per = t == KQ_Q5_0 ? 1 : 8, bytes = t == KQ_Q5_0 ? 22 : t == KQ_Q4_K ? 144 : 210;
+    const size_t per = t == KQ_Q5_0 ? 1 : 8;
+    const size_t bytes = t == KQ_Q5_0 ? 22 : t == KQ_Q4_K ? 144 : t == KQ_Q5_K ? 176 : 210;
+    const bool k4 = t == KQ_Q4_K || t == KQ_Q5_K; /* 6-bit scales and mins per 32 */
     float32x4_t acc[NQ_RX];
     for (int i = 0; i < rx; i++) acc[i] = vdupq_n_f32(0.0f);
     uint8_t scm[NQ_RW][16]; /* Q4_K: per row, the super-block's scales and mins */
@@ -115,7 +117,7 @@ static inline __attribute__((always_inline)) void NQ(kq_run)(const ix__tile *a, 
         for (int r = 0; r < NQ_RW; r++) p[r] = a->w + (size_t)r * a->ws + b / per * bytes;
         if (t == KQ_Q5_0) dw = rows4_h(p, 0);
         if (j == 0 && t == KQ_Q6_K) dw = rows4_h(p, 208);
-        if (j == 0 && t == KQ_Q4_K) {
+        if (j == 0 && k4) {
             for (int r = 0; r < NQ_RW; r++) ix__k4_scales(p[r] + 4, scm[r]);
             dw = rows4_h(p, 0);
             dm = vnegq_f32(rows4_h(p, 2)); /* -dmin, exactly */
@@ -124,7 +126,7 @@ static inline __attribute__((always_inline)) void NQ(kq_run)(const ix__tile *a, 
         int32_t sc0[NQ_RW] = {0}, sc1[NQ_RW] = {0}, mn[NQ_RW] = {0};
         for (int r = 0; r < NQ_RW; r++) {
             kq_decode(t, p[r], j, &lo[r], &hi[r]);
-            if (t == KQ_Q4_K) sc0[r] = scm[r][j], mn[r] = scm[r][8 + j];
+            if (k4) sc0[r] = scm[r][j], mn[r] = scm[r][8 + j];
             if (t == KQ_Q6_K) sc0[r] = (int8_t)p[r][192 + 2 * j], sc1[r] = (int8_t)p[r][193 + 2 * j];
         }
         const int32x4_t vsc0 = vld1q_s32(sc0), vsc1 = vld1q_s32(sc1), vmn = vld1q_s32(mn);
@@ -145,10 +147,10 @@ static inline __attribute__((always_inline)) void NQ(kq_run)(const ix__tile *a, 
                 int32x4_t d[NQ_RW];
                 for (int r = 0; r < NQ_RW; r++) d[r] = NQ(dot16)(NQ(dot16)(vdupq_n_s32(0), lo[r], x0), hi[r], x1);
                 idot = NQ(reduce4)(d);
-                if (t == KQ_Q4_K) idot = vmulq_s32(vsc0, idot);
+                if (k4) idot = vmulq_s32(vsc0, idot);
             }
             acc[i] = vfmaq_f32(acc[i], vcvtq_f32_s32(idot), vmulq_n_f32(dw, xb->d));
-            if (t == KQ_Q4_K)
+            if (k4)
                 acc[i] = vfmaq_f32(acc[i], vcvtq_f32_s32(vmulq_n_s32(vmn, xb->s)), vmulq_n_f32(dm, xb->d));
         }
     }
@@ -162,11 +164,13 @@ static inline __attribute__((always_inline)) void NQ(kq_run)(const ix__tile *a, 
 #define NQ_KQ(T, R) static void NQ(kq_##T##_##R)(const ix__tile *a) { NQ(kq_run)(a, KQ_##T, R); }
 NQ_KQ(Q5_0, 1) NQ_KQ(Q5_0, 2) NQ_KQ(Q5_0, 3) NQ_KQ(Q5_0, 4)
 NQ_KQ(Q4_K, 1) NQ_KQ(Q4_K, 2) NQ_KQ(Q4_K, 3) NQ_KQ(Q4_K, 4)
+NQ_KQ(Q5_K, 1) NQ_KQ(Q5_K, 2) NQ_KQ(Q5_K, 3) NQ_KQ(Q5_K, 4)
 NQ_KQ(Q6_K, 1) NQ_KQ(Q6_K, 2) NQ_KQ(Q6_K, 3) NQ_KQ(Q6_K, 4)
 #undef NQ_KQ
-static const ix__tile_fn NQ(k_kqtiles)[3][NQ_RX] = {
+static const ix__tile_fn NQ(k_kqtiles)[4][NQ_RX] = {
     {NQ(kq_Q5_0_1), NQ(kq_Q5_0_2), NQ(kq_Q5_0_3), NQ(kq_Q5_0_4)},
     {NQ(kq_Q4_K_1), NQ(kq_Q4_K_2), NQ(kq_Q4_K_3), NQ(kq_Q4_K_4)},
+    {NQ(kq_Q5_K_1), NQ(kq_Q5_K_2), NQ(kq_Q5_K_3), NQ(kq_Q5_K_4)},
     {NQ(kq_Q6_K_1), NQ(kq_Q6_K_2), NQ(kq_Q6_K_3), NQ(kq_Q6_K_4)}};
 
 /* ---- packed layout (ix_kernels_pack) -----------------------------------------
@@ -327,6 +331,9 @@ void NQ_MM(q5_0, NQ_PATH)(const ix_matmul *mm, size_t n0, size_t n1) {
 }
 void NQ_MM(q4_k, NQ_PATH)(const ix_matmul *mm, size_t n0, size_t n1) {
     ix__matmul_tiles(mm, n0, n1, NQ(k_kqtiles)[KQ_Q4_K], NQ_RX, NQ_RW);
+}
+void NQ_MM(q5_k, NQ_PATH)(const ix_matmul *mm, size_t n0, size_t n1) {
+    ix__matmul_tiles(mm, n0, n1, NQ(k_kqtiles)[KQ_Q5_K], NQ_RX, NQ_RW);
 }
 void NQ_MM(q6_k, NQ_PATH)(const ix_matmul *mm, size_t n0, size_t n1) {
     ix__matmul_tiles(mm, n0, n1, NQ(k_kqtiles)[KQ_Q6_K], NQ_RX, NQ_RW);

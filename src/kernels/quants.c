@@ -659,7 +659,8 @@ static const ix__wtype k_wtypes[] = {
     Q_ROW(Q3_K, q3_k, false, IX__PACK_NONE, 0, NO_VECTOR_PATH),
     Q_ROW(Q4_K, q4_k, true, IX__PACK_NONE, 0, AVX2(q4_k) AVX512(ix__mm_q4_k_avx512bw, ix__mm_q4_k_avx512vnni)
               NEON(ix__mm_q4_k_neon, ix__mm_q4_k_neondot)),
-    Q_ROW(Q5_K, q5_k, true, IX__PACK_NONE, 0, NO_VECTOR_PATH),
+    Q_ROW(Q5_K, q5_k, true, IX__PACK_NONE, 0,
+          AVX2(q5_k) AVX512(ix__mm_q5_k_avx512bw, ix__mm_q5_k_avx512vnni) NEON(ix__mm_q5_k_neon, ix__mm_q5_k_neondot)),
     Q_ROW(Q6_K, q6_k, false, IX__PACK_NONE, 0, AVX2(q6_k) AVX512(ix__mm_q6_k_avx512bw, ix__mm_q6_k_avx512vnni)
               NEON(ix__mm_q6_k_neon, ix__mm_q6_k_neondot)),
     Q_ROW(IQ4_NL, iq4_nl, false, IX__PACK_NONE, 0, NO_VECTOR_PATH),
