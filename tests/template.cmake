@@ -1,0 +1,9 @@
+# Chat templates: the Jinja feature table, error and limit cases, the
+# conformance table of real model templates, the fuzz corpus replayed, and
+# (with -DINFERX_FUZZ=ON, clang) the libFuzzer target.
+if(TARGET ix_template)
+  pkg_check_modules(JANSSON_TPL REQUIRED IMPORTED_TARGET jansson)
+  # Renders a template file with a JSON context (tests/template_ref.py compares it with jinja2).
+  add_executable(template_render EXCLUDE_FROM_ALL ${CMAKE_CURRENT_LIST_DIR}/template_render.c)
+  target_link_libraries(template_render PRIVATE ix_template PkgConfig::JANSSON_TPL)
+endif()
