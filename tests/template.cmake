@@ -6,4 +6,9 @@ if(TARGET ix_template)
   # Renders a template file with a JSON context (tests/template_ref.py compares it with jinja2).
   add_executable(template_render EXCLUDE_FROM_ALL ${CMAKE_CURRENT_LIST_DIR}/template_render.c)
   target_link_libraries(template_render PRIVATE ix_template PkgConfig::JANSSON_TPL)
+
+  ix_add_test(test_template SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_template.c
+    LIBS ix_template PkgConfig::JANSSON_TPL Threads::Threads TIMEOUT 120)
+  ix_add_test(test_template_models SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_template_models.c
+    LIBS ix_template ix_gguf PkgConfig::JANSSON_TPL)
 endif()

@@ -8,6 +8,11 @@ order), to check inferx's template module against the reference.
   template_ref.py --diff RENDER_BIN CASES.json   compare inferx's
       template_render binary with jinja2 on a list of
       {"template": ..., "context": {...}} cases; prints the differences
+  template_ref.py --check DUMP.json   compare the expectations of the C
+      tests with jinja2: run `IX_TEMPLATE_DUMP=DUMP.json test_template` (and
+      test_template_models), which write their tables as {"name",
+      "template", "context", "want" (null: an error), "differs" (why
+      inferx differs on purpose, or null)} and skip the tests
 
 The context holds messages, tools, add_generation_prompt, bos_token,
 eos_token, now_unix_s (for strftime_now, UTC) and any other variables.
@@ -58,7 +63,29 @@ def render(template, context):
     return env.from_string(template).render(**ctx)
 
 
+def check(path):
+    bad = differs = 0
+    cases = json.load(open(path))
+    for case in cases:
+        try:
+            got = render(case["template"], case["context"])
+        except Exception as e:  # noqa: BLE001
+            got = None
+            err = type(e).__name__ + ": " + str(e)
+        if case.get("differs"):
+            differs += 1
+            continue
+        if got != case["want"]:
+            bad += 1
+            print(f"{case['name']}: {case['template']!r}\n  jinja2: {got if got is not None else err!r}\n  table:  {case['want']!r}")
+    print(f"{len(cases) - bad - differs}/{len(cases)} agree with jinja2 {jinja2.__version__}, "
+          f"{differs} differ on purpose, {bad} disagree")
+    return 1 if bad else 0
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--check":
+        return check(sys.argv[2])
     if len(sys.argv) == 4 and sys.argv[1] == "--diff":
         cases = json.load(open(sys.argv[3]))
         bad = 0

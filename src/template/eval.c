@@ -640,14 +640,12 @@ static bool arith(rctx *c, const tnode *at, int op, const tv *x, const tv *y, tv
             return true;
         }
     case OP_POW:
-        if (ints && b >= 0) {
+        if (ints && b >= 0) { /* by squaring; a square that overflows is needed by what remains */
             int64_t acc = 1, base = a;
-            for (int64_t e = b; e > 0; e >>= 1) {
+            for (int64_t e = b; e > 0;) {
                 if ((e & 1) && __builtin_mul_overflow(acc, base, &acc)) return overflow(c, at);
-                if (e > 1 && __builtin_mul_overflow(base, base, &base)) {
-                    if (base == 0 || acc == 0) break;
-                    return overflow(c, at);
-                }
+                e >>= 1;
+                if (e && __builtin_mul_overflow(base, base, &base)) return overflow(c, at);
             }
             *out = ix__tv_int(acc);
             return true;

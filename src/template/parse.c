@@ -468,7 +468,7 @@ static tnode *parse_filter_expr(parser *P, tnode *n) {
             next(P);
             n = parse_test(P, n);
         } else if (tok_op(cur(P), OP_LPAREN)) {
-            tnode *call = mk(P, N_CALL, cur(P)->pos);
+            tnode *call = mk(P, N_CALL, n->pos);
             next(P);
             if (!call) return NULL;
             call->a = n;
@@ -539,7 +539,7 @@ static tnode *parse_postfix(parser *P, tnode *n) {
                 return fail(P, cur(P)->pos, IX_ERR_UNSUPPORTED, "tuple subscripts are not supported");
             if (n && !expect_op(P, OP_RBRACKET, "']'")) return NULL;
         } else if (tok_op(t, OP_LPAREN)) {
-            tnode *call = mk(P, N_CALL, t->pos);
+            tnode *call = mk(P, N_CALL, n->pos);
             next(P);
             if (!call) return NULL;
             call->a = n;
@@ -893,7 +893,7 @@ static tnode *parse_body(parser *P, const char *const *ends, size_t n_ends, size
         tnode *s = NULL;
         if (t->kind == TK_EOF) {
             if (n_ends) {
-                fail(P, open_pos, IX_ERR_FORMAT, "this '%s' has no '{%% %s %%}'", open_name, ends[n_ends - 1]);
+                fail(P, open_pos, IX_ERR_FORMAT, "this '%s' has no '{%% end%s %%}'", open_name, open_name);
                 break;
             }
             P->depth--;
