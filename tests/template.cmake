@@ -11,4 +11,19 @@ if(TARGET ix_template)
     LIBS ix_template PkgConfig::JANSSON_TPL Threads::Threads TIMEOUT 120)
   ix_add_test(test_template_models SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_template_models.c
     LIBS ix_template ix_gguf PkgConfig::JANSSON_TPL)
+  ix_add_test(test_template_corpus
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_template_corpus.c ${CMAKE_CURRENT_LIST_DIR}/fuzz_template.c
+    LIBS ix_template PkgConfig::JANSSON_TPL)
+
+  if(INFERX_FUZZ) # the option and the compiler check are in gguf.cmake
+    set(_ix_tpl_fuzz_san "")
+    if(NOT INFERX_SANITIZE)
+      set(_ix_tpl_fuzz_san -fsanitize=address,undefined -fno-sanitize-recover=all)
+    endif()
+    target_compile_options(ix_template PRIVATE -fsanitize=fuzzer-no-link ${_ix_tpl_fuzz_san})
+    add_executable(fuzz_template ${CMAKE_CURRENT_LIST_DIR}/fuzz_template.c)
+    target_compile_options(fuzz_template PRIVATE -fsanitize=fuzzer ${_ix_tpl_fuzz_san})
+    target_link_options(fuzz_template PRIVATE -fsanitize=fuzzer ${_ix_tpl_fuzz_san})
+    target_link_libraries(fuzz_template PRIVATE ix_template PkgConfig::JANSSON_TPL)
+  endif()
 endif()

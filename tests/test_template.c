@@ -369,6 +369,29 @@ static const tpl_case k_features[] = {
     {NULL, "{{ [{'a': {'b': 1}}", NULL, NULL, IX_ERR_FORMAT, "unexpected end of template: this tag has no '}}'", NULL},
     {NULL, "{{ 10000000000 * 10000000000 }}", NULL, NULL, IX_ERR_RANGE, "integer overflow", "jinja2 renders '100000000000000000000'"},
     {NULL, "{% for i in range(3) %}{% set ns = namespace(v=i) %}{{ ns.v }}{% endfor %}", NULL, "012", IX_OK, NULL, NULL},
+    /* non-ASCII case mapping, round of ints, safe as a string, % on floats, % with a list */
+    {NULL, "{{ 'ÉtÉ ÿ µ straße'|lower }}", NULL, "été ÿ µ straße", IX_OK, NULL, NULL},
+    {NULL, "{{ 'été ÿ µ'|upper }}", NULL, "ÉTÉ Ÿ Μ", IX_OK, NULL, NULL},
+    {NULL, "{{ 'Ωμέγα ПРИВЕТ'|lower }}", NULL, "ωμέγα привет", IX_OK, NULL, NULL},
+    {NULL, "{{ 'привет мир'|title }}", NULL, "Привет Мир", IX_OK, NULL, NULL},
+    {NULL, "{{ 'ünï'.capitalize() }}", NULL, "Ünï", IX_OK, NULL, NULL},
+    {NULL, "{{ 'ÀB' is upper }}", NULL, "True", IX_OK, NULL, NULL},
+    {NULL, "{{ 'àb'.islower() }}", NULL, "True", IX_OK, NULL, NULL},
+    {NULL, "{{ '日本abc def'.title() }}", NULL, "日本Abc Def", IX_OK, NULL, NULL},
+    {NULL, "{{ 3|round }}", NULL, "3", IX_OK, NULL, NULL},
+    {NULL, "{{ 3|round(2) }}", NULL, "3", IX_OK, NULL, NULL},
+    {NULL, "{{ 2.5|round }} {{ 3.5|round }}", NULL, "2.0 4.0", IX_OK, NULL, NULL},
+    {NULL, "{{ (0|safe) ~ '' }}", NULL, "0", IX_OK, NULL, NULL},
+    {NULL, "{{ not 0|safe }}", NULL, "False", IX_OK, NULL, NULL},
+    {NULL, "{{ 1e3 is divisibleby 2 }}", NULL, "True", IX_OK, NULL, NULL},
+    {NULL, "{{ 2.0 is even }}", NULL, "True", IX_OK, NULL, NULL},
+    {NULL, "{{ -3 is odd }}", NULL, "True", IX_OK, NULL, NULL},
+    {NULL, "{{ 'x' % [1] }}", NULL, "x", IX_OK, NULL, NULL},
+    {NULL, "{{ '%s' % [1, 2] }}", NULL, "[1, 2]", IX_OK, NULL, NULL},
+    /* jinja2's select, reject, map, unique, items and reverse are lazy: their
+     * result prints as a generator object and is always true; here a list */
+    {NULL, "{{ l|select('odd') }}", NULL, "[3, 1]", IX_OK, NULL, "jinja2 prints a generator object"},
+    {NULL, "{{ not e|select }}", NULL, "True", IX_OK, NULL, "jinja2: a generator is true"},
 };
 
 static void test_features(void **state) {

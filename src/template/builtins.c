@@ -13,9 +13,6 @@
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-static bool is_num(const tv *v) { return v->kind == TV_INT || v->kind == TV_FLOAT || v->kind == TV_BOOL; }
-static bool is_int(const tv *v) { return v->kind == TV_INT || v->kind == TV_BOOL; }
-static int64_t int_of(const tv *v) { return v->kind == TV_INT ? v->u.i : v->kind == TV_BOOL ? v->u.b : 0; }
 static bool given(const tv *v) { return v->kind != TV_MISSING; }
 
 static bool type_error(rctx *c, const tnode *at, const char *what, const char *want, const tv *got) {
@@ -39,35 +36,37 @@ static bool need_str(rctx *c, const tnode *at, const char *what, const tv *v) {
     return v->kind == TV_STR || type_error(c, at, what, "a string", v);
 }
 
-static char ascii_upper(char ch) { return ch >= 'a' && ch <= 'z' ? (char)(ch - 32) : ch; }
-static char ascii_lower(char ch) { return ch >= 'A' && ch <= 'Z' ? (char)(ch + 32) : ch; }
 static bool ascii_alpha(char ch) { return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z'); }
 
 typedef enum { CASE_UPPER, CASE_LOWER, CASE_CAPITALIZE, CASE_TITLE_PY, CASE_TITLE_JINJA } case_op;
 
-/* A case-mapped copy of s (ASCII letters only). */
+static bool cased(uint32_t cp) { return ix__cp_upper(cp) != cp || ix__cp_lower(cp) != cp; }
+
+/* A case-mapped copy of s (the mappings of ix__cp_upper / ix__cp_lower). */
 static bool map_case(rctx *c, const tnode *at, const tv *s, case_op op, tv *out) {
-    char *o = ix__tpl_alloc(c, at, s->n + 1);
+    char *o = ix__tpl_alloc(c, at, 2 * s->n + 1); /* no mapping here grows a character by more */
     if (!o) return false;
-    bool prev_cased = false, word_start = true;
-    for (size_t i = 0; i < s->n; i++) {
-        char ch = s->u.s[i];
+    size_t k = 0;
+    bool prev_cased = false, word_start = true, first = true;
+    for (size_t i = 0; i < s->n;) {
+        uint32_t cp = ix__utf8_next(s->u.s, s->n, &i), m = cp;
         switch (op) {
-        case CASE_UPPER: o[i] = ascii_upper(ch); break;
-        case CASE_LOWER: o[i] = ascii_lower(ch); break;
-        case CASE_CAPITALIZE: o[i] = i == 0 ? ascii_upper(ch) : ascii_lower(ch); break;
-        case CASE_TITLE_PY: /* str.title(): a letter after a non-letter is upper */
-            o[i] = prev_cased ? ascii_lower(ch) : ascii_upper(ch);
-            prev_cased = ascii_alpha(ch) || ((unsigned char)ch >= 0x80);
+        case CASE_UPPER: m = ix__cp_upper(cp); break;
+        case CASE_LOWER: m = ix__cp_lower(cp); break;
+        case CASE_CAPITALIZE: m = first ? ix__cp_upper(cp) : ix__cp_lower(cp); break;
+        case CASE_TITLE_PY: /* str.title(): a cased letter after an uncased one is upper */
+            m = prev_cased ? ix__cp_lower(cp) : ix__cp_upper(cp);
+            prev_cased = cased(cp);
             break;
-        case CASE_TITLE_JINJA: /* the title filter: words start after spaces, '-', and opening brackets */
-            o[i] = word_start ? ascii_upper(ch) : ascii_lower(ch);
-            word_start = ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f' || ch == '\v' ||
-                         ch == '-' || ch == '(' || ch == '{' || ch == '[' || ch == '<';
+        case CASE_TITLE_JINJA: /* the title filter: words start after whitespace, '-', and opening brackets */
+            m = word_start ? ix__cp_upper(cp) : ix__cp_lower(cp);
+            word_start = ix__is_space(cp) || cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<';
             break;
         }
+        first = false;
+        k += ix__utf8_put(m, o + k);
     }
-    *out = ix__tv_str(o, s->n, ix__str_derived(s));
+    *out = ix__tv_str(o, k, ix__str_derived(s));
     return true;
 }
 
@@ -165,9 +164,9 @@ static bool f_abs(rctx *c, const tnode *at, const tv *x, const targs *a, tv *out
         *out = ix__tv_float(fabs(x->u.f));
         return true;
     }
-    if (!is_int(x)) return type_error(c, at, "abs", "a number", x);
-    if (int_of(x) == INT64_MIN) return ix__tpl_fail(c, at, IX_ERR_RANGE, "integer overflow");
-    *out = ix__tv_int(llabs(int_of(x)));
+    if (!ix__tv_is_int(x)) return type_error(c, at, "abs", "a number", x);
+    if (ix__tv_int_of(x) == INT64_MIN) return ix__tpl_fail(c, at, IX_ERR_RANGE, "integer overflow");
+    *out = ix__tv_int(llabs(ix__tv_int_of(x)));
     return true;
 }
 
@@ -200,7 +199,7 @@ static bool f_center(rctx *c, const tnode *at, const tv *x, const targs *a, tv *
     static const char *const k_names[] = {"width"};
     tv v[1], s;
     if (!BIND("center", k_names, v) || !str_of(c, at, x, &s)) return false;
-    int64_t width = given(&v[0]) ? int_of(&v[0]) : 80;
+    int64_t width = given(&v[0]) ? ix__tv_int_of(&v[0]) : 80;
     size_t len = ix__utf8_count(s.u.s, s.n);
     if (width <= 0 || (uint64_t)width <= len) {
         *out = s;
@@ -368,11 +367,11 @@ static bool f_int(rctx *c, const tnode *at, const tv *x, const targs *a, tv *out
     static const char *const k_names[] = {"default", "base"};
     tv v[2];
     if (!BIND("int", k_names, v)) return false;
-    int64_t base = given(&v[1]) ? int_of(&v[1]) : 10;
+    int64_t base = given(&v[1]) ? ix__tv_int_of(&v[1]) : 10;
     if (base < 2 || base > 36) base = 10;
     *out = given(&v[0]) ? v[0] : ix__tv_int(0);
-    if (is_int(x)) {
-        *out = ix__tv_int(int_of(x));
+    if (ix__tv_is_int(x)) {
+        *out = ix__tv_int(ix__tv_int_of(x));
     } else if (x->kind == TV_FLOAT) {
         if (isfinite(x->u.f) && fabs(x->u.f) < 9.2e18) *out = ix__tv_int((int64_t)x->u.f);
     } else if (x->kind == TV_STR) {
@@ -388,7 +387,7 @@ static bool f_float(rctx *c, const tnode *at, const tv *x, const targs *a, tv *o
     tv v[1];
     if (!BIND("float", k_names, v)) return false;
     *out = given(&v[0]) ? v[0] : ix__tv_float(0.0);
-    if (is_num(x)) *out = ix__tv_float(x->kind == TV_FLOAT ? x->u.f : (double)int_of(x));
+    if (ix__tv_is_num(x)) *out = ix__tv_float(x->kind == TV_FLOAT ? x->u.f : (double)ix__tv_int_of(x));
     else if (x->kind == TV_STR) parse_number(x, false, 10, out);
     return true;
 }
@@ -409,7 +408,7 @@ static bool f_indent(rctx *c, const tnode *at, const tv *x, const targs *a, tv *
     if (given(&v[0]) && v[0].kind == TV_STR) {
         ind = v[0];
     } else {
-        int64_t w = given(&v[0]) ? int_of(&v[0]) : 4;
+        int64_t w = given(&v[0]) ? ix__tv_int_of(&v[0]) : 4;
         if (w < 0) w = 0;
         if (w > (int64_t)sizeof spaces) return ix__tpl_fail(c, at, IX_ERR_RANGE, "indent: width %lld too large", (long long)w);
         memset(spaces, ' ', (size_t)w);
@@ -617,7 +616,7 @@ static bool f_replace(rctx *c, const tnode *at, const tv *x, const targs *a, tv 
     if (!given(&v[0]) || !given(&v[1])) return ix__tpl_fail(c, at, IX_ERR_TYPE, "replace needs old and new");
     tv o, nw;
     return str_of(c, at, &v[0], &o) && str_of(c, at, &v[1], &nw) &&
-           replace(c, at, &s, &o, &nw, given(&v[2]) && v[2].kind != TV_NONE ? int_of(&v[2]) : -1, out);
+           replace(c, at, &s, &o, &nw, given(&v[2]) && v[2].kind != TV_NONE ? ix__tv_int_of(&v[2]) : -1, out);
 }
 
 static bool reverse_str(rctx *c, const tnode *at, const tv *s, tv *out) {
@@ -651,11 +650,16 @@ static bool f_round(rctx *c, const tnode *at, const tv *x, const targs *a, tv *o
     static const char *const k_names[] = {"precision", "method"};
     tv v[2];
     if (!BIND("round", k_names, v)) return false;
-    if (!is_num(x)) return type_error(c, at, "round", "a number", x);
-    int64_t prec = given(&v[0]) ? int_of(&v[0]) : 0;
+    if (!ix__tv_is_num(x)) return type_error(c, at, "round", "a number", x);
+    int64_t prec = given(&v[0]) ? ix__tv_int_of(&v[0]) : 0;
     if (prec < -15 || prec > 15) prec = prec < 0 ? -15 : 15;
-    double f = x->kind == TV_FLOAT ? x->u.f : (double)int_of(x), scale = pow(10.0, (double)prec), r;
-    if (!given(&v[1]) || ix__str_is(&v[1], "common")) r = nearbyint(f * scale) / scale; /* Python rounds half to even */
+    bool common = !given(&v[1]) || ix__str_is(&v[1], "common");
+    if (common && x->kind != TV_FLOAT && prec >= 0) { /* Python's round(int, n) is that int */
+        *out = ix__tv_int(ix__tv_int_of(x));
+        return true;
+    }
+    double f = x->kind == TV_FLOAT ? x->u.f : (double)ix__tv_int_of(x), scale = pow(10.0, (double)prec), r;
+    if (common) r = nearbyint(f * scale) / scale; /* Python rounds half to even */
     else if (ix__str_is(&v[1], "ceil")) r = ceil(f * scale) / scale;
     else if (ix__str_is(&v[1], "floor")) r = floor(f * scale) / scale;
     else return ix__tpl_fail(c, at, IX_ERR_TYPE, "round: method must be 'common', 'ceil' or 'floor'");
@@ -664,9 +668,7 @@ static bool f_round(rctx *c, const tnode *at, const tv *x, const targs *a, tv *o
 }
 
 static bool f_safe(rctx *c, const tnode *at, const tv *x, const targs *a, tv *out) {
-    if (!no_args(c, at, "safe", a)) return false;
-    *out = *x;
-    return true;
+    return no_args(c, at, "safe", a) && str_of(c, at, x, out); /* Markup(x): a string */
 }
 
 static bool f_sort(rctx *c, const tnode *at, const tv *x, const targs *a, tv *out) {
@@ -712,8 +714,8 @@ static bool f_tojson(rctx *c, const tnode *at, const tv *x, const targs *a, tv *
         if (v[1].kind == TV_STR) {
             o.indent = v[1].u.s;
             o.indent_len = v[1].n;
-        } else if (is_int(&v[1])) {
-            int64_t w = int_of(&v[1]);
+        } else if (ix__tv_is_int(&v[1])) {
+            int64_t w = ix__tv_int_of(&v[1]);
             if (w > (int64_t)sizeof spaces) return ix__tpl_fail(c, at, IX_ERR_RANGE, "tojson: indent %lld too large", (long long)w);
             if (w < 0) w = 0;
             memset(spaces, ' ', (size_t)w);
@@ -846,7 +848,7 @@ SIMPLE_TEST(t_false, "false", x->kind == TV_BOOL && !x->u.b)
 SIMPLE_TEST(t_true, "true", x->kind == TV_BOOL && x->u.b)
 SIMPLE_TEST(t_float, "float", x->kind == TV_FLOAT)
 SIMPLE_TEST(t_integer, "integer", x->kind == TV_INT)
-SIMPLE_TEST(t_number, "number", is_num(x))
+SIMPLE_TEST(t_number, "number", ix__tv_is_num(x))
 SIMPLE_TEST(t_none, "none", x->kind == TV_NONE)
 SIMPLE_TEST(t_string, "string", x->kind == TV_STR)
 SIMPLE_TEST(t_mapping, "mapping", x->kind == TV_DICT)
@@ -857,35 +859,48 @@ SIMPLE_TEST(t_sequence, "sequence", x->kind == TV_STR || x->kind == TV_LIST || x
 static bool t_case(rctx *c, const tnode *at, const tv *x, const targs *a, bool *out, bool want_lower) {
     tv s;
     if (!no_args(c, at, want_lower ? "lower" : "upper", a) || !str_of(c, at, x, &s)) return false;
-    bool cased = false, ok = true;
-    for (size_t i = 0; i < s.n; i++) {
-        char ch = s.u.s[i];
-        if (!ascii_alpha(ch)) continue;
-        cased = true;
-        ok = ok && (want_lower ? ch >= 'a' : ch <= 'Z');
+    bool any = false, ok = true;
+    for (size_t i = 0; i < s.n && ok;) {
+        uint32_t cp = ix__utf8_next(s.u.s, s.n, &i);
+        if (!cased(cp)) continue;
+        any = true;
+        ok = want_lower ? ix__cp_lower(cp) == cp : ix__cp_upper(cp) == cp;
     }
-    *out = cased && ok;
+    *out = any && ok;
     return true;
 }
 static bool t_lower(rctx *c, const tnode *at, const tv *x, const targs *a, bool *out) { return t_case(c, at, x, a, out, true); }
 static bool t_upper(rctx *c, const tnode *at, const tv *x, const targs *a, bool *out) { return t_case(c, at, x, a, out, false); }
 
-static bool t_parity(rctx *c, const tnode *at, const tv *x, const targs *a, bool *out, bool odd) {
-    if (!no_args(c, at, odd ? "odd" : "even", a)) return false;
-    if (!is_int(x)) return type_error(c, at, odd ? "odd" : "even", "an integer", x);
-    *out = (int_of(x) % 2 != 0) == odd;
+/* x % m == r, with Python's modulo (floats too). */
+static bool py_mod_is(rctx *c, const tnode *at, const char *what, const tv *x, const tv *m, int64_t r, bool *out) {
+    if (!ix__tv_is_num(x) || !ix__tv_is_num(m)) return type_error(c, at, what, "numbers", ix__tv_is_num(x) ? m : x);
+    if (x->kind != TV_FLOAT && m->kind != TV_FLOAT) {
+        int64_t a = ix__tv_int_of(x), b = ix__tv_int_of(m);
+        if (b == 0) return ix__tpl_fail(c, at, IX_ERR_TYPE, "integer division or modulo by zero");
+        int64_t q = b == -1 ? 0 : a % b;
+        if (q != 0 && ((q < 0) != (b < 0))) q += b;
+        *out = q == r;
+        return true;
+    }
+    double a = ix__tv_float_of(x), b = ix__tv_float_of(m);
+    if (b == 0) return ix__tpl_fail(c, at, IX_ERR_TYPE, "float modulo");
+    double q = fmod(a, b);
+    if (q != 0 && ((q < 0) != (b < 0))) q += b;
+    *out = q == (double)r;
     return true;
+}
+
+static bool t_parity(rctx *c, const tnode *at, const tv *x, const targs *a, bool *out, bool odd) {
+    tv two = ix__tv_int(2);
+    return no_args(c, at, odd ? "odd" : "even", a) && py_mod_is(c, at, odd ? "odd" : "even", x, &two, odd, out);
 }
 static bool t_even(rctx *c, const tnode *at, const tv *x, const targs *a, bool *out) { return t_parity(c, at, x, a, out, false); }
 static bool t_odd(rctx *c, const tnode *at, const tv *x, const targs *a, bool *out) { return t_parity(c, at, x, a, out, true); }
 
 static bool t_divisibleby(rctx *c, const tnode *at, const tv *x, const targs *a, bool *out) {
     tv d;
-    if (!one_arg(c, at, "divisibleby", a, &d)) return false;
-    if (!is_int(x) || !is_int(&d)) return type_error(c, at, "divisibleby", "integers", is_int(x) ? &d : x);
-    if (int_of(&d) == 0) return ix__tpl_fail(c, at, IX_ERR_TYPE, "integer division or modulo by zero");
-    *out = int_of(&d) == -1 || int_of(x) % int_of(&d) == 0;
-    return true;
+    return one_arg(c, at, "divisibleby", a, &d) && py_mod_is(c, at, "divisibleby", x, &d, 0, out);
 }
 
 static bool t_cmp(rctx *c, const tnode *at, const tv *x, const targs *a, bool *out, const char *what, int want) {
@@ -1031,7 +1046,7 @@ static bool split(rctx *c, const tnode *at, const tv *s, const targs *a, bool fr
     static const char *const k_names[] = {"sep", "maxsplit"};
     tv v[2];
     if (!bind(c, at, from_right ? "rsplit" : "split", a, k_names, 2, v)) return false;
-    int64_t max = given(&v[1]) ? int_of(&v[1]) : -1;
+    int64_t max = given(&v[1]) ? ix__tv_int_of(&v[1]) : -1;
     parts p = {0};
     if (!given(&v[0]) || v[0].kind == TV_NONE) { /* runs of whitespace */
         size_t i = 0, n = s->n;
@@ -1179,7 +1194,7 @@ static bool m_replace(rctx *c, const tnode *at, const tv *s, const targs *a, tv 
     tv v[3];
     if (!bind(c, at, "replace", a, k_names, 3, v)) return false;
     if (!given(&v[0]) || !given(&v[1])) return ix__tpl_fail(c, at, IX_ERR_TYPE, "replace needs old and new");
-    return replace(c, at, s, &v[0], &v[1], given(&v[2]) ? int_of(&v[2]) : -1, out);
+    return replace(c, at, s, &v[0], &v[1], given(&v[2]) ? ix__tv_int_of(&v[2]) : -1, out);
 }
 
 /* str.find / rfind / count: in code points, as Python counts. */
@@ -1263,24 +1278,24 @@ static bool m_removesuffix(rctx *c, const tnode *at, const tv *s, const targs *a
 static bool classify(rctx *c, const tnode *at, const tv *s, const targs *a, tv *out, int cls) {
     static const char *const k_what[] = {"isdigit", "isalpha", "isalnum", "isspace", "islower", "isupper"};
     if (!no_args(c, at, k_what[cls], a)) return false;
-    bool ok = s->n > 0, cased = false;
+    bool ok = s->n > 0, any_cased = false;
     for (size_t i = 0; i < s->n && ok;) {
         uint32_t cp = ix__utf8_next(s->u.s, s->n, &i);
-        bool digit = cp >= '0' && cp <= '9', alpha = (cp < 0x80 && ascii_alpha((char)cp)) || cp >= 0xC0;
+        bool digit = cp >= '0' && cp <= '9', alpha = (cp < 0x80 && ascii_alpha((char)cp)) || (cp >= 0xC0 && cp != 0xD7 && cp != 0xF7);
         switch (cls) {
         case 0: ok = digit; break;
         case 1: ok = alpha; break;
         case 2: ok = digit || alpha; break;
         case 3: ok = ix__is_space(cp); break;
         default:
-            if (cp < 0x80 && ascii_alpha((char)cp)) {
-                cased = true;
-                ok = cls == 4 ? cp >= 'a' : cp <= 'Z';
+            if (cased(cp)) {
+                any_cased = true;
+                ok = cls == 4 ? ix__cp_lower(cp) == cp : ix__cp_upper(cp) == cp;
             }
             break;
         }
     }
-    *out = ix__tv_bool(ok && (cls < 4 || cased));
+    *out = ix__tv_bool(ok && (cls < 4 || any_cased));
     return true;
 }
 static bool m_isdigit(rctx *c, const tnode *at, const tv *s, const targs *a, tv *out) { return classify(c, at, s, a, out, 0); }
@@ -1372,14 +1387,14 @@ bool ix__tpl_call_method(rctx *c, const tnode *at, int id, const tv *self, const
 static bool g_range(rctx *c, const tnode *at, const targs *a, tv *out) {
     if (a->nkw || a->npos < 1 || a->npos > 3) return ix__tpl_fail(c, at, IX_ERR_TYPE, "range expects 1 to 3 integer arguments");
     for (size_t k = 0; k < a->npos; k++)
-        if (!is_int(&a->pos[k])) return type_error(c, at, "range", "integers", &a->pos[k]);
+        if (!ix__tv_is_int(&a->pos[k])) return type_error(c, at, "range", "integers", &a->pos[k]);
     int64_t start = 0, stop, stp = 1;
     if (a->npos == 1) {
-        stop = int_of(&a->pos[0]);
+        stop = ix__tv_int_of(&a->pos[0]);
     } else {
-        start = int_of(&a->pos[0]);
-        stop = int_of(&a->pos[1]);
-        if (a->npos == 3) stp = int_of(&a->pos[2]);
+        start = ix__tv_int_of(&a->pos[0]);
+        stop = ix__tv_int_of(&a->pos[1]);
+        if (a->npos == 3) stp = ix__tv_int_of(&a->pos[2]);
     }
     if (stp == 0) return ix__tpl_fail(c, at, IX_ERR_TYPE, "range() arg 3 must not be zero");
     double span = stp > 0 ? ((double)stop - (double)start) / (double)stp : ((double)start - (double)stop) / -(double)stp;

@@ -436,11 +436,6 @@ bool ix__tpl_iterate(rctx *c, const tnode *at, const tv *v, const tv **items, si
 
 /* ---- operators ---------------------------------------------------------------------------- */
 
-static bool is_num(const tv *v) { return v->kind == TV_INT || v->kind == TV_FLOAT || v->kind == TV_BOOL; }
-static double num_f(const tv *v) {
-    return v->kind == TV_FLOAT ? v->u.f : v->kind == TV_INT ? (double)v->u.i : (double)v->u.b;
-}
-static int64_t num_i(const tv *v) { return v->kind == TV_INT ? v->u.i : (int64_t)v->u.b; }
 
 static const char *op_name(int op) {
     switch (op) {
@@ -477,13 +472,13 @@ static bool concat_lists(rctx *c, const tnode *at, const tv *x, const tv *y, tv 
 }
 
 bool ix__tpl_add(rctx *c, const tnode *at, const tv *x, const tv *y, tv *out) {
-    if (is_num(x) && is_num(y)) {
+    if (ix__tv_is_num(x) && ix__tv_is_num(y)) {
         if (x->kind == TV_FLOAT || y->kind == TV_FLOAT) {
-            *out = ix__tv_float(num_f(x) + num_f(y));
+            *out = ix__tv_float(ix__tv_float_of(x) + ix__tv_float_of(y));
             return true;
         }
         int64_t r;
-        if (__builtin_add_overflow(num_i(x), num_i(y), &r)) return overflow(c, at);
+        if (__builtin_add_overflow(ix__tv_int_of(x), ix__tv_int_of(y), &r)) return overflow(c, at);
         *out = ix__tv_int(r);
         return true;
     }
@@ -531,6 +526,9 @@ static bool repeat(rctx *c, const tnode *at, const tv *s, int64_t k, tv *out) {
 bool ix__tpl_percent(rctx *c, const tnode *at, const tv *fmt, const tv *args, tv *out) {
     const tv *items = args;
     size_t n = 1, used = 0;
+    /* Python: a tuple is the arguments; a list or dict is one argument that
+     * also counts as a mapping, so leftovers are no error */
+    bool mapping = args->kind == TV_DICT || args->kind == TV_UNDEF || (args->kind == TV_LIST && !(args->flag & TL_TUPLE));
     if (args->kind == TV_LIST && (args->flag & TL_TUPLE)) {
         items = args->u.items;
         n = args->n;
@@ -564,12 +562,12 @@ bool ix__tpl_percent(rctx *c, const tnode *at, const tv *fmt, const tv *args, tv
         } else if (conv == 's') {
             ok = ix__tv_put_str(c, at, &b, v);
         } else {
-            if (!is_num(v)) {
+            if (!ix__tv_is_num(v)) {
                 ix__buf_free(&b);
                 return ix__tpl_fail(c, at, IX_ERR_TYPE, "%%%c format: a real number is required, not %s", conv,
                                     ix__tv_type(v));
             }
-            tv iv = ix__tv_int(v->kind == TV_FLOAT ? (int64_t)v->u.f : num_i(v));
+            tv iv = ix__tv_int(v->kind == TV_FLOAT ? (int64_t)v->u.f : ix__tv_int_of(v));
             ok = ix__tv_put_str(c, at, &b, &iv);
         }
         if (!ok) {
@@ -577,7 +575,7 @@ bool ix__tpl_percent(rctx *c, const tnode *at, const tv *fmt, const tv *args, tv
             return false;
         }
     }
-    if (b.fail == IX_OK && used < n) {
+    if (b.fail == IX_OK && used < n && !mapping) {
         ix__buf_free(&b);
         return ix__tpl_fail(c, at, IX_ERR_TYPE, "not all arguments converted during string formatting");
     }
@@ -593,15 +591,15 @@ static bool arith(rctx *c, const tnode *at, int op, const tv *x, const tv *y, tv
     if (op == OP_ADD) return ix__tpl_add(c, at, x, y, out);
     if (op == OP_MUL) {
         if ((x->kind == TV_STR || x->kind == TV_LIST) && (y->kind == TV_INT || y->kind == TV_BOOL))
-            return repeat(c, at, x, num_i(y), out);
+            return repeat(c, at, x, ix__tv_int_of(y), out);
         if ((y->kind == TV_STR || y->kind == TV_LIST) && (x->kind == TV_INT || x->kind == TV_BOOL))
-            return repeat(c, at, y, num_i(x), out);
+            return repeat(c, at, y, ix__tv_int_of(x), out);
     }
     if (op == OP_MOD && x->kind == TV_STR) return ix__tpl_percent(c, at, x, y, out);
-    if (!is_num(x) || !is_num(y)) return fail_operands(c, at, op, x, y);
+    if (!ix__tv_is_num(x) || !ix__tv_is_num(y)) return fail_operands(c, at, op, x, y);
     bool ints = x->kind != TV_FLOAT && y->kind != TV_FLOAT;
-    int64_t a = num_i(x), b = num_i(y), r;
-    double fa = num_f(x), fb = num_f(y);
+    int64_t a = ints ? ix__tv_int_of(x) : 0, b = ints ? ix__tv_int_of(y) : 0, r;
+    double fa = ix__tv_float_of(x), fb = ix__tv_float_of(y);
     switch (op) {
     case OP_SUB:
         if (!ints) break;
@@ -931,7 +929,7 @@ static bool eval_inner(rctx *c, const tnode *n, tframe *f, tv *out) {
     case N_NEG:
     case N_POS:
         if (!eval(c, n->a, f, &x)) return false;
-        if (!is_num(&x)) {
+        if (!ix__tv_is_num(&x)) {
             if (x.kind == TV_UNDEF) return fail_undef(c, n, &x);
             return ix__tpl_fail(c, n, IX_ERR_TYPE, "bad operand type for unary %c: '%s'", n->kind == N_NEG ? '-' : '+',
                                 ix__tv_type(&x));
@@ -939,7 +937,7 @@ static bool eval_inner(rctx *c, const tnode *n, tframe *f, tv *out) {
         if (x.kind == TV_FLOAT) {
             *out = ix__tv_float(n->kind == N_NEG ? -x.u.f : x.u.f);
         } else {
-            int64_t i = num_i(&x);
+            int64_t i = ix__tv_int_of(&x);
             if (n->kind == N_NEG && i == INT64_MIN) return overflow(c, n);
             *out = ix__tv_int(n->kind == N_NEG ? -i : i);
         }

@@ -164,6 +164,16 @@ static inline tv ix__tv_dict(tdict *d) {
     return v;
 }
 static inline tv ix__tv_missing(void) { return (tv){.kind = TV_MISSING}; }
+
+/* Numbers as Python sees them: bool is an int. */
+static inline bool ix__tv_is_num(const tv *v) { return v->kind == TV_INT || v->kind == TV_FLOAT || v->kind == TV_BOOL; }
+static inline bool ix__tv_is_int(const tv *v) { return v->kind == TV_INT || v->kind == TV_BOOL; }
+static inline int64_t ix__tv_int_of(const tv *v) {
+    return v->kind == TV_INT ? v->u.i : v->kind == TV_BOOL ? (int64_t)v->u.b : 0;
+}
+static inline double ix__tv_float_of(const tv *v) {
+    return v->kind == TV_FLOAT ? v->u.f : (double)ix__tv_int_of(v);
+}
 #define IX_TV_STRLIT(lit) ix__tv_str(lit, sizeof(lit) - 1, TS_CLEAN)
 
 /* ---- the string builder -------------------------------------------------------
@@ -411,6 +421,10 @@ uint32_t ix__utf8_prev(const char *s, size_t *i);
 size_t ix__utf8_put(uint32_t cp, char *out); /* 1-4 bytes */
 size_t ix__utf8_count(const char *s, size_t n);
 bool ix__is_space(uint32_t cp); /* Python's str.isspace() */
+/* Simple case mapping of Latin-1, Latin Extended-A, Greek, Cyrillic and
+ * fullwidth Latin (Python maps all of Unicode, and ß to "SS"). */
+uint32_t ix__cp_upper(uint32_t cp);
+uint32_t ix__cp_lower(uint32_t cp);
 
 /* ---- builtins (builtins.c) ---------------------------------------------------------- */
 typedef bool (*tfilter_fn)(rctx *c, const tnode *at, const tv *x, const targs *a, tv *out);

@@ -340,6 +340,41 @@ bool ix__is_space(uint32_t cp) {
            cp == 0x3000;
 }
 
+uint32_t ix__cp_upper(uint32_t cp) {
+    if (cp < 0x80) return cp >= 'a' && cp <= 'z' ? cp - 32 : cp;
+    if ((cp >= 0xE0 && cp <= 0xFE && cp != 0xF7) || (cp >= 0x3B1 && cp <= 0x3CB && cp != 0x3C2) ||
+        (cp >= 0x430 && cp <= 0x44F) || (cp >= 0xFF41 && cp <= 0xFF5A))
+        return cp - 0x20;
+    if (cp >= 0x450 && cp <= 0x45F) return cp - 0x50;
+    if (cp == 0xFF) return 0x178;
+    if (cp == 0xB5) return 0x39C;
+    if (cp == 0x3C2) return 0x3A3;
+    if (cp == 0x3AC) return 0x386;
+    if (cp >= 0x3AD && cp <= 0x3AF) return cp - 0x25;
+    if (cp == 0x3CC) return 0x38C;
+    if (cp == 0x3CD || cp == 0x3CE) return cp - 0x3F;
+    if (cp == 0x131) return 'I';
+    if ((cp >= 0x100 && cp <= 0x137) || (cp >= 0x14A && cp <= 0x177)) return cp & ~1u;
+    if ((cp >= 0x139 && cp <= 0x148) || (cp >= 0x179 && cp <= 0x17E)) return cp & 1 ? cp : cp - 1;
+    return cp;
+}
+
+uint32_t ix__cp_lower(uint32_t cp) {
+    if (cp < 0x80) return cp >= 'A' && cp <= 'Z' ? cp + 32 : cp;
+    if ((cp >= 0xC0 && cp <= 0xDE && cp != 0xD7) || (cp >= 0x391 && cp <= 0x3AB && cp != 0x3A2) ||
+        (cp >= 0x410 && cp <= 0x42F) || (cp >= 0xFF21 && cp <= 0xFF3A))
+        return cp + 0x20;
+    if (cp >= 0x400 && cp <= 0x40F) return cp + 0x50;
+    if (cp == 0x178) return 0xFF;
+    if (cp == 0x386) return 0x3AC;
+    if (cp >= 0x388 && cp <= 0x38A) return cp + 0x25;
+    if (cp == 0x38C) return 0x3CC;
+    if (cp == 0x38E || cp == 0x38F) return cp + 0x3F;
+    if ((cp >= 0x100 && cp <= 0x137) || (cp >= 0x14A && cp <= 0x177)) return cp | 1;
+    if ((cp >= 0x139 && cp <= 0x148) || (cp >= 0x179 && cp <= 0x17E)) return cp & 1 ? cp + 1 : cp;
+    return cp;
+}
+
 /* ---- basic properties ------------------------------------------------------------------------- */
 
 bool ix__tv_truthy(const tv *v) {
@@ -378,20 +413,15 @@ const char *ix__tv_type(const tv *v) {
     return "?";
 }
 
-static bool is_num(const tv *v) { return v->kind == TV_INT || v->kind == TV_FLOAT || v->kind == TV_BOOL; }
-static double num_f(const tv *v) {
-    return v->kind == TV_FLOAT ? v->u.f : v->kind == TV_INT ? (double)v->u.i : (double)v->u.b;
-}
-static int64_t num_i(const tv *v) { return v->kind == TV_INT ? v->u.i : (int64_t)v->u.b; }
 
 static bool key_eq(const tv *a, const tv *b) {
     return a->kind == TV_STR && b->kind == TV_STR && a->n == b->n && memcmp(a->u.s, b->u.s, a->n) == 0;
 }
 
 int ix__tv_eq(rctx *c, const tnode *at, const tv *a, const tv *b) {
-    if (is_num(a) && is_num(b)) {
-        if (a->kind != TV_FLOAT && b->kind != TV_FLOAT) return num_i(a) == num_i(b);
-        return num_f(a) == num_f(b);
+    if (ix__tv_is_num(a) && ix__tv_is_num(b)) {
+        if (a->kind != TV_FLOAT && b->kind != TV_FLOAT) return ix__tv_int_of(a) == ix__tv_int_of(b);
+        return ix__tv_float_of(a) == ix__tv_float_of(b);
     }
     if (a->kind != b->kind) return 0;
     switch ((tkind)a->kind) {
@@ -440,12 +470,12 @@ static int fold_cmp(const tv *a, const tv *b) {
 }
 
 bool ix__tv_cmp(rctx *c, const tnode *at, const tv *a, const tv *b, bool fold, int *res) {
-    if (is_num(a) && is_num(b)) {
+    if (ix__tv_is_num(a) && ix__tv_is_num(b)) {
         if (a->kind != TV_FLOAT && b->kind != TV_FLOAT) {
-            int64_t x = num_i(a), y = num_i(b);
+            int64_t x = ix__tv_int_of(a), y = ix__tv_int_of(b);
             *res = x < y ? -1 : x > y;
         } else {
-            double x = num_f(a), y = num_f(b);
+            double x = ix__tv_float_of(a), y = ix__tv_float_of(b);
             *res = x < y ? -1 : x > y;
         }
         return true;
@@ -460,7 +490,7 @@ bool ix__tv_cmp(rctx *c, const tnode *at, const tv *a, const tv *b, bool fold, i
         *res = r ? (r < 0 ? -1 : 1) : a->n < b->n ? -1 : a->n > b->n;
         return true;
     }
-    if (a->kind == TV_LIST && b->kind == TV_LIST) {
+    if (a->kind == TV_LIST && b->kind == TV_LIST && (a->flag & TL_TUPLE) == (b->flag & TL_TUPLE)) {
         if (!ix__tpl_enter(c, at)) return false;
         size_t n = a->n < b->n ? a->n : b->n;
         for (size_t k = 0; k < n; k++) {
