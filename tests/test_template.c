@@ -553,6 +553,11 @@ static void test_limits(void **state) {
         /* recursion that branches: 2^25 calls */
         {"{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(25) }}",
          IX_ERR_RANGE, "max_steps"},
+        /* scans that cost more than a step: a 1 MB substring search per iteration */
+        {"{% set s = 'x' * 1000000 %}{% for i in range(100000) %}{{ 'y' in s }}{% endfor %}", IX_ERR_RANGE, "max_steps"},
+        {"{% set l = range(100000)|list %}{% for i in range(100000) %}{{ -1 in l }}{% endfor %}", IX_ERR_RANGE,
+         "max_steps"},
+        {"{{ range(100000)|unique|list|length }}", IX_ERR_RANGE, "max_steps"},
         /* a flat loop whose body is long: steps, not iterations */
         {"{% for i in range(100000) %}{{ (i + i + i + i + i + i + i + i) + (i + i + i + i + i + i + i + i) + "
          "(i + i + i + i + i + i + i + i) + (i + i + i + i + i + i + i + i) }}{% endfor %}",
@@ -570,6 +575,26 @@ static void test_limits(void **state) {
         printf("  %-60.60s %8.1f ms  %s\n", k_cases[k].tmpl, ms, err.msg);
         ix_template_result_free(&r);
     }
+    /* many names: symbols are hashed, lookups in a big scope are charged */
+    enum { NAMES = 40000 };
+    char *big = malloc(NAMES * 24 + 128);
+    assert_non_null(big);
+    size_t o = 0;
+    for (int i = 0; i < NAMES; i++) o += (size_t)sprintf(big + o, "{%% set v%d = %d %%}", i, i);
+    o += (size_t)sprintf(big + o, "{%% for i in range(100000) %%}{{ v0 }}{%% endfor %%}");
+    ix_template_result r;
+    ix_errbuf err = {{0}};
+    uint64_t t0 = ix_time_ns();
+    json_t *m = json_array();
+    ix_template_vars v = {.messages = m};
+    ix_status st = ix_template_apply(big, o, &v, &p, &r, &err);
+    double ms = (double)(ix_time_ns() - t0) / 1e6;
+    printf("  %d names set, then looked up 100000 times %8.1f ms  %s\n", NAMES, ms, err.msg);
+    assert_int_equal(st, IX_ERR_RANGE);
+    assert_non_null(strstr(err.msg, "max_steps"));
+    ix_template_result_free(&r);
+    json_decref(m);
+    free(big);
 }
 
 /* Nesting is refused when the template is parsed: no deep recursion at render time. */

@@ -217,7 +217,7 @@ static bool f_center(rctx *c, const tnode *at, const tv *x, const targs *a, tv *
 
 static bool length_of(rctx *c, const tnode *at, const tv *x, int64_t *n) {
     switch ((tkind)x->kind) {
-    case TV_STR: *n = (int64_t)ix__utf8_count(x->u.s, x->n); return true;
+    case TV_STR: *n = (int64_t)ix__utf8_count(x->u.s, x->n); return ix__tpl_cost(c, at, x->n >> 8);
     case TV_LIST: *n = (int64_t)x->n; return true;
     case TV_DICT:
     case TV_NS: *n = (int64_t)x->u.d->n; return true;
@@ -579,6 +579,7 @@ static bool replace(rctx *c, const tnode *at, const tv *s, const tv *old, const 
         *out = *s;
         return true;
     }
+    if (!ix__tpl_cost(c, at, s->n >> 8)) return false;
     tbuf b;
     ix__buf_init(&b, &c->ar, SIZE_MAX);
     bool data = s->flag != TS_CLEAN || new->flag != TS_CLEAN;
@@ -764,6 +765,7 @@ static bool f_unique(rctx *c, const tnode *at, const tv *x, const targs *a, tv *
         if (!sort_key(&s, &items[k], &key)) return false;
         if (s.fold && key.kind == TV_STR && !map_case(c, at, &key, CASE_LOWER, &key)) return false;
         bool seen = false;
+        if (!ix__tpl_cost(c, at, m)) return false; /* quadratic: every earlier key */
         for (size_t j = 0; j < m && !seen; j++) {
             int eq = ix__tv_eq(c, at, &keys[j], &key);
             if (eq < 0) return false;
@@ -957,6 +959,7 @@ static bool t_in(rctx *c, const tnode *at, const tv *x, const targs *a, bool *ou
     size_t n;
     if (!iterate(c, at, &seq, &items, &n)) return false;
     *out = false;
+    if (!ix__tpl_cost(c, at, n)) return false;
     for (size_t k = 0; k < n && !*out; k++) {
         int eq = ix__tv_eq(c, at, &items[k], x);
         if (eq < 0) return false;
@@ -1048,6 +1051,7 @@ static bool split(rctx *c, const tnode *at, const tv *s, const targs *a, bool fr
     if (!bind(c, at, from_right ? "rsplit" : "split", a, k_names, 2, v)) return false;
     int64_t max = given(&v[1]) ? ix__tv_int_of(&v[1]) : -1;
     parts p = {0};
+    if (!ix__tpl_cost(c, at, s->n >> 8)) return false;
     if (!given(&v[0]) || v[0].kind == TV_NONE) { /* runs of whitespace */
         size_t i = 0, n = s->n;
         if (!from_right) {
@@ -1205,6 +1209,7 @@ static bool search(rctx *c, const tnode *at, const tv *s, const targs *a, tv *ou
     if (!bind(c, at, what, a, k_names, 1, v)) return false;
     if (!need_str(c, at, what, &v[0])) return false;
     const tv *sub = &v[0];
+    if (!ix__tpl_cost(c, at, s->n >> 8)) return false;
     if (mode == 2) {
         int64_t k = 0;
         if (!sub->n) {
@@ -1331,7 +1336,7 @@ static bool m_values(rctx *c, const tnode *at, const tv *d, const targs *a, tv *
 
 static bool m_list_index(rctx *c, const tnode *at, const tv *l, const targs *a, tv *out, bool count) {
     tv x;
-    if (!one_arg(c, at, count ? "count" : "index", a, &x)) return false;
+    if (!one_arg(c, at, count ? "count" : "index", a, &x) || !ix__tpl_cost(c, at, l->n)) return false;
     int64_t hits = 0;
     for (size_t k = 0; k < l->n; k++) {
         int eq = ix__tv_eq(c, at, &l->u.items[k], &x);
@@ -1352,26 +1357,28 @@ static bool m_lcount(rctx *c, const tnode *at, const tv *l, const targs *a, tv *
 typedef struct method_def {
     tkind kind;
     const char *name;
+    size_t len; /* looked up at every call: no strlen there */
     tmethod_fn fn;
 } method_def;
+#define M(kind, name, fn) {kind, name, sizeof(name) - 1, fn}
 
 static const method_def k_methods[] = {
-    {TV_STR, "strip", m_strip},           {TV_STR, "lstrip", m_lstrip},         {TV_STR, "rstrip", m_rstrip},
-    {TV_STR, "split", m_split},           {TV_STR, "rsplit", m_rsplit},         {TV_STR, "splitlines", m_splitlines},
-    {TV_STR, "startswith", m_startswith}, {TV_STR, "endswith", m_endswith},     {TV_STR, "upper", m_upper},
-    {TV_STR, "lower", m_lower},           {TV_STR, "title", m_title},           {TV_STR, "capitalize", m_capitalize},
-    {TV_STR, "replace", m_replace},       {TV_STR, "find", m_find},             {TV_STR, "rfind", m_rfind},
-    {TV_STR, "count", m_count},           {TV_STR, "join", m_join},             {TV_STR, "removeprefix", m_removeprefix},
-    {TV_STR, "removesuffix", m_removesuffix}, {TV_STR, "isdigit", m_isdigit},   {TV_STR, "isalpha", m_isalpha},
-    {TV_STR, "isalnum", m_isalnum},       {TV_STR, "isspace", m_isspace},       {TV_STR, "islower", m_islower},
-    {TV_STR, "isupper", m_isupper},       {TV_DICT, "get", m_get},              {TV_DICT, "items", m_items},
-    {TV_DICT, "keys", m_keys},            {TV_DICT, "values", m_values},        {TV_LIST, "index", m_lindex},
-    {TV_LIST, "count", m_lcount},
+    M(TV_STR, "strip", m_strip),           M(TV_STR, "lstrip", m_lstrip),         M(TV_STR, "rstrip", m_rstrip),
+    M(TV_STR, "split", m_split),           M(TV_STR, "rsplit", m_rsplit),         M(TV_STR, "splitlines", m_splitlines),
+    M(TV_STR, "startswith", m_startswith), M(TV_STR, "endswith", m_endswith),     M(TV_STR, "upper", m_upper),
+    M(TV_STR, "lower", m_lower),           M(TV_STR, "title", m_title),           M(TV_STR, "capitalize", m_capitalize),
+    M(TV_STR, "replace", m_replace),       M(TV_STR, "find", m_find),             M(TV_STR, "rfind", m_rfind),
+    M(TV_STR, "count", m_count),           M(TV_STR, "join", m_join),             M(TV_STR, "removeprefix", m_removeprefix),
+    M(TV_STR, "removesuffix", m_removesuffix), M(TV_STR, "isdigit", m_isdigit),   M(TV_STR, "isalpha", m_isalpha),
+    M(TV_STR, "isalnum", m_isalnum),       M(TV_STR, "isspace", m_isspace),       M(TV_STR, "islower", m_islower),
+    M(TV_STR, "isupper", m_isupper),       M(TV_DICT, "get", m_get),              M(TV_DICT, "items", m_items),
+    M(TV_DICT, "keys", m_keys),            M(TV_DICT, "values", m_values),        M(TV_LIST, "index", m_lindex),
+    M(TV_LIST, "count", m_lcount),
 };
 
 int ix__tpl_method_find(tkind kind, const char *name, size_t len) {
     for (size_t k = 0; k < IX_ARRAY_LEN(k_methods); k++)
-        if (k_methods[k].kind == kind && strlen(k_methods[k].name) == len && !memcmp(k_methods[k].name, name, len))
+        if (k_methods[k].kind == kind && k_methods[k].len == len && !memcmp(k_methods[k].name, name, len))
             return (int)k;
     return -1;
 }

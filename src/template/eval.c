@@ -84,6 +84,14 @@ bool ix__tpl_enter(rctx *c, const tnode *at) {
     return true;
 }
 
+bool ix__tpl_cost(rctx *c, const tnode *at, uint64_t units) {
+    c->steps += units;
+    if (c->steps > c->p->max_steps)
+        return ix__tpl_fail(c, at, IX_ERR_RANGE, "the render took more than max_steps (%llu)",
+                            (unsigned long long)c->p->max_steps);
+    return c->st == IX_OK;
+}
+
 static bool step(rctx *c, const tnode *at) {
     if (++c->steps > c->p->max_steps)
         return ix__tpl_fail(c, at, IX_ERR_RANGE, "the render took more than max_steps (%llu)",
@@ -131,14 +139,23 @@ static tframe *frame_new(rctx *c, tframe *parent) {
     return f;
 }
 
-static const tv *frame_lookup(const tframe *f, uint32_t sym) {
-    for (; f; f = f->parent)
+static const tv *frame_lookup(rctx *c, const tframe *f, uint32_t sym) {
+    uint64_t scanned = 0;
+    const tv *hit = NULL;
+    for (; f && !hit; f = f->parent) {
         for (uint32_t k = f->n; k-- > 0;)
-            if (f->v[k].sym == sym) return &f->v[k].v;
-    return NULL;
+            if (f->v[k].sym == sym) {
+                hit = &f->v[k].v;
+                break;
+            }
+        scanned += f->n;
+    }
+    c->steps += scanned >> 4; /* a template with thousands of variables pays for its lookups */
+    return hit;
 }
 
 static bool frame_set(rctx *c, const tnode *at, tframe *f, uint32_t sym, const tv *v) {
+    c->steps += f->n >> 4;
     for (uint32_t k = 0; k < f->n; k++)
         if (f->v[k].sym == sym) {
             f->v[k].v = *v;
@@ -156,12 +173,6 @@ static bool frame_set(rctx *c, const tnode *at, tframe *f, uint32_t sym, const t
     f->v[f->n].v = *v;
     f->n++;
     return true;
-}
-
-static uint32_t find_sym(const ix_template *t, const char *name, size_t len) {
-    for (uint32_t k = 0; k < t->nsyms; k++)
-        if (t->syms[k].n == len && memcmp(t->syms[k].p, name, len) == 0) return k;
-    return UINT32_MAX;
 }
 
 /* ---- arguments --------------------------------------------------------------------- */
@@ -231,11 +242,13 @@ bool ix__tpl_getattr(rctx *c, const tnode *at, const tv *obj, const char *name, 
     case TV_LIST: {
         int id = ix__tpl_method_find((tkind)obj->kind, name, len);
         if (id >= 0) return bind_method(c, at, id, obj, out);
+        if (obj->kind == TV_DICT) c->steps += obj->u.d->n >> 4;
         const tv *v = obj->kind == TV_DICT ? ix__dict_get_str(obj->u.d, name, len) : NULL;
         *out = v ? *v : ix__tv_undef(at);
         return true;
     }
     case TV_NS: {
+        c->steps += obj->u.d->n >> 4;
         const tv *v = ix__dict_get_str(obj->u.d, name, len);
         *out = v ? *v : ix__tv_undef(at);
         return true;
@@ -264,6 +277,7 @@ bool ix__tpl_getitem(rctx *c, const tnode *at, const tv *obj, const tv *key, tv 
     *out = ix__tv_undef(at);
     switch ((tkind)obj->kind) {
     case TV_DICT: {
+        c->steps += obj->u.d->n >> 4;
         const tv *v = ix__dict_get(c, at, obj->u.d, key);
         if (v) {
             *out = *v;
@@ -282,6 +296,7 @@ bool ix__tpl_getitem(rctx *c, const tnode *at, const tv *obj, const tv *key, tv 
     case TV_STR:
         if (key->kind == TV_INT || key->kind == TV_BOOL) {
             size_t i;
+            c->steps += obj->n >> 8; /* counting code points */
             if (!seq_index(key->kind == TV_INT ? key->u.i : key->u.b, ix__utf8_count(obj->u.s, obj->n), &i)) return true;
             size_t off = cp_offset(obj, i), end = off;
             ix__utf8_next(obj->u.s, obj->n, &end);
@@ -373,6 +388,7 @@ static bool do_slice(rctx *c, const tnode *at, const tv *obj, const tv *b, const
         return true;
     }
     if (obj->kind != TV_STR) return true;
+    c->steps += obj->n >> 8;
     size_t ncp = ix__utf8_count(obj->u.s, obj->n);
     if (!slice_indices(c, at, ncp, b, e, s, &x)) return false;
     if (x.step == 1) {
@@ -666,8 +682,9 @@ static bool contains(rctx *c, const tnode *at, const tv *container, const tv *it
             return ix__tpl_fail(c, at, IX_ERR_TYPE, "'in <string>' requires string as left operand, not %s",
                                 ix__tv_type(item));
         *res = !item->n || (item->n <= container->n && memmem(container->u.s, container->n, item->u.s, item->n));
-        return true;
+        return ix__tpl_cost(c, at, container->n >> 8);
     case TV_LIST:
+        c->steps += container->n;
         for (size_t k = 0; k < container->n; k++) {
             int eq = ix__tv_eq(c, at, &container->u.items[k], item);
             if (eq < 0) return false;
@@ -677,7 +694,9 @@ static bool contains(rctx *c, const tnode *at, const tv *container, const tv *it
             }
         }
         return true;
-    case TV_DICT: *res = ix__dict_get(c, at, container->u.d, item) != NULL; return c->st == IX_OK;
+    case TV_DICT:
+        *res = ix__dict_get(c, at, container->u.d, item) != NULL;
+        return c->st == IX_OK && ix__tpl_cost(c, at, container->u.d->n >> 4);
     case TV_UNDEF: return true;
     default: return ix__tpl_fail(c, at, IX_ERR_TYPE, "argument of type '%s' is not iterable", ix__tv_type(container));
     }
@@ -897,7 +916,7 @@ static bool eval_inner(rctx *c, const tnode *n, tframe *f, tv *out) {
     switch ((tnode_kind)n->kind) {
     case N_CONST: *out = n->val; return true;
     case N_NAME: {
-        const tv *v = frame_lookup(f, n->sym);
+        const tv *v = frame_lookup(c, f, n->sym);
         *out = v ? *v : ix__tv_undef(n);
         return true;
     }
@@ -1005,7 +1024,7 @@ static bool apply_chain(rctx *c, const tnode *chain, tframe *f, tv *v) {
 static bool assign(rctx *c, const tnode *target, tframe *f, const tv *v) {
     if (target->kind == N_NAME) return frame_set(c, target, f, target->sym, v);
     if (target->kind == N_ATTR) {
-        const tv *ns = frame_lookup(f, target->a->sym);
+        const tv *ns = frame_lookup(c, f, target->a->sym);
         if (!ns || ns->kind != TV_NS)
             return ix__tpl_fail(c, target, IX_ERR_TYPE, "cannot assign attribute '%.*s' on a non-namespace object",
                                 (int)target->slen, target->s);
@@ -1054,7 +1073,7 @@ static int exec_for(rctx *c, const tnode *n, tframe *f) {
     *state = (tloop){items, count, 0};
     tv loopv = {.kind = TV_LOOP};
     loopv.u.loop = state;
-    uint32_t sym_loop = find_sym(c->t, "loop", 4);
+    uint32_t sym_loop = c->t->sym_loop;
     for (size_t k = 0; k < count; k++) {
         if (++c->iters > c->p->max_loop_iterations) goto too_many;
         state->i = k;
@@ -1119,7 +1138,7 @@ static int exec(rctx *c, const tnode *n, tframe *f) {
 /* ---- a render --------------------------------------------------------------------------------- */
 
 static bool set_global(rctx *c, tframe *f, const char *name, const tv *v) {
-    uint32_t sym = find_sym(c->t, name, strlen(name));
+    uint32_t sym = ix__tpl_sym_find(c->t, name, strlen(name));
     return sym == UINT32_MAX || frame_set(c, NULL, f, sym, v);
 }
 
@@ -1136,7 +1155,7 @@ static bool make_globals(rctx *c, const ix_template_vars *vars, tframe *g) {
     for (int id = 0; id < ix__tpl_global_count(); id++) {
         const char *name = ix__tpl_global_name(id);
         if (!strcmp(name, "strftime_now") && vars->now_unix_s <= 0) continue;
-        if (find_sym(c->t, name, strlen(name)) == UINT32_MAX) continue;
+        if (ix__tpl_sym_find(c->t, name, strlen(name)) == UINT32_MAX) continue;
         tfunc *fn = ix__tpl_alloc(c, NULL, sizeof *fn);
         if (!fn) return false;
         fn->kind = TF_GLOBAL;
@@ -1151,7 +1170,7 @@ static bool make_globals(rctx *c, const ix_template_vars *vars, tframe *g) {
         const char *key;
         json_t *val;
         json_object_foreach((json_t *)vars->extra, key, val) {
-            if (find_sym(c->t, key, strlen(key)) == UINT32_MAX) continue;
+            if (ix__tpl_sym_find(c->t, key, strlen(key)) == UINT32_MAX) continue;
             tv v;
             if (!ix__tv_from_json(c, val, &v) || !set_global(c, g, key, &v)) return false;
         }

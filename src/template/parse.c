@@ -163,20 +163,12 @@ static tnode *nl_into(parser *P, nlist *l, tnode *n) {
 }
 
 static uint32_t intern(parser *P, const char *p, size_t n) {
-    ix_template *t = P->t;
-    for (uint32_t k = 0; k < t->nsyms; k++)
-        if (t->syms[k].n == n && memcmp(t->syms[k].p, p, n) == 0) return k;
-    if ((t->nsyms & (t->nsyms - 1)) == 0) { /* grow at powers of two */
-        size_t cap = t->nsyms ? (size_t)t->nsyms * 2 : 16;
-        tsym *s = ix_realloc(t->syms, cap * sizeof *s);
-        if (!s) {
-            fail(P, cur(P)->pos, IX_ERR_NOMEM, "out of memory");
-            return 0;
-        }
-        t->syms = s;
+    uint32_t id = ix__tpl_sym_add(P->t, p, n);
+    if (id == UINT32_MAX) {
+        fail(P, cur(P)->pos, IX_ERR_NOMEM, "out of memory");
+        return 0;
     }
-    t->syms[t->nsyms] = (tsym){p, n};
-    return t->nsyms++;
+    return id;
 }
 
 static tnode *mk_name(parser *P, const ttok *tok) {

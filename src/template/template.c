@@ -30,9 +30,57 @@ static ix_template_params fill_params(const ix_template_params *in) {
     return p;
 }
 
+/* ---- symbols: names interned once, looked up by hash ---------------------------- */
+
+static uint32_t name_hash(const char *p, size_t n) {
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)p[i]) * 16777619u;
+    return h;
+}
+
+uint32_t ix__tpl_sym_find(const ix_template *t, const char *name, size_t len) {
+    if (!t->hash_cap) return UINT32_MAX;
+    for (uint32_t i = name_hash(name, len) & (t->hash_cap - 1);; i = (i + 1) & (t->hash_cap - 1)) {
+        uint32_t id = t->hash[i];
+        if (!id) return UINT32_MAX;
+        const tsym *s = &t->syms[id - 1];
+        if (s->n == len && memcmp(s->p, name, len) == 0) return id - 1;
+    }
+}
+
+uint32_t ix__tpl_sym_add(ix_template *t, const char *name, size_t len) {
+    uint32_t id = ix__tpl_sym_find(t, name, len);
+    if (id != UINT32_MAX) return id;
+    if ((t->nsyms & (t->nsyms - 1)) == 0) { /* grow at powers of two */
+        tsym *s = ix_realloc(t->syms, (t->nsyms ? (size_t)t->nsyms * 2 : 16) * sizeof *s);
+        if (!s) return UINT32_MAX;
+        t->syms = s;
+    }
+    if ((uint64_t)(t->nsyms + 1) * 2 > t->hash_cap) { /* load at most 1/2: rehash into twice the slots */
+        uint32_t cap = t->hash_cap ? t->hash_cap * 2 : 64;
+        uint32_t *h = ix_calloc(cap, sizeof *h);
+        if (!h) return UINT32_MAX;
+        for (uint32_t k = 0; k < t->nsyms; k++) {
+            uint32_t i = name_hash(t->syms[k].p, t->syms[k].n) & (cap - 1);
+            while (h[i]) i = (i + 1) & (cap - 1);
+            h[i] = k + 1;
+        }
+        ix_free(t->hash);
+        t->hash = h;
+        t->hash_cap = cap;
+    }
+    id = t->nsyms++;
+    t->syms[id] = (tsym){name, len};
+    uint32_t i = name_hash(name, len) & (t->hash_cap - 1);
+    while (t->hash[i]) i = (i + 1) & (t->hash_cap - 1);
+    t->hash[i] = id + 1;
+    return id;
+}
+
 void ix_template_destroy(ix_template *t) {
     if (!t) return;
     ix__arena_free(&t->ast);
+    ix_free(t->hash);
     ix_free(t->syms);
     ix_free(t->src);
     ix_free(t);
@@ -76,6 +124,7 @@ ix_status ix_template_create(ix_template **out, const char *src, size_t len, con
     if (st == IX_OK) st = ix__tpl_parse(t, toks, n_toks, err);
     ix_free(toks);
     if (st == IX_OK && t->ast.fail != IX_OK) st = ix_errf(err, IX_ERR_NOMEM, "out of memory");
+    t->sym_loop = ix__tpl_sym_find(t, "loop", 4);
     if (st != IX_OK) {
         ix_template_destroy(t);
         return st;
@@ -112,9 +161,5 @@ void ix_template_result_free(ix_template_result *r) {
 }
 
 bool ix_template_mentions(const ix_template *t, const char *name) {
-    if (!t || !name) return false;
-    size_t n = strlen(name);
-    for (uint32_t k = 0; k < t->nsyms; k++)
-        if (t->syms[k].n == n && memcmp(t->syms[k].p, name, n) == 0) return true;
-    return false;
+    return t && name && ix__tpl_sym_find(t, name, strlen(name)) != UINT32_MAX;
 }

@@ -271,10 +271,18 @@ struct ix_template {
     size_t len;
     tarena ast; /* nodes, decoded literals */
     tnode *root;
-    tsym *syms;
+    tsym *syms;       /* (nsyms) the variable names, by symbol id */
     uint32_t nsyms;
+    uint32_t *hash;   /* (hash_cap) open addressing over syms: id + 1, 0 empty */
+    uint32_t hash_cap;
+    uint32_t sym_loop; /* the id of "loop", or UINT32_MAX */
     ix_template_params params;
 };
+
+/* The symbol id of a name (UINT32_MAX: the template never names it). */
+uint32_t ix__tpl_sym_find(const ix_template *t, const char *name, size_t len);
+/* Interns a name; UINT32_MAX when out of memory. */
+uint32_t ix__tpl_sym_add(ix_template *t, const char *name, size_t len);
 
 /* ---- lexer ------------------------------------------------------------------ */
 typedef enum ttok_kind {
@@ -329,6 +337,9 @@ bool ix__tpl_fail(rctx *c, const tnode *at, ix_status st, const char *fmt, ...) 
 /* The arena's or a builder's failure as an error. */
 bool ix__tpl_fail_alloc(rctx *c, const tnode *at, ix_status why);
 bool ix__tpl_enter(rctx *c, const tnode *at); /* depth + 1, checked */
+/* Charges work beyond a step (units ~ one step: a scan of 256 bytes or 16
+ * entries costs one), so that a scan-heavy template meets max_steps too. */
+bool ix__tpl_cost(rctx *c, const tnode *at, uint64_t units);
 static inline void ix__tpl_leave(rctx *c) { c->depth--; }
 void *ix__tpl_alloc(rctx *c, const tnode *at, size_t n_bytes); /* arena; fails the render on NULL */
 /* count items of `size` bytes, overflow-checked. */
