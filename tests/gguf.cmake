@@ -4,8 +4,9 @@
 ix_add_test(test_gguf SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gguf.c LIBS ix_gguf)
 ix_add_test(test_gguf_corrupt SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gguf_corrupt.c LIBS ix_gguf TIMEOUT 900)
 ix_add_test(test_gguf_corpus
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gguf_corpus.c ${CMAKE_CURRENT_LIST_DIR}/fuzz_gguf.c
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/corpus_replay.c ${CMAKE_CURRENT_LIST_DIR}/fuzz_gguf.c
   LIBS ix_gguf)
+target_compile_definitions(test_gguf_corpus PRIVATE IX_CORPUS="gguf")
 
 # Regenerates tests/corpus/gguf/ (see the README there); not built by default.
 add_executable(gen_gguf_corpus EXCLUDE_FROM_ALL ${CMAKE_CURRENT_LIST_DIR}/gen_gguf_corpus.c)

@@ -12,8 +12,9 @@ if(TARGET ix_template)
   ix_add_test(test_template_models SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_template_models.c
     LIBS ix_template ix_gguf PkgConfig::JANSSON_TPL)
   ix_add_test(test_template_corpus
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_template_corpus.c ${CMAKE_CURRENT_LIST_DIR}/fuzz_template.c
-    LIBS ix_template PkgConfig::JANSSON_TPL)
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/corpus_replay.c ${CMAKE_CURRENT_LIST_DIR}/fuzz_template.c
+    LIBS ix_template ix_gguf PkgConfig::JANSSON_TPL)
+  target_compile_definitions(test_template_corpus PRIVATE IX_CORPUS="template")
 
   if(INFERX_FUZZ) # the option and the compiler check are in gguf.cmake
     set(_ix_tpl_fuzz_san "")

@@ -739,6 +739,79 @@ static const char k_deepseek_r1[] =
 static const char k_gpt2[] =
     "{% for message in messages %}{{ message.content }}{{ eos_token }}{% endfor %}";
 
+/* Text the tool cases share (what the templates write around the tool list). */
+#define LLAMA31_TOOL_PROMPT \
+    "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n" \
+    "\n" \
+    "Environment: ipython\n" \
+    "Cutting Knowledge Date: December 2023\n" \
+    "Today Date: 26 Jul 2024\n" \
+    "\n" \
+    "You are a helpful assistant.<|eot_id|><|start_header_id|>user<|end_header_id|>\n" \
+    "\n" \
+    "Given the following functions, please respond with a JSON for a function call with its proper argume" \
+    "nts that best answers the given prompt.\n" \
+    "\n" \
+    "Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its " \
+    "value}.Do not use variables.\n" \
+    "\n" \
+    "{\n" \
+    "    \"type\": \"function\",\n" \
+    "    \"function\": {\n" \
+    "        \"name\": \"get_weather\",\n" \
+    "        \"description\": \"Get the current weather in a city\",\n" \
+    "        \"parameters\": {\n" \
+    "            \"type\": \"object\",\n" \
+    "            \"properties\": {\n" \
+    "                \"city\": {\n" \
+    "                    \"type\": \"string\",\n" \
+    "                    \"description\": \"City name\"\n" \
+    "                },\n" \
+    "                \"unit\": {\n" \
+    "                    \"type\": \"string\",\n" \
+    "                    \"enum\": [\n" \
+    "                        \"celsius\",\n" \
+    "                        \"fahrenheit\"\n" \
+    "                    ]\n" \
+    "                }\n" \
+    "            },\n" \
+    "            \"required\": [\n" \
+    "                \"city\"\n" \
+    "            ]\n" \
+    "        }\n" \
+    "    }\n" \
+    "}\n" \
+    "\n" \
+    "What's the weather in Paris?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n" \
+    "\n"
+#define QWEN_TOOLS_PROMPT \
+    "\n" \
+    "# Tools\n" \
+    "\n" \
+    "You may call one or more functions to assist with the user query.\n" \
+    "\n" \
+    "You are provided with function signatures within <tools></tools> XML tags:\n" \
+    "<tools>\n" \
+    "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Get the curren" \
+    "t weather in a city\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": " \
+    "\"string\", \"description\": \"City name\"}, \"unit\": {\"type\": \"string\", \"enum\": [\"celsius\"" \
+    ", \"fahrenheit\"]}}, \"required\": [\"city\"]}}}\n" \
+    "</tools>\n" \
+    "\n" \
+    "For each function call, return a json object with function name and arguments within <tool_call></to" \
+    "ol_call> XML tags:\n" \
+    "<tool_call>\n" \
+    "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n" \
+    "</tool_call><|im_end|>\n" \
+    "<|im_start|>user\n" \
+    "What's the weather in Paris?<|im_end|>\n" \
+    "<|im_start|>assistant\n"
+#define MISTRAL_TOOLS_PROMPT \
+    "[AVAILABLE_TOOLS] [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\"" \
+    ": \"Get the current weather in a city\", \"parameters\": {\"type\": \"object\", \"properties\": {\"c" \
+    "ity\": {\"type\": \"string\", \"description\": \"City name\"}, \"unit\": {\"type\": \"string\", \"en" \
+    "um\": [\"celsius\", \"fahrenheit\"]}}, \"required\": [\"city\"]}}}][/AVAILABLE_TOOLS][INST]"
+
 static const tpl_case k_cases[] = {
     {"llama2 / convo", k_llama2,
      "{\"messages\": " CONVO ", \"add_generation_prompt\": true, \"bos_token\": \"<s>\", \"eos_token\": \"</s>\"}",
@@ -797,95 +870,11 @@ static const tpl_case k_cases[] = {
      IX_OK, NULL, NULL},
     {"llama3.1 / tools offered", k_llama3_1,
      "{\"messages\": " TOOL_ASK ", \"add_generation_prompt\": true, \"bos_token\": \"<|begin_of_text|>\", \"eos_token\": \"<|eot_id|>\", \"tools\": " TOOLS "}",
-     "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n"
-     "\n"
-     "Environment: ipython\n"
-     "Cutting Knowledge Date: December 2023\n"
-     "Today Date: 26 Jul 2024\n"
-     "\n"
-     "You are a helpful assistant.<|eot_id|><|start_header_id|>user<|end_header_id|>\n"
-     "\n"
-     "Given the following functions, please respond with a JSON for a function call with its proper argume"
-     "nts that best answers the given prompt.\n"
-     "\n"
-     "Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its "
-     "value}.Do not use variables.\n"
-     "\n"
-     "{\n"
-     "    \"type\": \"function\",\n"
-     "    \"function\": {\n"
-     "        \"name\": \"get_weather\",\n"
-     "        \"description\": \"Get the current weather in a city\",\n"
-     "        \"parameters\": {\n"
-     "            \"type\": \"object\",\n"
-     "            \"properties\": {\n"
-     "                \"city\": {\n"
-     "                    \"type\": \"string\",\n"
-     "                    \"description\": \"City name\"\n"
-     "                },\n"
-     "                \"unit\": {\n"
-     "                    \"type\": \"string\",\n"
-     "                    \"enum\": [\n"
-     "                        \"celsius\",\n"
-     "                        \"fahrenheit\"\n"
-     "                    ]\n"
-     "                }\n"
-     "            },\n"
-     "            \"required\": [\n"
-     "                \"city\"\n"
-     "            ]\n"
-     "        }\n"
-     "    }\n"
-     "}\n"
-     "\n"
-     "What's the weather in Paris?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
-     "\n",
+     LLAMA31_TOOL_PROMPT,
      IX_OK, NULL, NULL},
     {"llama3.1 / tool call and result", k_llama3_1,
      "{\"messages\": " TOOL_CONVO ", \"add_generation_prompt\": true, \"bos_token\": \"<|begin_of_text|>\", \"eos_token\": \"<|eot_id|>\", \"tools\": " TOOLS "}",
-     "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n"
-     "\n"
-     "Environment: ipython\n"
-     "Cutting Knowledge Date: December 2023\n"
-     "Today Date: 26 Jul 2024\n"
-     "\n"
-     "You are a helpful assistant.<|eot_id|><|start_header_id|>user<|end_header_id|>\n"
-     "\n"
-     "Given the following functions, please respond with a JSON for a function call with its proper argume"
-     "nts that best answers the given prompt.\n"
-     "\n"
-     "Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its "
-     "value}.Do not use variables.\n"
-     "\n"
-     "{\n"
-     "    \"type\": \"function\",\n"
-     "    \"function\": {\n"
-     "        \"name\": \"get_weather\",\n"
-     "        \"description\": \"Get the current weather in a city\",\n"
-     "        \"parameters\": {\n"
-     "            \"type\": \"object\",\n"
-     "            \"properties\": {\n"
-     "                \"city\": {\n"
-     "                    \"type\": \"string\",\n"
-     "                    \"description\": \"City name\"\n"
-     "                },\n"
-     "                \"unit\": {\n"
-     "                    \"type\": \"string\",\n"
-     "                    \"enum\": [\n"
-     "                        \"celsius\",\n"
-     "                        \"fahrenheit\"\n"
-     "                    ]\n"
-     "                }\n"
-     "            },\n"
-     "            \"required\": [\n"
-     "                \"city\"\n"
-     "            ]\n"
-     "        }\n"
-     "    }\n"
-     "}\n"
-     "\n"
-     "What's the weather in Paris?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
-     "\n"
+     LLAMA31_TOOL_PROMPT
      "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}<|eot_id|><"
      "|start_header_id|>ipython<|end_header_id|>\n"
      "\n"
@@ -925,13 +914,11 @@ static const tpl_case k_cases[] = {
      IX_OK, NULL, NULL},
     {"mistral-v3 / tools", k_mistral_v3,
      "{\"messages\": " TOOL_CONVO ", \"add_generation_prompt\": true, \"bos_token\": \"<s>\", \"eos_token\": \"</s>\", \"tools\": " TOOLS "}",
-     "<s>[AVAILABLE_TOOLS] [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"descripti"
-     "on\": \"Get the current weather in a city\", \"parameters\": {\"type\": \"object\", \"properties\": "
-     "{\"city\": {\"type\": \"string\", \"description\": \"City name\"}, \"unit\": {\"type\": \"string\", "
-     "\"enum\": [\"celsius\", \"fahrenheit\"]}}, \"required\": [\"city\"]}}}][/AVAILABLE_TOOLS][INST] What"
-     "'s the weather in Paris?[/INST][TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \""
-     "Paris\", \"unit\": \"celsius\"}, \"id\": \"call12345\"}]</s>[TOOL_RESULTS] {\"content\": {\"temperat"
-     "ure\": 22}, \"call_id\": \"call12345\"}[/TOOL_RESULTS]",
+     "<s>"
+     MISTRAL_TOOLS_PROMPT
+     " What's the weather in Paris?[/INST][TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city"
+     "\": \"Paris\", \"unit\": \"celsius\"}, \"id\": \"call12345\"}]</s>[TOOL_RESULTS] {\"content\": {\"te"
+     "mperature\": 22}, \"call_id\": \"call12345\"}[/TOOL_RESULTS]",
      IX_OK, NULL, NULL},
     {"mistral-v3 / tool call id too short", k_mistral_v3,
      "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"tool_calls\": [{\"id\": \"c1\", \"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": {}}}]}], \"add_generation_prompt\": true, \"bos_token\": \"<s>\", \"eos_token\": \"</s>\"}",
@@ -960,14 +947,11 @@ static const tpl_case k_cases[] = {
      "ts outside of an array or multiple arrays. Use the format [{\"name\": tool call name, \"arguments\":"
      " tool call arguments}, additional tool calls] if you call more than one tool. If you call tools, do "
      "not attempt to interpret them or otherwise provide a response until you receive a tool call result t"
-     "hat you can interpret for the user.You are a helpful assistant.[/SYSTEM_PROMPT][AVAILABLE_TOOLS] [{\""
-     "type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Get the current w"
-     "eather in a city\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"s"
-     "tring\", \"description\": \"City name\"}, \"unit\": {\"type\": \"string\", \"enum\": [\"celsius\", \""
-     "fahrenheit\"]}}, \"required\": [\"city\"]}}}][/AVAILABLE_TOOLS][INST]What's the weather in Paris?[/I"
-     "NST][TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsi"
-     "us\"}, \"id\": \"call12345\"}]</s>[TOOL_RESULTS] {\"content\": {\"temperature\": 22}, \"call_id\": \""
-     "call12345\"}[/TOOL_RESULTS]",
+     "hat you can interpret for the user.You are a helpful assistant.[/SYSTEM_PROMPT]"
+     MISTRAL_TOOLS_PROMPT
+     "What's the weather in Paris?[/INST][TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\""
+     ": \"Paris\", \"unit\": \"celsius\"}, \"id\": \"call12345\"}]</s>[TOOL_RESULTS] {\"content\": {\"temp"
+     "erature\": 22}, \"call_id\": \"call12345\"}[/TOOL_RESULTS]",
      IX_OK, NULL, NULL},
     {"mistral-v7 / content parts", k_mistral_v7,
      "{\"messages\": " PARTS ", \"add_generation_prompt\": true, \"bos_token\": \"<s>\", \"eos_token\": \"</s>\", \"now_unix_s\": 1735689600}",
@@ -1016,53 +1000,13 @@ static const tpl_case k_cases[] = {
      "{\"messages\": " TOOL_ASK ", \"add_generation_prompt\": true, \"bos_token\": null, \"eos_token\": \"<|im_end|>\", \"tools\": " TOOLS "}",
      "<|im_start|>system\n"
      "You are a helpful assistant.\n"
-     "\n"
-     "# Tools\n"
-     "\n"
-     "You may call one or more functions to assist with the user query.\n"
-     "\n"
-     "You are provided with function signatures within <tools></tools> XML tags:\n"
-     "<tools>\n"
-     "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Get the curren"
-     "t weather in a city\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": "
-     "\"string\", \"description\": \"City name\"}, \"unit\": {\"type\": \"string\", \"enum\": [\"celsius\""
-     ", \"fahrenheit\"]}}, \"required\": [\"city\"]}}}\n"
-     "</tools>\n"
-     "\n"
-     "For each function call, return a json object with function name and arguments within <tool_call></to"
-     "ol_call> XML tags:\n"
-     "<tool_call>\n"
-     "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
-     "</tool_call><|im_end|>\n"
-     "<|im_start|>user\n"
-     "What's the weather in Paris?<|im_end|>\n"
-     "<|im_start|>assistant\n",
+     QWEN_TOOLS_PROMPT,
      IX_OK, NULL, NULL},
     {"qwen2.5 / tool call and result", k_qwen2_5,
      "{\"messages\": " TOOL_CONVO ", \"add_generation_prompt\": true, \"bos_token\": null, \"eos_token\": \"<|im_end|>\", \"tools\": " TOOLS "}",
      "<|im_start|>system\n"
      "You are a helpful assistant.\n"
-     "\n"
-     "# Tools\n"
-     "\n"
-     "You may call one or more functions to assist with the user query.\n"
-     "\n"
-     "You are provided with function signatures within <tools></tools> XML tags:\n"
-     "<tools>\n"
-     "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Get the curren"
-     "t weather in a city\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": "
-     "\"string\", \"description\": \"City name\"}, \"unit\": {\"type\": \"string\", \"enum\": [\"celsius\""
-     ", \"fahrenheit\"]}}, \"required\": [\"city\"]}}}\n"
-     "</tools>\n"
-     "\n"
-     "For each function call, return a json object with function name and arguments within <tool_call></to"
-     "ol_call> XML tags:\n"
-     "<tool_call>\n"
-     "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
-     "</tool_call><|im_end|>\n"
-     "<|im_start|>user\n"
-     "What's the weather in Paris?<|im_end|>\n"
-     "<|im_start|>assistant\n"
+     QWEN_TOOLS_PROMPT
      "<tool_call>\n"
      "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n"
      "</tool_call><|im_end|>\n"
@@ -1084,27 +1028,8 @@ static const tpl_case k_cases[] = {
      IX_OK, NULL, NULL},
     {"qwen3 / tools, thinking off", k_qwen3,
      "{\"messages\": " TOOL_CONVO_NOSYS ", \"add_generation_prompt\": true, \"bos_token\": null, \"eos_token\": \"<|im_end|>\", \"tools\": " TOOLS ", \"enable_thinking\": false}",
-     "<|im_start|>system\n"
-     "# Tools\n"
-     "\n"
-     "You may call one or more functions to assist with the user query.\n"
-     "\n"
-     "You are provided with function signatures within <tools></tools> XML tags:\n"
-     "<tools>\n"
-     "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Get the curren"
-     "t weather in a city\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": "
-     "\"string\", \"description\": \"City name\"}, \"unit\": {\"type\": \"string\", \"enum\": [\"celsius\""
-     ", \"fahrenheit\"]}}, \"required\": [\"city\"]}}}\n"
-     "</tools>\n"
-     "\n"
-     "For each function call, return a json object with function name and arguments within <tool_call></to"
-     "ol_call> XML tags:\n"
-     "<tool_call>\n"
-     "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
-     "</tool_call><|im_end|>\n"
-     "<|im_start|>user\n"
-     "What's the weather in Paris?<|im_end|>\n"
-     "<|im_start|>assistant\n"
+     "<|im_start|>system"
+     QWEN_TOOLS_PROMPT
      "<tool_call>\n"
      "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n"
      "</tool_call><|im_end|>\n"

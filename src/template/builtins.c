@@ -1033,15 +1033,8 @@ typedef struct parts {
 } parts;
 
 static bool parts_push(rctx *c, const tnode *at, parts *p, const tv *s, size_t off, size_t n) {
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? p->cap * 2 : 8;
-        tv *v = ix__tpl_alloc_n(c, at, cap, sizeof *v);
-        if (!v) return false;
-        if (p->n) memcpy(v, p->v, p->n * sizeof *v);
-        p->v = v;
-        p->cap = cap;
-    }
-    return ix__str_sub(c, at, s, off, n, &p->v[p->n++]);
+    return ix__tpl_grow(c, at, (void **)&p->v, p->n, &p->cap, 8, sizeof *p->v) &&
+           ix__str_sub(c, at, s, off, n, &p->v[p->n++]);
 }
 
 /* str.split / str.rsplit. */

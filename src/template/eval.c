@@ -31,8 +31,8 @@ struct tframe {
     struct tvar {
         uint32_t sym;
         tv v;
-    } *v;
-    uint32_t n, cap;
+    } *v; /* (n) in the order they were set */
+    size_t n, cap;
 };
 
 enum { EX_ERR = -1, EX_OK = 0, EX_BREAK = 1, EX_CONTINUE = 2 };
@@ -45,19 +45,10 @@ static int exec(rctx *c, const tnode *n, tframe *f);
 bool ix__tpl_fail(rctx *c, const tnode *at, ix_status st, const char *fmt, ...) {
     if (c->st != IX_OK) return false;
     c->st = st;
-    if (c->err) {
-        int k = 0;
-        if (at) {
-            unsigned line, col;
-            ix__tpl_linecol(c->t->src, c->t->len, at->pos, &line, &col);
-            k = snprintf(c->err->msg, sizeof c->err->msg, "line %u, column %u: ", line, col);
-            if (k < 0 || (size_t)k >= sizeof c->err->msg) k = 0;
-        }
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(c->err->msg + k, sizeof c->err->msg - (size_t)k, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    ix__tpl_verr(c->err, c->t->src, c->t->len, at ? at->pos : SIZE_MAX, fmt, ap);
+    va_end(ap);
     return false;
 }
 
@@ -114,6 +105,17 @@ void *ix__tpl_alloc_n(rctx *c, const tnode *at, size_t count, size_t size) {
     return ix__tpl_alloc(c, at, total);
 }
 
+bool ix__tpl_grow(rctx *c, const tnode *at, void **items, size_t n, size_t *cap, size_t first, size_t size) {
+    if (n < *cap) return true;
+    size_t ncap = *cap ? *cap * 2 : first;
+    void *v = ix__tpl_alloc_n(c, at, ncap, size);
+    if (!v) return false;
+    if (n) memcpy(v, *items, n * size);
+    *items = v;
+    *cap = ncap;
+    return true;
+}
+
 /* The text an undefined value stands for, for messages. */
 static void undef_name(const tv *v, char *buf, size_t size) {
     const tnode *o = v->kind == TV_UNDEF ? v->u.origin : NULL;
@@ -143,7 +145,7 @@ static const tv *frame_lookup(rctx *c, const tframe *f, uint32_t sym) {
     uint64_t scanned = 0;
     const tv *hit = NULL;
     for (; f && !hit; f = f->parent) {
-        for (uint32_t k = f->n; k-- > 0;)
+        for (size_t k = f->n; k-- > 0;)
             if (f->v[k].sym == sym) {
                 hit = &f->v[k].v;
                 break;
@@ -156,19 +158,12 @@ static const tv *frame_lookup(rctx *c, const tframe *f, uint32_t sym) {
 
 static bool frame_set(rctx *c, const tnode *at, tframe *f, uint32_t sym, const tv *v) {
     c->steps += f->n >> 4;
-    for (uint32_t k = 0; k < f->n; k++)
+    for (size_t k = 0; k < f->n; k++)
         if (f->v[k].sym == sym) {
             f->v[k].v = *v;
             return true;
         }
-    if (f->n == f->cap) {
-        uint32_t cap = f->cap ? f->cap * 2 : 8;
-        struct tvar *nv = ix__tpl_alloc_n(c, at, cap, sizeof *nv);
-        if (!nv) return false;
-        if (f->n) memcpy(nv, f->v, f->n * sizeof *nv);
-        f->v = nv;
-        f->cap = cap;
-    }
+    if (!ix__tpl_grow(c, at, (void **)&f->v, f->n, &f->cap, 8, sizeof *f->v)) return false;
     f->v[f->n].sym = sym;
     f->v[f->n].v = *v;
     f->n++;

@@ -50,19 +50,25 @@ void ix__tpl_linecol(const char *src, size_t len, size_t pos, unsigned *line, un
     *col = c;
 }
 
+void ix__tpl_verr(ix_errbuf *err, const char *src, size_t len, size_t pos, const char *fmt, va_list ap) {
+    if (!err) return;
+    int k = 0;
+    if (pos != SIZE_MAX) {
+        unsigned line, col;
+        ix__tpl_linecol(src, len, pos, &line, &col);
+        k = snprintf(err->msg, sizeof err->msg, "line %u, column %u: ", line, col);
+        if (k < 0 || (size_t)k >= sizeof err->msg) k = 0;
+    }
+    vsnprintf(err->msg + k, sizeof err->msg - (size_t)k, fmt, ap);
+}
+
 __attribute__((format(printf, 4, 5))) static bool fail(lexer *L, size_t pos, ix_status st, const char *fmt, ...) {
     if (L->st != IX_OK) return false;
     L->st = st;
-    if (L->err) {
-        unsigned line, col;
-        ix__tpl_linecol(L->s, L->n, pos, &line, &col);
-        int k = snprintf(L->err->msg, sizeof L->err->msg, "line %u, column %u: ", line, col);
-        if (k < 0 || (size_t)k >= sizeof L->err->msg) k = 0;
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(L->err->msg + k, sizeof L->err->msg - (size_t)k, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    ix__tpl_verr(L->err, L->s, L->n, pos, fmt, ap);
+    va_end(ap);
     return false;
 }
 

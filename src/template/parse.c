@@ -31,16 +31,10 @@ typedef struct parser {
 __attribute__((format(printf, 4, 5))) static void *fail(parser *P, size_t pos, ix_status st, const char *fmt, ...) {
     if (P->st != IX_OK) return NULL;
     P->st = st;
-    if (P->err) {
-        unsigned line, col;
-        ix__tpl_linecol(P->t->src, P->t->len, pos, &line, &col);
-        int k = snprintf(P->err->msg, sizeof P->err->msg, "line %u, column %u: ", line, col);
-        if (k < 0 || (size_t)k >= sizeof P->err->msg) k = 0;
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(P->err->msg + k, sizeof P->err->msg - (size_t)k, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    ix__tpl_verr(P->err, P->t->src, P->t->len, pos, fmt, ap);
+    va_end(ap);
     return NULL;
 }
 
@@ -376,6 +370,15 @@ static tnode *parse_args(parser *P, tnode *n) {
     return nl_into(P, &args, n);
 }
 
+/* callee(...), at '(' (positioned at the callee, where messages point). */
+static tnode *parse_call(parser *P, tnode *callee) {
+    tnode *call = mk(P, N_CALL, callee->pos);
+    next(P);
+    if (!call) return NULL;
+    call->a = callee;
+    return parse_args(P, call);
+}
+
 /* A (possibly dotted) filter or test name. */
 static bool dotted_name(parser *P, char *buf, size_t size, size_t *len) {
     size_t k = 0;
@@ -395,19 +398,26 @@ static bool dotted_name(parser *P, char *buf, size_t size, size_t *len) {
     return true;
 }
 
-/* After '|': one filter applied to operand (NULL in filter blocks). */
-static tnode *parse_filter(parser *P, tnode *operand) {
+/* A filter (N_FILTER) or test (N_TEST) by name, applied to operand: known
+ * ones only, as jinja2 checks when it compiles. */
+static tnode *named(parser *P, tnode_kind kind, tnode *operand) {
     size_t pos = cur(P)->pos;
     char name[128];
-    size_t len;
+    size_t len = 0;
     if (!dotted_name(P, name, sizeof name, &len)) return NULL;
-    int id = ix__tpl_filter_find(name, len);
-    if (id < 0) return fail(P, pos, IX_ERR_UNSUPPORTED, "unknown filter '%s'", name);
-    tnode *n = mk(P, N_FILTER, pos);
+    int id = kind == N_FILTER ? ix__tpl_filter_find(name, len) : ix__tpl_test_find(name, len);
+    if (id < 0) return fail(P, pos, IX_ERR_UNSUPPORTED, "unknown %s '%s'", kind == N_FILTER ? "filter" : "test", name);
+    tnode *n = mk(P, kind, pos);
     if (!n) return NULL;
     n->a = operand;
     n->fn = id;
-    if (tok_op(cur(P), OP_LPAREN)) {
+    return n;
+}
+
+/* After '|': one filter applied to operand (NULL in filter blocks). */
+static tnode *parse_filter(parser *P, tnode *operand) {
+    tnode *n = named(P, N_FILTER, operand);
+    if (n && tok_op(cur(P), OP_LPAREN)) {
         next(P);
         return parse_args(P, n);
     }
@@ -415,21 +425,10 @@ static tnode *parse_filter(parser *P, tnode *operand) {
 }
 
 static tnode *parse_test(parser *P, tnode *operand) {
-    size_t pos = cur(P)->pos;
-    bool negated = false;
-    if (tok_name(cur(P), "not")) {
-        negated = true;
-        next(P);
-    }
-    char name[128];
-    size_t len;
-    if (!dotted_name(P, name, sizeof name, &len)) return NULL;
-    int id = ix__tpl_test_find(name, len);
-    if (id < 0) return fail(P, pos, IX_ERR_UNSUPPORTED, "unknown test '%s'", name);
-    tnode *n = mk(P, N_TEST, pos);
+    bool negated = tok_name(cur(P), "not");
+    if (negated) next(P);
+    tnode *n = named(P, N_TEST, operand);
     if (!n) return NULL;
-    n->a = operand;
-    n->fn = id;
     n->op = negated;
     const ttok *t = cur(P);
     if (tok_op(t, OP_LPAREN)) {
@@ -444,7 +443,7 @@ static tnode *parse_test(parser *P, tnode *operand) {
         tnode *arg = parse_postfix(P, parse_primary(P));
         if (!arg) return NULL;
         n->kids = ix__arena_alloc(&P->t->ast, sizeof *n->kids);
-        if (!n->kids) return fail(P, pos, IX_ERR_NOMEM, "out of memory");
+        if (!n->kids) return fail(P, n->pos, IX_ERR_NOMEM, "out of memory");
         n->kids[0] = arg;
         n->nkids = 1;
     }
@@ -460,11 +459,7 @@ static tnode *parse_filter_expr(parser *P, tnode *n) {
             next(P);
             n = parse_test(P, n);
         } else if (tok_op(cur(P), OP_LPAREN)) {
-            tnode *call = mk(P, N_CALL, n->pos);
-            next(P);
-            if (!call) return NULL;
-            call->a = n;
-            n = parse_args(P, call);
+            n = parse_call(P, n);
         } else {
             break;
         }
@@ -531,11 +526,7 @@ static tnode *parse_postfix(parser *P, tnode *n) {
                 return fail(P, cur(P)->pos, IX_ERR_UNSUPPORTED, "tuple subscripts are not supported");
             if (n && !expect_op(P, OP_RBRACKET, "']'")) return NULL;
         } else if (tok_op(t, OP_LPAREN)) {
-            tnode *call = mk(P, N_CALL, n->pos);
-            next(P);
-            if (!call) return NULL;
-            call->a = n;
-            n = parse_args(P, call);
+            n = parse_call(P, n);
         } else {
             break;
         }

@@ -313,6 +313,9 @@ typedef struct ttok {
 ix_status ix__tpl_lex(const char *src, size_t len, tarena *a, ttok **toks, size_t *n_toks, ix_errbuf *err);
 /* 1-based line and column (in characters) of byte offset pos. */
 void ix__tpl_linecol(const char *src, size_t len, size_t pos, unsigned *line, unsigned *col);
+/* The message of every error: "line L, column C: " (pos SIZE_MAX: none) and fmt. */
+void ix__tpl_verr(ix_errbuf *err, const char *src, size_t len, size_t pos, const char *fmt, va_list ap)
+    __attribute__((format(printf, 5, 0)));
 
 /* ---- parser ------------------------------------------------------------------- */
 ix_status ix__tpl_parse(ix_template *t, const ttok *toks, size_t n_toks, ix_errbuf *err);
@@ -344,6 +347,9 @@ static inline void ix__tpl_leave(rctx *c) { c->depth--; }
 void *ix__tpl_alloc(rctx *c, const tnode *at, size_t n_bytes); /* arena; fails the render on NULL */
 /* count items of `size` bytes, overflow-checked. */
 void *ix__tpl_alloc_n(rctx *c, const tnode *at, size_t count, size_t size);
+/* Room for one more item in an arena array of *n items: doubles *cap
+ * (from `first`) into a new array when full, the old one left to the arena. */
+bool ix__tpl_grow(rctx *c, const tnode *at, void **items, size_t n, size_t *cap, size_t first, size_t size);
 
 /* Arguments of a call. */
 typedef struct tkw {

@@ -547,14 +547,7 @@ bool ix__dict_set(rctx *c, const tnode *at, tdict *d, const tv *k, const tv *v) 
             return true;
         }
     }
-    if (d->n == d->cap) {
-        size_t cap = d->cap ? d->cap * 2 : 4;
-        tpair *e = ix__tpl_alloc_n(c, at, cap, sizeof *e);
-        if (!e) return false;
-        if (d->n) memcpy(e, d->e, d->n * sizeof *e);
-        d->e = e;
-        d->cap = cap;
-    }
+    if (!ix__tpl_grow(c, at, (void **)&d->e, d->n, &d->cap, 4, sizeof *d->e)) return false;
     d->e[d->n++] = (tpair){*k, *v};
     return true;
 }

@@ -1,6 +1,8 @@
-/* Replays every file under tests/corpus/gguf/ through the fuzz target's body,
- * so the corpus (seeds plus any crash reproducers added later) runs in every
- * ordinary build, sanitizers included. */
+/* Replays every file under tests/corpus/IX_CORPUS/ through a fuzz target's
+ * body (LLVMFuzzerTestOneInput, linked beside this file), so the corpus
+ * (seeds plus any crash reproducers added later) runs in every ordinary
+ * build, sanitizers included. One test per fuzz target: test_gguf_corpus
+ * (IX_CORPUS "gguf"), test_template_corpus (IX_CORPUS "template"). */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,12 +12,12 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define CORPUS IX_SOURCE_DIR "/tests/corpus/gguf"
+#define CORPUS IX_SOURCE_DIR "/tests/corpus/" IX_CORPUS
 
 int main(void) {
     DIR *d = opendir(CORPUS);
     if (!d) {
-        fprintf(stderr, "test_gguf_corpus: cannot open %s\n", CORPUS);
+        fprintf(stderr, "corpus replay: cannot open %s\n", CORPUS);
         return 1;
     }
     int n = 0;
@@ -27,7 +29,7 @@ int main(void) {
         size_t size = 0;
         uint8_t *data = read_whole_file(path, &size);
         if (!data) {
-            fprintf(stderr, "test_gguf_corpus: cannot read %s\n", path);
+            fprintf(stderr, "corpus replay: cannot read %s\n", path);
             closedir(d);
             return 1;
         }
@@ -41,6 +43,6 @@ int main(void) {
         n++;
     }
     closedir(d);
-    printf("test_gguf_corpus: %d files replayed\n", n);
+    printf("corpus replay: %d files of %s replayed\n", n, CORPUS);
     return n > 0 ? 0 : 1;
 }
