@@ -648,12 +648,7 @@ static void test_nesting(void **state) {
 
 /* ---- which bytes are the caller's data ------------------------------------------------------- */
 
-/* Whether [off, off + len) of r lies inside one data range. */
-static bool is_data(const ix_template_result *r, size_t off, size_t len) {
-    for (size_t k = 0; k < r->n_data; k++)
-        if (r->data[k].off <= off && off + len <= r->data[k].off + r->data[k].len) return true;
-    return false;
-}
+static bool is_data(const ix_template_result *r, size_t off, size_t len) { return ix_template_is_data(r, off, len); }
 /* Whether no byte of [off, off + len) is data. */
 static bool is_markup(const ix_template_result *r, size_t off, size_t len) {
     for (size_t k = 0; k < r->n_data; k++)
@@ -715,6 +710,12 @@ static void test_data_ranges(void **state) {
     assert_true(is_markup(&r, 0, 1) && is_data(&r, 1, 4) && is_markup(&r, 5, 1) && is_data(&r, 6, 19));
     assert_true(is_markup(&r, 25, 3));
     ix_template_result_free(&r);
+    /* ix_template_is_data at the edges of the ranges */
+    ix_template_span spans[] = {{2, 3}, {10, 1}};
+    ix_template_result fake = {.text = NULL, .len = 20, .data = spans, .n_data = 2};
+    assert_true(ix_template_is_data(&fake, 2, 3) && ix_template_is_data(&fake, 4, 1) && ix_template_is_data(&fake, 10, 1));
+    assert_false(ix_template_is_data(&fake, 1, 2) || ix_template_is_data(&fake, 4, 2) || ix_template_is_data(&fake, 0, 1));
+    assert_false(ix_template_is_data(&fake, 9, 2) || ix_template_is_data(&fake, 19, 1) || ix_template_is_data(NULL, 0, 1));
 }
 
 /* ---- the API's edges ------------------------------------------------------------------------------ */

@@ -149,6 +149,11 @@ ix_status ix_template_apply(const char *src, size_t len, const ix_template_vars 
 
 void ix_template_result_free(ix_template_result *r); /* frees and zeroes; NULL: no-op */
 
+/* Whether bytes [off, off + len) of r's text lie inside one data range: a
+ * special token found there was typed by a user, not written by the template
+ * (O(log n_data); any thread). */
+bool ix_template_is_data(const ix_template_result *r, size_t off, size_t len);
+
 /* Whether the template's text names variable `name` anywhere (e.g. "tools":
  * a template that never mentions it cannot show the tool list, so a server
  * must put the tools into the prompt itself). */

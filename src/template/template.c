@@ -160,6 +160,18 @@ void ix_template_result_free(ix_template_result *r) {
     memset(r, 0, sizeof *r);
 }
 
+bool ix_template_is_data(const ix_template_result *r, size_t off, size_t len) {
+    if (!r || !r->n_data) return false;
+    size_t lo = 0, hi = r->n_data; /* the last range starting at or before off */
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (r->data[mid].off <= off) lo = mid;
+        else hi = mid;
+    }
+    const ix_template_span *s = &r->data[lo];
+    return s->off <= off && off - s->off <= s->len && len <= s->len - (off - s->off);
+}
+
 bool ix_template_mentions(const ix_template *t, const char *name) {
     return t && name && ix__tpl_sym_find(t, name, strlen(name)) != UINT32_MAX;
 }
