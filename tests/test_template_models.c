@@ -812,6 +812,79 @@ static const char k_gpt2[] =
     "ity\": {\"type\": \"string\", \"description\": \"City name\"}, \"unit\": {\"type\": \"string\", \"en" \
     "um\": [\"celsius\", \"fahrenheit\"]}}, \"required\": [\"city\"]}}}][/AVAILABLE_TOOLS][INST]"
 
+/* Text the tool cases share (what the templates write around the tool list). */
+#define LLAMA31_TOOL_PROMPT \
+    "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n" \
+    "\n" \
+    "Environment: ipython\n" \
+    "Cutting Knowledge Date: December 2023\n" \
+    "Today Date: 26 Jul 2024\n" \
+    "\n" \
+    "You are a helpful assistant.<|eot_id|><|start_header_id|>user<|end_header_id|>\n" \
+    "\n" \
+    "Given the following functions, please respond with a JSON for a function call with its proper argume" \
+    "nts that best answers the given prompt.\n" \
+    "\n" \
+    "Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its " \
+    "value}.Do not use variables.\n" \
+    "\n" \
+    "{\n" \
+    "    \"type\": \"function\",\n" \
+    "    \"function\": {\n" \
+    "        \"name\": \"get_weather\",\n" \
+    "        \"description\": \"Get the current weather in a city\",\n" \
+    "        \"parameters\": {\n" \
+    "            \"type\": \"object\",\n" \
+    "            \"properties\": {\n" \
+    "                \"city\": {\n" \
+    "                    \"type\": \"string\",\n" \
+    "                    \"description\": \"City name\"\n" \
+    "                },\n" \
+    "                \"unit\": {\n" \
+    "                    \"type\": \"string\",\n" \
+    "                    \"enum\": [\n" \
+    "                        \"celsius\",\n" \
+    "                        \"fahrenheit\"\n" \
+    "                    ]\n" \
+    "                }\n" \
+    "            },\n" \
+    "            \"required\": [\n" \
+    "                \"city\"\n" \
+    "            ]\n" \
+    "        }\n" \
+    "    }\n" \
+    "}\n" \
+    "\n" \
+    "What's the weather in Paris?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n" \
+    "\n"
+#define QWEN_TOOLS_PROMPT \
+    "\n" \
+    "# Tools\n" \
+    "\n" \
+    "You may call one or more functions to assist with the user query.\n" \
+    "\n" \
+    "You are provided with function signatures within <tools></tools> XML tags:\n" \
+    "<tools>\n" \
+    "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Get the curren" \
+    "t weather in a city\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": " \
+    "\"string\", \"description\": \"City name\"}, \"unit\": {\"type\": \"string\", \"enum\": [\"celsius\"" \
+    ", \"fahrenheit\"]}}, \"required\": [\"city\"]}}}\n" \
+    "</tools>\n" \
+    "\n" \
+    "For each function call, return a json object with function name and arguments within <tool_call></to" \
+    "ol_call> XML tags:\n" \
+    "<tool_call>\n" \
+    "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n" \
+    "</tool_call><|im_end|>\n" \
+    "<|im_start|>user\n" \
+    "What's the weather in Paris?<|im_end|>\n" \
+    "<|im_start|>assistant\n"
+#define MISTRAL_TOOLS_PROMPT \
+    "[AVAILABLE_TOOLS] [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\"" \
+    ": \"Get the current weather in a city\", \"parameters\": {\"type\": \"object\", \"properties\": {\"c" \
+    "ity\": {\"type\": \"string\", \"description\": \"City name\"}, \"unit\": {\"type\": \"string\", \"en" \
+    "um\": [\"celsius\", \"fahrenheit\"]}}, \"required\": [\"city\"]}}}][/AVAILABLE_TOOLS][INST]"
+
 static const tpl_case k_cases[] = {
     {"llama2 / convo", k_llama2,
      "{\"messages\": " CONVO ", \"add_generation_prompt\": true, \"bos_token\": \"<s>\", \"eos_token\": \"</s>\"}",
@@ -891,6 +964,26 @@ static const tpl_case k_cases[] = {
      "<|eot_id|><|start_header_id|>user<|end_header_id|>\n"
      "\n"
      "Hi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
+     "\n",
+     IX_OK, NULL, NULL},
+    {"llama3.1 / builtin tools", k_llama3_1,
+     "{\"messages\": [{\"role\": \"user\", \"content\": \"Search the news\"}, {\"role\": \"assistant\", \"tool_calls\": [{\"id\": \"c1\", \"type\": \"function\", \"function\": {\"name\": \"brave_search\", \"arguments\": {\"query\": \"news today\"}}}]}, {\"role\": \"ipython\", \"content\": \"[results]\"}], \"add_generation_prompt\": true, \"bos_token\": \"<|begin_of_text|>\", \"eos_token\": \"<|eot_id|>\", \"builtin_tools\": [\"brave_search\", \"code_interpreter\", \"wolfram_alpha\"]}",
+     "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n"
+     "\n"
+     "Environment: ipython\n"
+     "Tools: brave_search, wolfram_alpha\n"
+     "\n"
+     "Cutting Knowledge Date: December 2023\n"
+     "Today Date: 26 Jul 2024\n"
+     "\n"
+     "<|eot_id|><|start_header_id|>user<|end_header_id|>\n"
+     "\n"
+     "Search the news<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
+     "\n"
+     "<|python_tag|>brave_search.call(query=\"news today\")<|eom_id|><|start_header_id|>ipython<|end_heade"
+     "r_id|>\n"
+     "\n"
+     "\"[results]\"<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
      "\n",
      IX_OK, NULL, NULL},
     {"llama3.1 / tools without a user message", k_llama3_1,
