@@ -1186,7 +1186,6 @@ ix_status ix__tpl_run(const ix_template *t, const ix_template_vars *vars, ix_tem
     c.out = &result;
     tframe *g = frame_new(&c, NULL);
     tframe *tl = g ? frame_new(&c, g) : NULL; /* the template's top level */
-    c.globals = g;
     if (tl && make_globals(&c, vars, g)) exec(&c, t->root, tl);
     if (c.st == IX_OK && !ix__buf_put(&result, "", 0, false)) ix__tpl_fail_alloc(&c, NULL, result.fail);
     ix__arena_free(&c.ar);

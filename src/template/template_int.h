@@ -174,7 +174,6 @@ static inline int64_t ix__tv_int_of(const tv *v) {
 static inline double ix__tv_float_of(const tv *v) {
     return v->kind == TV_FLOAT ? v->u.f : (double)ix__tv_int_of(v);
 }
-#define IX_TV_STRLIT(lit) ix__tv_str(lit, sizeof(lit) - 1, TS_CLEAN)
 
 /* ---- the string builder -------------------------------------------------------
  * Bytes plus the data ranges among them. Its heap block is charged to the
@@ -325,8 +324,7 @@ struct rctx {
     const ix_template *t;
     const ix_template_params *p;
     tarena ar;
-    tbuf *out;       /* where output goes now (the result, or a capture) */
-    tframe *globals; /* the caller's variables (the template's top level is below) */
+    tbuf *out; /* where output goes now (the result, or a capture) */
     uint64_t steps, iters;
     uint32_t depth;
     int64_t now_unix_s;
