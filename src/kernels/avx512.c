@@ -562,14 +562,14 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
             }
         }
         if (t == KQ_Q5_0) dw = scales8(sb, ws);
-        if (k4) {
-            const int64_t k = (int64_t)j;
-            const __m512i idx = _mm512_set1_epi64((int64_t)(0x80808000u | (8 + k)) << 32 | (0x80808000u | k));
+        if (k4) { /* bytes j (scale) and 8 + j (min) into dwords 0 and 1 */
+            const uint64_t k = j;
+            const __m512i idx = _mm512_set1_epi64((long long)((0x80808000u | (8 + k)) << 32 | (0x80808000u | k)));
             sc0 = kq_pick8(scm[0], scm[1], idx, 0);
             mn = kq_pick8(scm[0], scm[1], idx, 1);
         } else if (t == KQ_Q6_K) { /* int8 scales 2j and 2j + 1, sign-extended from the top byte */
-            const int64_t k = 2 * (int64_t)j;
-            const __m512i idx = _mm512_set1_epi64((int64_t)(((k + 1) << 24) | 0x808080) << 32 | ((k << 24) | 0x808080));
+            const uint64_t k = 2 * (uint64_t)j;
+            const __m512i idx = _mm512_set1_epi64((long long)(((k + 1) << 24 | 0x808080) << 32 | (k << 24 | 0x808080)));
             sc0 = _mm512_srai_epi32(kq_pick8(scm[0], scm[1], idx, 0), 24);
             sc1 = _mm512_srai_epi32(kq_pick8(scm[0], scm[1], idx, 1), 24);
         }
