@@ -309,6 +309,8 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
     for (int i = 0; i < rx; i++) acc[i] = _mm256_setzero_ps();
     uint8_t scm[2][16] = {{0}}; /* Q4_K: per row, the super-block's scales and mins */
     __m256 dw = _mm256_setzero_ps(), dm = dw;
+    __m256i raw[6]; /* Q6_K: ql and qh of a 128-element half, loaded once for its 4 blocks */
+    for (int k = 0; k < 6; k++) raw[k] = _mm256_setzero_si256();
     for (size_t b = 0; b < nb; b++) {
         if (pf) ix__prefetch_ahead(a, Q_RW, b, nb);
         const size_t j = b % per;
@@ -341,14 +343,18 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
             mn = rows2_i32(scm[0][8 + j], scm[1][8 + j]);
         } else {
             if (j == 0) dw = rows2_h(p0 + 208, p1 + 208);
-            const size_t h = j / 4, e = j % 4, ol = 64 * h + 32 * (e % 2), oh = 128 + 32 * h;
+            const size_t h = j / 4, e = j % 4;
+            if (e == 0)
+                for (int k = 0; k < 6; k++) { /* ql[64 h ..] by 16, then qh[32 h ..] by 16 */
+                    const size_t o = k < 4 ? 64 * h + 16 * (size_t)k : 128 + 32 * h + 16 * (size_t)(k - 4);
+                    raw[k] = load2x16(p0 + o, p1 + o);
+                }
             const __m128i sl = _mm_cvtsi32_si128(e < 2 ? 0 : 4), shh = _mm_cvtsi32_si128(2 * (int)e);
             const __m256i three = _mm256_set1_epi8(3);
-            __m256i hl = _mm256_and_si256(_mm256_srl_epi16(load2x16(p0 + oh, p1 + oh), shh), three);
-            __m256i hh = _mm256_and_si256(_mm256_srl_epi16(load2x16(p0 + oh + 16, p1 + oh + 16), shh), three);
-            wl = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi16(load2x16(p0 + ol, p1 + ol), sl), nib),
-                                 _mm256_slli_epi16(hl, 4));
-            wh = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi16(load2x16(p0 + ol + 16, p1 + ol + 16), sl), nib),
+            __m256i hl = _mm256_and_si256(_mm256_srl_epi16(raw[4], shh), three);
+            __m256i hh = _mm256_and_si256(_mm256_srl_epi16(raw[5], shh), three);
+            wl = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi16(raw[2 * (e % 2)], sl), nib), _mm256_slli_epi16(hl, 4));
+            wh = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi16(raw[2 * (e % 2) + 1], sl), nib),
                                  _mm256_slli_epi16(hh, 4));
             sc0 = rows2_i32((int8_t)p0[192 + 2 * j], (int8_t)p1[192 + 2 * j]);
             sc1 = rows2_i32((int8_t)p0[193 + 2 * j], (int8_t)p1[193 + 2 * j]);

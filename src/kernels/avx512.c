@@ -511,6 +511,12 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
     for (int i = 0; i < rx; i++) acc[i] = _mm512_setzero_ps();
     __m512i scm[Q_RG] = {_mm512_setzero_si512(), _mm512_setzero_si512()}; /* per super-block: Q4_K scales/mins, Q6_K scales */
     __m512 dw = _mm512_setzero_ps(), dm = _mm512_setzero_ps();
+    /* code bytes that several consecutive blocks decode from, loaded once:
+     * K4: qs of sub-blocks 2i, 2i + 1 (and Q5_K's qh of the whole super-block);
+     * Q6_K: ql and qh of a 128-element half */
+    __m512i raw[Q_RG][6];
+    for (int g = 0; g < Q_RG; g++)
+        for (int k = 0; k < 6; k++) raw[g][k] = _mm512_setzero_si512();
     for (size_t b = 0; b < nb; b++) {
         if (pf) ix__prefetch_ahead(a, Q_RW, b, nb);
         const size_t j = b % per;
@@ -540,25 +546,35 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
                 wl[g] = _mm512_or_si512(wl[g], _mm512_maskz_mov_epi8((__mmask64)ml, b4));
                 wh[g] = _mm512_or_si512(wh[g], _mm512_maskz_mov_epi8((__mmask64)mh, b4));
             } else if (k4) {
-                const uint8_t *q = p + (t == KQ_Q5_K ? 48 : 16) + 32 * (j / 2);
+                if (j % 2 == 0) {
+                    const uint8_t *q = p + (t == KQ_Q5_K ? 48 : 16) + 32 * (j / 2);
+                    raw[g][0] = ld4x16(q, ws);
+                    raw[g][1] = ld4x16(q + 16, ws);
+                }
+                if (t == KQ_Q5_K && j == 0) {
+                    raw[g][2] = ld4x16(p + 16, ws);
+                    raw[g][3] = ld4x16(p + 32, ws);
+                }
                 const __m128i sh = _mm_cvtsi32_si128(4 * (int)(j % 2));
-                wl[g] = _mm512_and_si512(_mm512_srl_epi16(ld4x16(q, ws), sh), nib);
-                wh[g] = _mm512_and_si512(_mm512_srl_epi16(ld4x16(q + 16, ws), sh), nib);
+                wl[g] = _mm512_and_si512(_mm512_srl_epi16(raw[g][0], sh), nib);
+                wh[g] = _mm512_and_si512(_mm512_srl_epi16(raw[g][1], sh), nib);
                 if (t == KQ_Q5_K) { /* bit j of qh[i]: element i's fifth bit */
                     const __m128i sj = _mm_cvtsi32_si128((int)j);
                     const __m512i one = _mm512_set1_epi8(1);
-                    wl[g] = _mm512_or_si512(wl[g], _mm512_slli_epi16(_mm512_and_si512(_mm512_srl_epi16(ld4x16(p + 16, ws), sj), one), 4));
-                    wh[g] = _mm512_or_si512(wh[g], _mm512_slli_epi16(_mm512_and_si512(_mm512_srl_epi16(ld4x16(p + 32, ws), sj), one), 4));
+                    wl[g] = _mm512_or_si512(wl[g], _mm512_slli_epi16(_mm512_and_si512(_mm512_srl_epi16(raw[g][2], sj), one), 4));
+                    wh[g] = _mm512_or_si512(wh[g], _mm512_slli_epi16(_mm512_and_si512(_mm512_srl_epi16(raw[g][3], sj), one), 4));
                 }
             } else {
                 const size_t h = j / 4, e = j % 4;
-                const uint8_t *ql = p + 64 * h + 32 * (e % 2), *qh = p + 128 + 32 * h;
+                if (e == 0)
+                    for (int k = 0; k < 6; k++) /* ql[64 h ..] by 16, then qh[32 h ..] by 16 */
+                        raw[g][k] = ld4x16(p + (k < 4 ? 64 * h + 16 * (size_t)k : 128 + 32 * h + 16 * (size_t)(k - 4)), ws);
                 const __m128i sl = _mm_cvtsi32_si128(e < 2 ? 0 : 4), shh = _mm_cvtsi32_si128(2 * (int)e);
                 const __m512i three = _mm512_set1_epi8(3);
-                __m512i hl = _mm512_and_si512(_mm512_srl_epi16(ld4x16(qh, ws), shh), three);
-                __m512i hh = _mm512_and_si512(_mm512_srl_epi16(ld4x16(qh + 16, ws), shh), three);
-                wl[g] = _mm512_or_si512(_mm512_and_si512(_mm512_srl_epi16(ld4x16(ql, ws), sl), nib), _mm512_slli_epi16(hl, 4));
-                wh[g] = _mm512_or_si512(_mm512_and_si512(_mm512_srl_epi16(ld4x16(ql + 16, ws), sl), nib), _mm512_slli_epi16(hh, 4));
+                __m512i hl = _mm512_and_si512(_mm512_srl_epi16(raw[g][4], shh), three);
+                __m512i hh = _mm512_and_si512(_mm512_srl_epi16(raw[g][5], shh), three);
+                wl[g] = _mm512_or_si512(_mm512_and_si512(_mm512_srl_epi16(raw[g][2 * (e % 2)], sl), nib), _mm512_slli_epi16(hl, 4));
+                wh[g] = _mm512_or_si512(_mm512_and_si512(_mm512_srl_epi16(raw[g][2 * (e % 2) + 1], sl), nib), _mm512_slli_epi16(hh, 4));
             }
         }
         if (t == KQ_Q5_0) dw = scales8(sb, ws);
