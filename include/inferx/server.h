@@ -4,7 +4,8 @@
  * Routes (docs/server.md has the fields, errors and metrics):
  *   POST /v1/chat/completions, POST /v1/completions (streaming with SSE or not),
  *   GET /v1/models, POST /tokenize, POST /detokenize, GET /health, GET /ready,
- *   GET /metrics (Prometheus text).
+ *   GET /metrics (Prometheus text), GET / (a chat page for browsers), and
+ *   OPTIONS on any of them (CORS preflight).
  *
  * Threads: a fixed pool of n_http_threads libmicrohttpd threads (epoll), however
  * many connections are open, plus one watcher thread. HTTP threads parse
@@ -54,6 +55,12 @@ typedef struct ix_server_params {
      * and do its own locking. NULL: no access log. */
     void (*access_log)(void *user, const char *line, size_t len);
     void *access_log_user;
+    /* Browser clients on other origins (CORS): NULL or "" sends no CORS
+     * headers (browsers then refuse cross-origin calls); "*" allows any
+     * origin; otherwise a comma-separated list of exact origins
+     * ("https://a.example,http://localhost:3000"), each echoed back when a
+     * request comes from it. Preflights (OPTIONS) are answered either way. */
+    const char *cors_allow_origin;
 } ix_server_params;
 
 ix_server_params ix_server_default_params(void);

@@ -22,7 +22,7 @@ static void usage(FILE *f) {
             "\n"
             "Serves the model over an OpenAI-compatible HTTP API (docs/server.md):\n"
             "/v1/chat/completions, /v1/completions, /v1/models, /tokenize, /detokenize,\n"
-            "/health, /ready, /metrics.\n"
+            "/health, /ready, /metrics, and a chat page for browsers at /.\n"
             "\n"
             "  -m, --model FILE             GGUF model (default: the bundled model, %s)\n"
             "  --host ADDR                  numeric address to bind (default 127.0.0.1)\n"
@@ -45,6 +45,8 @@ static void usage(FILE *f) {
             "  --shutdown-timeout S         seconds to let requests finish at SIGINT/SIGTERM (default 30)\n"
             "  --access-log FILE|-|off      one JSON line per request: to FILE (appended), - for stderr\n"
             "                               (the default), or off\n"
+            "  --cors-allow-origin ORIGINS  let browser pages on other origins call the API: * or a\n"
+            "                               comma-separated list of origins (default: none)\n"
             "  -c, --ctx N                  context length (default: the model's)\n"
             "  -t, --threads N              kernel threads (default: all cores)\n"
             "  -h, --help                   show this help\n",
@@ -197,6 +199,8 @@ int ix_cli_serve(int argc, char **argv) {
             keys_given = true;
         } else if (!strcmp(a, "--access-log")) {
             access_log = v;
+        } else if (!strcmp(a, "--cors-allow-origin")) {
+            sp.cors_allow_origin = v;
         } else if (!strcmp(a, "--served-model-name")) {
             name = v;
         } else if (!strcmp(a, "--max-num-seqs")) {

@@ -1090,6 +1090,7 @@ enum MHD_Result ix__srv_generate(ixs_conn *cc, bool chat, json_t *req) {
     }
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    ix__srv_cors_headers(cc, resp);
     enum MHD_Result ret = MHD_queue_response(c, 200, resp);
     MHD_destroy_response(resp);
     ix__metrics_http(&s->metrics, ep, 200);

@@ -146,12 +146,13 @@ void ix__srv_log_write(ix_server *s, json_t *line) {
 
 /* ---- replies --------------------------------------------------------------- */
 
-static enum MHD_Result reply_raw(ixs_conn *cc, int status, const char *ctype, const char *data, size_t len,
+enum MHD_Result ix__srv_reply_raw(ixs_conn *cc, int status, const char *ctype, const char *data, size_t len,
                                  const char *error) {
     ix_server *s = cc->s;
     struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_MUST_COPY);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", ctype);
+    ix__srv_cors_headers(cc, r);
     if (atomic_load(&s->draining)) MHD_add_response_header(r, "Connection", "close");
     /* Overload answers say when to come back (the queue moves every step). */
     if (status == 429 || status == 503) MHD_add_response_header(r, "Retry-After", "1");
@@ -172,9 +173,9 @@ static enum MHD_Result reply_json(ixs_conn *cc, int status, json_t *body, const 
     if (!text) {
         static const char k_oom[] =
             "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
-        return reply_raw(cc, 500, "application/json", k_oom, sizeof k_oom - 1, "server_error");
+        return ix__srv_reply_raw(cc, 500, "application/json", k_oom, sizeof k_oom - 1, "server_error");
     }
-    enum MHD_Result r = reply_raw(cc, status, "application/json", text, strlen(text), error);
+    enum MHD_Result r = ix__srv_reply_raw(cc, status, "application/json", text, strlen(text), error);
     free(text);
     return r;
 }
@@ -309,7 +310,7 @@ static enum MHD_Result do_metrics(ixs_conn *cc) {
         return ix__srv_reply_json(cc, 500, NULL);
     }
     enum MHD_Result r =
-        reply_raw(cc, 200, "text/plain; version=0.0.4; charset=utf-8", b.data ? b.data : "", b.len, NULL);
+        ix__srv_reply_raw(cc, 200, "text/plain; version=0.0.4; charset=utf-8", b.data ? b.data : "", b.len, NULL);
     ix_buf_free(&b);
     return r;
 }
@@ -317,7 +318,7 @@ static enum MHD_Result do_metrics(ixs_conn *cc) {
 /* ---- routing ---------------------------------------------------------------- */
 
 typedef enum route_id {
-    R_HEALTH, R_READY, R_METRICS, R_MODELS, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT,
+    R_HEALTH, R_READY, R_METRICS, R_MODELS, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT, R_WEB,
 } route_id;
 
 static const struct route {
@@ -335,6 +336,7 @@ static const struct route {
     {"/detokenize", "POST", R_DETOKENIZE, true, true},
     {"/v1/completions", "POST", R_COMPLETIONS, true, true},
     {"/v1/chat/completions", "POST", R_CHAT, true, true},
+    {"/", "GET", R_WEB, false, false},
 };
 
 /* The index of the API key the request presents, -1 when it presents none
@@ -371,6 +373,12 @@ static enum MHD_Result dispatch(ixs_conn *cc) {
             break;
         }
     }
+    if (!rt && path_known && !strcmp(method, "OPTIONS")) { /* a CORS preflight */
+        const char *allowed = "";
+        for (size_t i = 0; i < IX_ARRAY_LEN(k_routes); i++)
+            if (!strcmp(url, k_routes[i].path)) allowed = k_routes[i].method, cc->ep = k_routes[i].path;
+        return ix__srv_preflight(cc, allowed);
+    }
     if (!rt) {
         if (path_known) {
             char msg[128];
@@ -402,6 +410,8 @@ static enum MHD_Result dispatch(ixs_conn *cc) {
         return ix__srv_reply_json(cc, 200, json_pack("{s:s, s:s}", "status", "ready", "model", s->model_name));
     case R_METRICS:
         return do_metrics(cc);
+    case R_WEB:
+        return ix__srv_web_page(cc);
     case R_MODELS:
         return do_models(cc);
     default:
@@ -542,6 +552,12 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
     if (s->p.n_http_threads <= 0) s->p.n_http_threads = dp.n_http_threads;
     if (s->p.n_http_threads > s->p.max_connections) s->p.n_http_threads = s->p.max_connections;
     s->model_name = ix_strdup(p->model_name && *p->model_name ? p->model_name : "inferx");
+    if (p->cors_allow_origin && *p->cors_allow_origin && !(s->cors = ix_strdup(p->cors_allow_origin))) {
+        ix_free(s->model_name);
+        ix_free(s);
+        return ix_errf(err, IX_ERR_NOMEM, "out of memory");
+    }
+    s->p.cors_allow_origin = NULL;
     s->p.host = NULL;
     s->p.api_key = NULL;
     s->p.api_keys = NULL;
@@ -668,5 +684,6 @@ void ix_server_destroy(ix_server *s) {
     ix_free(s->api_keys);
     ix_free(s->key_ns);
     ix_free(s->model_name);
+    ix_free(s->cors);
     ix_free(s);
 }

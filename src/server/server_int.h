@@ -5,7 +5,9 @@
  *              suspend until the engine resumes, answer or stream; the
  *              watcher thread)
  *   chat.c     chat template recognition and rendering
- *   metrics.c  counters, histograms, Prometheus text, cost accounting */
+ *   metrics.c  counters, histograms, Prometheus text, cost accounting
+ *   web.c      the chat page at / (web/chat.html, compiled in), CORS headers
+ *              and preflights */
 #ifndef IX_SERVER_INT_H
 #define IX_SERVER_INT_H
 
@@ -108,6 +110,7 @@ struct ix_server {
     uint64_t *key_ns;        /* (n_api_keys) each key's prefix-cache namespace */
     size_t n_api_keys;
     char *model_name;
+    char *cors;              /* cors_allow_origin (copied); NULL: none */
     int32_t n_ctx, n_vocab;
     ixs_chat_format chat_format;
     struct MHD_Daemon *daemon;
@@ -156,6 +159,21 @@ enum MHD_Result ix__srv_reply_err(ixs_conn *cc, const ixs_err *e);
 json_t *ix__srv_log_line(ix_server *s, const char *method, const char *path, int status, uint64_t t0_ns,
                          const char *remote, int key);
 void ix__srv_log_write(ix_server *s, json_t *line /* stolen */);
+
+/* Replies with a body of any type: status, Content-Type, data (copied);
+ * error names the failure in the access log (NULL when none). */
+enum MHD_Result ix__srv_reply_raw(ixs_conn *cc, int status, const char *ctype, const char *data, size_t len,
+                                  const char *error);
+
+/* ---- web.c ------------------------------------------------------------ */
+/* Adds the CORS headers a response to cc needs (none unless the server
+ * allows the request's Origin). Every response goes through it. */
+void ix__srv_cors_headers(ixs_conn *cc, struct MHD_Response *r);
+/* OPTIONS on a known path: 204 with Allow and, for an allowed origin, the
+ * Access-Control-Allow-* headers the preflight asks about. */
+enum MHD_Result ix__srv_preflight(ixs_conn *cc, const char *allow);
+/* GET /: the chat page. */
+enum MHD_Result ix__srv_web_page(ixs_conn *cc);
 
 /* Generation endpoints. A non-streaming request suspends the connection
  * and leaves its job in cc->job; when MHD calls the handler again (resumed),
