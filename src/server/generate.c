@@ -80,6 +80,7 @@ struct ixs_job {
     pthread_mutex_t mu;
     /* What was asked. */
     bool chat, stream, include_usage, want_logprobs;
+    ixs_resp *resp;          /* a /v1/responses job (rendered by responses.c), else NULL */
     int32_t n, n_sub, n_logprobs;
     char id[64];
     int64_t created;
@@ -272,6 +273,7 @@ static void job_free(ixs_job *j) {
     ix_free(j->lp);
     ix_buf_free(&j->out);
     ix_buf_free(&j->scratch);
+    ix__resp_free(j->resp);
     pthread_mutex_destroy(&j->mu);
     ix_free(j);
     atomic_fetch_sub(&s->n_inflight, 1); /* last: shutdown may free s once this reaches 0 */
@@ -542,6 +544,15 @@ static const char *reason_name(ix_finish_reason r) { return ix_finish_reason_nam
 
 /* ---- non-streaming ------------------------------------------------------- */
 
+/* Choice 0 of sub 0 as responses.c sees it (a responses job has one). */
+static ixs_gen_result gen_result(ixs_job *j) {
+    const ix_finish_info *fi = &j->fin[0];
+    ixs_gen_result g = {j->text[0].data ? j->text[0].data : "", j->text[0].len, fi->reason,
+                        fi->reason == IX_FINISH_ERROR ? fi->message : NULL, j->usage,
+                        j->s->p.cost_per_hour_usd > 0 ? j->cost_usd : -1.0};
+    return g;
+}
+
 static void absorb(ixs_job *j) {
     ixs_queue *t = &j->taken;
     for (size_t i = 0; i < t->n; i++) {
@@ -589,6 +600,12 @@ static enum MHD_Result answer_whole(ixs_job *j, ixs_conn *cc) {
     if (j->oom) {
         job_log(j, 500);
         return ix__srv_reply_json(cc, 500, NULL);
+    }
+    if (j->resp) {
+        ixs_gen_result g = gen_result(j);
+        json_t *obj = ix__resp_whole(j->resp, &g);
+        job_log(j, obj ? 200 : 500);
+        return ix__srv_reply_json(cc, obj ? 200 : 500, obj);
     }
     json_t *root = envelope(j, false);
     json_t *choices = json_object_get(root, "choices");
@@ -638,6 +655,12 @@ static void stream_events(ixs_job *j, const bool newly[IXS_MAX_PROMPTS]) {
         const ixs_event *e = &t->ev[i];
         if (e->choice < 0 || e->choice >= j->n || (!e->len && !e->has_sample)) continue;
         int gi = e->sub * j->n + e->choice;
+        if (j->resp) {
+            if (ix_buf_append(&j->text[gi], t->text.data + e->off, e->len) != IX_OK ||
+                (e->len && !ix__resp_stream_delta(j->resp, &j->out, t->text.data + e->off, e->len)))
+                j->oom = true;
+            continue;
+        }
         json_t *ch, *root = chunk_choice(j, &ch, gi);
         if (!root) {
             j->oom = true;
@@ -661,7 +684,7 @@ static void stream_events(ixs_job *j, const bool newly[IXS_MAX_PROMPTS]) {
     }
     t->n = 0;
     ix_buf_clear(&t->text);
-    for (int s = 0; s < j->n_sub; s++) {
+    for (int s = 0; s < j->n_sub && !j->resp; s++) {
         if (!newly[s]) continue;
         const ix_finish_info *fi = &j->fin[s];
         for (int c = 0; c < j->n; c++) {
@@ -695,7 +718,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (atomic_load(&j->disconnected)) return MHD_CONTENT_READER_END_WITH_ERROR;
         if (j->phase == 0) {
             j->phase = 1;
-            if (j->chat)
+            if (j->resp && !ix__resp_stream_begin(j->resp, &j->out)) return MHD_CONTENT_READER_END_WITH_ERROR;
+            if (j->chat && !j->resp)
                 for (int gi = 0; gi < j->n_choices; gi++) {
                     json_t *ch, *root = chunk_choice(j, &ch, gi);
                     if (root) json_object_set_new(json_object_get(ch, "delta"), "role", json_string("assistant"));
@@ -710,6 +734,12 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (all) {
             job_finalize(j);
             job_log(j, 200);
+            if (j->resp) { /* the Responses API ends with its last event, no [DONE] */
+                ixs_gen_result g = gen_result(j);
+                if (!ix__resp_stream_end(j->resp, &j->out, &g)) return MHD_CONTENT_READER_END_WITH_ERROR;
+                j->phase = 2;
+                continue;
+            }
             if (j->include_usage) {
                 json_t *root = envelope(j, true);
                 if (root) json_object_set_new(root, "usage", usage_json(j));
@@ -1009,16 +1039,23 @@ enum MHD_Result ix__srv_generate_again(ixs_conn *cc) {
     return ret;
 }
 
-enum MHD_Result ix__srv_generate(ixs_conn *cc, bool chat, json_t *req) {
+static enum MHD_Result generate(ixs_conn *cc, bool chat, json_t *req, ixs_resp *rsp) {
     ix_server *s = cc->s;
     struct MHD_Connection *c = cc->c;
     const char *ep = cc->ep;
     ixs_err e;
     ixs_job *j = job_new(cc);
-    if (!j) return ix__srv_reply_json(cc, 500, NULL);
+    if (!j) {
+        ix__resp_free(rsp);
+        return ix__srv_reply_json(cc, 500, NULL);
+    }
     j->chat = chat;
+    j->resp = rsp;
     j->created = (int64_t)time(NULL);
-    ix__srv_new_id(s, chat ? "chatcmpl-" : "cmpl-", j->id, sizeof j->id);
+    if (rsp)
+        snprintf(j->id, sizeof j->id, "%s", ix__resp_id(rsp));
+    else
+        ix__srv_new_id(s, chat ? "chatcmpl-" : "cmpl-", j->id, sizeof j->id);
     parsed p;
     memset(&p, 0, sizeof p);
     p.r = ix_request_default_params();
@@ -1098,5 +1135,12 @@ fail:
     parsed_free(&p);
     j->failed = true;
     ix__srv_job_release(j); /* cancels what was submitted */
+    if (rsp) ix__resp_map_param(&e);
     return ix__srv_reply_err(cc, &e);
+}
+
+enum MHD_Result ix__srv_generate(ixs_conn *cc, bool chat, json_t *req) { return generate(cc, chat, req, NULL); }
+
+enum MHD_Result ix__srv_generate_resp(ixs_conn *cc, json_t *chat_req, ixs_resp *resp) {
+    return generate(cc, true, chat_req, resp);
 }

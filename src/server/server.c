@@ -210,12 +210,27 @@ static enum MHD_Result reply_errf(ixs_conn *cc, int http, const char *type, cons
 
 /* ---- small endpoints -------------------------------------------------------- */
 
+static json_t *model_json(ix_server *s) {
+    return json_pack("{s:s, s:s, s:I, s:s, s:i}", "id", s->model_name, "object", "model", "created",
+                     (json_int_t)s->created, "owned_by", "inferx", "max_model_len", (int)s->n_ctx);
+}
+
 static enum MHD_Result do_models(ixs_conn *cc) {
     ix_server *s = cc->s;
-    json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:i}", "id", s->model_name, "object", "model", "created",
-                          (json_int_t)s->created, "owned_by", "inferx", "max_model_len", (int)s->n_ctx);
+    json_t *m = model_json(s);
     json_t *root = m ? json_pack("{s:s, s:[o]}", "object", "list", "data", m) : NULL;
     return ix__srv_reply_json(cc, 200, root);
+}
+
+/* GET /v1/models/{id}: the served model's object, 404 for any other id. */
+static enum MHD_Result do_model_one(ixs_conn *cc, const char *id) {
+    ix_server *s = cc->s;
+    if (strcmp(id, s->model_name)) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "The model `%.120s` does not exist.", id);
+        return reply_errf(cc, 404, "invalid_request_error", "model_not_found", "model", msg);
+    }
+    return ix__srv_reply_json(cc, 200, model_json(s));
 }
 
 /* The "model" field: absent, or the served name (404 otherwise). */
@@ -317,7 +332,8 @@ static enum MHD_Result do_metrics(ixs_conn *cc) {
 /* ---- routing ---------------------------------------------------------------- */
 
 typedef enum route_id {
-    R_HEALTH, R_READY, R_METRICS, R_MODELS, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT,
+    R_HEALTH, R_READY, R_METRICS, R_MODELS, R_MODEL_ONE, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT,
+    R_EMBEDDINGS, R_RESPONSES,
 } route_id;
 
 static const struct route {
@@ -335,7 +351,19 @@ static const struct route {
     {"/detokenize", "POST", R_DETOKENIZE, true, true},
     {"/v1/completions", "POST", R_COMPLETIONS, true, true},
     {"/v1/chat/completions", "POST", R_CHAT, true, true},
+    {"/v1/models/", "GET", R_MODEL_ONE, true, false},
+    {"/v1/embeddings", "POST", R_EMBEDDINGS, true, true},
+    {"/v1/responses", "POST", R_RESPONSES, true, true},
 };
+
+/* Whether url names route rt: equal to its path, or for a path ending in
+ * '/' that path followed by a non-empty argument (a model id may hold
+ * slashes). */
+static bool route_matches(const struct route *rt, const char *url) {
+    size_t n = strlen(rt->path);
+    if (rt->path[n - 1] != '/') return !strcmp(url, rt->path);
+    return !strncmp(url, rt->path, n) && url[n];
+}
 
 /* The index of the API key the request presents, -1 when it presents none
  * of them. Every key is compared in full whatever matched before, each in
@@ -363,7 +391,7 @@ static enum MHD_Result dispatch(ixs_conn *cc) {
     const struct route *rt = NULL;
     bool path_known = false;
     for (size_t i = 0; i < IX_ARRAY_LEN(k_routes); i++) {
-        if (strcmp(url, k_routes[i].path)) continue;
+        if (!route_matches(&k_routes[i], url)) continue;
         path_known = true;
         if (!strcmp(method, k_routes[i].method) ||
             (!strcmp(k_routes[i].method, "GET") && !strcmp(method, "HEAD"))) {
@@ -376,7 +404,7 @@ static enum MHD_Result dispatch(ixs_conn *cc) {
             char msg[128];
             const char *allowed = "";
             for (size_t i = 0; i < IX_ARRAY_LEN(k_routes); i++)
-                if (!strcmp(url, k_routes[i].path)) allowed = k_routes[i].method, cc->ep = k_routes[i].path;
+                if (route_matches(&k_routes[i], url)) allowed = k_routes[i].method, cc->ep = k_routes[i].path;
             snprintf(msg, sizeof msg, "method %.16s is not allowed on %.64s (use %s)", method, url, allowed);
             return reply_errf(cc, 405, "invalid_request_error", "method_not_allowed", NULL, msg);
         }
@@ -404,6 +432,8 @@ static enum MHD_Result dispatch(ixs_conn *cc) {
         return do_metrics(cc);
     case R_MODELS:
         return do_models(cc);
+    case R_MODEL_ONE:
+        return do_model_one(cc, url + strlen(rt->path));
     default:
         break;
     }
@@ -432,6 +462,10 @@ static enum MHD_Result dispatch(ixs_conn *cc) {
         r = do_tokenize(cc, req);
     else if (rt->id == R_DETOKENIZE)
         r = do_detokenize(cc, req);
+    else if (rt->id == R_EMBEDDINGS)
+        r = ix__srv_embeddings(cc, req);
+    else if (rt->id == R_RESPONSES)
+        r = ix__srv_responses(cc, req);
     else
         r = ix__srv_generate(cc, rt->id == R_CHAT, req);
     json_decref(req);
@@ -569,6 +603,7 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
         return ix_errf(err, IX_ERR_INVALID, "the model name is not valid UTF-8 (byte %zu)", bad);
     }
     ix_status st = copy_keys(s, p);
+    if (st == IX_OK) st = ix__embed_create(s);
     if (st != IX_OK) {
         ix_server_destroy(s);
         return ix_errf(err, st, st == IX_ERR_NOMEM ? "out of memory" : "an API key is empty");
@@ -664,6 +699,7 @@ void ix_server_destroy(ix_server *s) {
     for (int i = 0; i < 1000 && atomic_load(&s->n_inflight) > 0; i++) sleep_ms(10);
     pthread_mutex_destroy(&s->jobs_mu);
     ix__metrics_free(&s->metrics);
+    ix__embed_destroy(s);
     for (size_t i = 0; i < s->n_api_keys; i++) ix_free(s->api_keys[i]);
     ix_free(s->api_keys);
     ix_free(s->key_ns);

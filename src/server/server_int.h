@@ -5,6 +5,8 @@
  *              suspend until the engine resumes, answer or stream; the
  *              watcher thread)
  *   chat.c     chat template recognition and rendering
+ *   embed.c    /v1/embeddings (a model context of its own, under a mutex)
+ *   responses.c /v1/responses (OpenAI's Responses API over the chat job)
  *   metrics.c  counters, histograms, Prometheus text, cost accounting */
 #ifndef IX_SERVER_INT_H
 #define IX_SERVER_INT_H
@@ -98,6 +100,7 @@ int ix__chat_validate(json_t *messages, ixs_err *e);
 
 /* ---- the server ------------------------------------------------------- */
 typedef struct ixs_job ixs_job; /* one generation request (generate.c) */
+typedef struct ixs_embedder ixs_embedder; /* embeddings' model context (embed.c) */
 
 struct ix_server {
     ix_engine *engine;
@@ -125,6 +128,7 @@ struct ix_server {
     atomic_bool aborting;    /* cancel requests in flight */
     bool shut_down;
     ixs_metrics metrics;
+    ixs_embedder *embed;
 };
 
 /* One HTTP request being answered (MHD's con_cls): what the replies, the
@@ -164,6 +168,42 @@ void ix__srv_log_write(ix_server *s, json_t *line /* stolen */);
 enum MHD_Result ix__srv_generate(ixs_conn *cc, bool chat, json_t *req);
 enum MHD_Result ix__srv_generate_again(ixs_conn *cc);
 void ix__srv_job_release(ixs_job *j);
+/* POST /v1/responses: the request becomes a chat job (generate.c) whose
+ * answer, whole or streamed, responses.c renders as a Response object and
+ * its events. */
+typedef struct ixs_resp ixs_resp;
+enum MHD_Result ix__srv_responses(ixs_conn *cc, json_t *req);
+/* A chat job answered as /v1/responses (resp owned by the job from here,
+ * also on failure). */
+enum MHD_Result ix__srv_generate_resp(ixs_conn *cc, json_t *chat_req, ixs_resp *resp);
+void ix__resp_free(ixs_resp *r);
+const char *ix__resp_id(const ixs_resp *r); /* "resp_<hex>" */
+/* What the job produced for the renderers: choice 0's text so far, how it
+ * finished, and the job's usage. */
+typedef struct ixs_gen_result {
+    const char *text;
+    size_t len;
+    ix_finish_reason reason;
+    const char *error;  /* the engine's message when reason is IX_FINISH_ERROR */
+    ix_usage usage;
+    double cost_usd;    /* < 0: not reported */
+} ixs_gen_result;
+/* The whole Response object (non-streaming). NULL when out of memory. */
+json_t *ix__resp_whole(ixs_resp *r, const ixs_gen_result *g);
+/* Streaming: the events before the first token, one per text delta, and
+ * the closing ones (the last is response.completed / incomplete / failed),
+ * appended to out as SSE. Return false when out of memory. */
+bool ix__resp_stream_begin(ixs_resp *r, ix_buf *out);
+bool ix__resp_stream_delta(ixs_resp *r, ix_buf *out, const char *text, size_t len);
+bool ix__resp_stream_end(ixs_resp *r, ix_buf *out, const ixs_gen_result *g);
+/* Chat's name for a field in an error -> the Responses API's. */
+void ix__resp_map_param(ixs_err *e);
+
+/* POST /v1/embeddings: answered at once (the pass runs on this thread). */
+enum MHD_Result ix__srv_embeddings(ixs_conn *cc, json_t *req);
+/* The embedder's state (its model context is made on the first request). */
+ix_status ix__embed_create(ix_server *s);
+void ix__embed_destroy(ix_server *s);
 /* The watcher thread's body (arg: the server): cancels the jobs of suspended
  * connections whose peer closed, and every job while s->aborting; closes the
  * jobs whose client left once the engine has finished them. */
