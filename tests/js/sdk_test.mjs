@@ -41,6 +41,61 @@ assert.equal(text, chat.choices[0].message.content);
 assert.equal(usage.completion_tokens, chat.usage.completion_tokens);
 assert.ok(finish === 'length' || finish === 'stop');
 
+// GET /v1/models/{id}
+const retrieved = await client.models.retrieve(model);
+assert.equal(retrieved.id, model);
+await assert.rejects(client.models.retrieve('gpt-4o'), (e) => e instanceof OpenAI.NotFoundError);
+
+// Responses API: the whole object, then the same request streamed.
+const rsp = await client.responses.create({
+  model, instructions: 'Answer briefly.', input: 'Hello', max_output_tokens: 8, temperature: 0,
+});
+assert.equal(rsp.object, 'response');
+assert.ok(rsp.id.startsWith('resp_'));
+assert.ok(rsp.status === 'completed' || rsp.status === 'incomplete');
+assert.equal(rsp.output[0].type, 'message');
+assert.equal(typeof rsp.output_text, 'string'); // the SDK's own concatenation of the output_text parts
+assert.ok(rsp.usage.output_tokens >= 1 && rsp.usage.output_tokens <= 8);
+assert.equal(rsp.usage.total_tokens, rsp.usage.input_tokens + rsp.usage.output_tokens);
+
+const rstream = await client.responses.create({
+  model, instructions: 'Answer briefly.', input: [{ role: 'user', content: 'Hello' }],
+  max_output_tokens: 8, temperature: 0, stream: true,
+});
+const types = [];
+let rtext = '', last = null;
+for await (const ev of rstream) {
+  types.push(ev.type);
+  if (ev.type === 'response.output_text.delta') rtext += ev.delta;
+  last = ev;
+}
+assert.deepEqual(types.slice(0, 4), ['response.created', 'response.in_progress',
+  'response.output_item.added', 'response.content_part.added']);
+assert.deepEqual(types.slice(-4, -1), ['response.output_text.done', 'response.content_part.done',
+  'response.output_item.done']);
+assert.ok(last.type === 'response.completed' || last.type === 'response.incomplete');
+assert.equal(rtext, rsp.output_text);
+assert.equal(last.response.usage.output_tokens, rsp.usage.output_tokens);
+
+// The SDK's stream helper accumulates the events into the final response.
+const helper = client.responses.stream({ model, input: 'Hello', max_output_tokens: 4, temperature: 0 });
+const final = await helper.finalResponse();
+assert.equal(final.output[0].content[0].type, 'output_text');
+
+// Embeddings: float (the SDK asks for base64 and decodes it) and a batch.
+const emb = await client.embeddings.create({ model, input: ['Mr. Darcy', 'Mr. Darcy', 'Pemberley'] });
+assert.equal(emb.data.length, 3);
+const [a, b, c] = emb.data.map((d) => d.embedding);
+const dot = (x, y) => x.reduce((s, v, i) => s + v * y[i], 0);
+assert.ok(Math.abs(dot(a, a) - 1) < 1e-4, 'unit norm');
+assert.deepEqual(a, b);
+assert.ok(dot(a, c) < 0.9999, 'different texts differ');
+assert.equal(emb.usage.prompt_tokens, emb.usage.total_tokens);
+const single = await client.embeddings.create({ model, input: 'Pemberley', encoding_format: 'float' });
+assert.ok(single.data[0].embedding.every((v, i) => Math.abs(v - c[i]) < 1e-6));
+await assert.rejects(client.embeddings.create({ model, input: 'x', dimensions: 3 }),
+  (e) => e instanceof OpenAI.BadRequestError && e.param === 'dimensions');
+
 // Errors map to the SDK's exception classes.
 await assert.rejects(
   client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], temperature: 9 }),
