@@ -1,0 +1,45 @@
+// End-to-end: the Vercel AI SDK's default OpenAI provider (`openai(model)`,
+// which speaks the Responses API) against `inferx serve`.
+// Usage: node ai_sdk_test.mjs BASE_URL API_KEY   (run by run_sdk_test.sh)
+import assert from 'node:assert/strict';
+import { createOpenAI } from '@ai-sdk/openai';
+import { generateText, streamText, embed, embedMany } from 'ai';
+
+const [baseURL, apiKey] = process.argv.slice(2);
+const models = await (await fetch(`${baseURL}/models`, { headers: { Authorization: `Bearer ${apiKey}` } })).json();
+const modelId = models.data[0].id;
+const openai = createOpenAI({ baseURL, apiKey });
+
+// generateText through /v1/responses
+const gen = await generateText({
+  model: openai(modelId), system: 'Answer briefly.', prompt: 'Hello', maxOutputTokens: 8, temperature: 0,
+  maxRetries: 0,
+});
+assert.equal(typeof gen.text, 'string');
+assert.ok(gen.usage.outputTokens >= 1 && gen.usage.outputTokens <= 8);
+assert.ok(['stop', 'length'].includes(gen.finishReason), gen.finishReason);
+assert.ok(gen.response.id.startsWith('resp_'));
+
+// streamText: the deltas add up to the same greedy text
+const st = streamText({
+  model: openai(modelId), system: 'Answer briefly.', prompt: 'Hello', maxOutputTokens: 8, temperature: 0,
+  maxRetries: 0,
+});
+let streamed = '';
+for await (const part of st.textStream) streamed += part;
+assert.equal(streamed, gen.text);
+assert.equal((await st.usage).outputTokens, gen.usage.outputTokens);
+
+// Chat Completions through the same provider
+const chat = await generateText({
+  model: openai.chat(modelId), prompt: 'Hello', maxOutputTokens: 4, temperature: 0, maxRetries: 0,
+});
+assert.equal(typeof chat.text, 'string');
+
+// Embeddings
+const e1 = await embed({ model: openai.embedding(modelId), value: 'Mr. Darcy', maxRetries: 0 });
+const many = await embedMany({ model: openai.embedding(modelId), values: ['Mr. Darcy', 'Pemberley'], maxRetries: 0 });
+assert.equal(many.embeddings.length, 2);
+assert.ok(e1.embedding.every((v, i) => Math.abs(v - many.embeddings[0][i]) < 1e-6));
+
+console.log('ai sdk test: ok');
