@@ -1562,6 +1562,138 @@ static void test_shutdown_aborts(void **state) {
     shutdown_with_inflight(0, "abort");
 }
 
+/* ---- constrained output: response_format and grammar -------------------------------- */
+
+static const char k_person_schema[] =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"name\":{\"type\":\"string\",\"maxLength\":12},"
+    "\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":120},"
+    "\"role\":{\"enum\":[\"captain\",\"sailor\"]}},"
+    "\"required\":[\"name\",\"age\",\"role\"],\"additionalProperties\":false}";
+
+static void assert_person(const char *text) {
+    json_error_t je;
+    json_t *doc = json_loads(text, 0, &je);
+    if (!doc) fail_msg("not JSON (%s): '%s'", je.text, text);
+    assert_int_equal(json_object_size(doc), 3);
+    const char *name = json_string_value(json_object_get(doc, "name"));
+    assert_non_null(name);
+    json_t *age = json_object_get(doc, "age");
+    assert_true(json_is_integer(age) && json_integer_value(age) >= 0 && json_integer_value(age) <= 120);
+    const char *role = json_string_value(json_object_get(doc, "role"));
+    assert_true(role && (!strcmp(role, "captain") || !strcmp(role, "sailor")));
+    json_decref(doc);
+}
+
+static void test_structured_outputs(void **state) {
+    (void)state;
+    char body[2048];
+    /* json_schema, strict, n = 3 with temperature: every choice validates. */
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Who is on deck?\"}],\"n\":3,\"temperature\":1.2,"
+             "\"seed\":7,\"max_tokens\":120,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
+             "{\"name\":\"person\",\"strict\":true,\"schema\":%s}}}",
+             k_person_schema);
+    json_t *j = post_json("/v1/chat/completions", body, 200);
+    for (int c = 0; c < 3; c++) {
+        json_t *ch = json_array_get(json_object_get(j, "choices"), (size_t)c);
+        assert_string_equal(json_string_value(json_object_get(ch, "finish_reason")), "stop");
+        assert_person(json_string_value(json_object_get(json_object_get(ch, "message"), "content")));
+    }
+    json_decref(j);
+    /* Greedy, whole and streamed: the same valid document. */
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Who is on deck?\"}],\"temperature\":0,"
+             "\"max_tokens\":120,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
+             "{\"name\":\"person\",\"schema\":%s}}}",
+             k_person_schema);
+    j = post_json("/v1/chat/completions", body, 200);
+    char *whole = strdup(json_string_value(
+        json_object_get(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message"), "content")));
+    json_decref(j);
+    assert_person(whole);
+    memcpy(body + strlen(body) - 1, ",\"stream\":true}", 16);
+    resp r;
+    assert_int_equal(http(g_port, "POST", "/v1/chat/completions", NULL, body, &r), 0);
+    assert_int_equal(r.status, 200);
+    bool done_last;
+    json_t *chunks = parse_sse(r.body, &done_last);
+    assert_true(done_last);
+    char text[4096] = "";
+    const char *finish = NULL;
+    size_t i;
+    json_t *ck;
+    json_array_foreach(chunks, i, ck) {
+        json_t *c0 = json_array_get(json_object_get(ck, "choices"), 0);
+        const char *t = json_string_value(json_object_get(json_object_get(c0, "delta"), "content"));
+        if (t) strncat(text, t, sizeof text - strlen(text) - 1);
+        if (json_is_string(json_object_get(c0, "finish_reason")))
+            finish = json_string_value(json_object_get(c0, "finish_reason"));
+    }
+    assert_non_null(finish);
+    if (strcmp(finish, "stop")) fail_msg("finish %s: '%s'", finish, text);
+    assert_string_equal(text, whole);
+    free(whole);
+    json_decref(chunks);
+    resp_free(&r);
+    /* json_object: any object; complete ones parse. */
+    for (int k = 0; k < 2; k++) {
+        snprintf(body, sizeof body,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"Answer in JSON\"}],\"seed\":%d,"
+                 "\"max_tokens\":60,\"response_format\":{\"type\":\"json_object\"}}", k);
+        j = post_json("/v1/chat/completions", body, 200);
+        json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
+        const char *content = json_string_value(json_object_get(json_object_get(ch, "message"), "content"));
+        const char *fr = json_string_value(json_object_get(ch, "finish_reason"));
+        assert_non_null(content);
+        size_t sp = strspn(content, " \t\n");
+        assert_int_equal(content[sp], '{');
+        if (!strcmp(fr, "stop")) {
+            json_t *doc = json_loads(content, 0, NULL);
+            assert_true(json_is_object(doc));
+            json_decref(doc);
+        } else {
+            assert_string_equal(fr, "length");
+        }
+        json_decref(j);
+    }
+    /* type text: free decoding, same as without. */
+    j = post_json("/v1/chat/completions",
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":3,"
+                  "\"response_format\":{\"type\":\"text\"}}", 200);
+    json_decref(j);
+    /* grammar (GBNF) on completions, greedy. */
+    j = post_json("/v1/completions",
+                  "{\"prompt\":\"Mr. Darcy\",\"temperature\":0,\"max_tokens\":10,"
+                  "\"grammar\":\"root ::= \\\" \\\"? (\\\"yes\\\" | \\\"no\\\") \\\".\\\"\"}", 200);
+    json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
+    const char *t = json_string_value(json_object_get(ch, "text"));
+    assert_true(!strcmp(t, " yes.") || !strcmp(t, " no.") || !strcmp(t, "yes.") || !strcmp(t, "no."));
+    assert_string_equal(json_string_value(json_object_get(ch, "finish_reason")), "stop");
+    json_decref(j);
+
+    /* Errors name the field. */
+#define CHAT_ERR(b, param, part)                                                                                     \
+    expect_error(g_port, "POST", "/v1/chat/completions", NULL, b, strlen(b), 400, param, part)
+#define MSGS "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]"
+    CHAT_ERR("{" MSGS ",\"response_format\":{\"type\":\"bogus\"}}", "response_format.type", "bogus");
+    CHAT_ERR("{" MSGS ",\"response_format\":\"json\"}", "response_format", NULL);
+    CHAT_ERR("{" MSGS ",\"response_format\":{\"type\":\"json_object\",\"x\":1}}", "response_format", "x");
+    CHAT_ERR("{" MSGS ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{}}}}",
+             "response_format.json_schema.name", NULL);
+    CHAT_ERR("{" MSGS ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"a\","
+             "\"schema\":{\"type\":\"integer\",\"multipleOf\":3}}}}",
+             "response_format.json_schema.schema", "multipleOf");
+    CHAT_ERR("{" MSGS ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"a\",\"strict\":true,"
+             "\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"}}}}}}",
+             "response_format.json_schema.schema", "additionalProperties");
+    CHAT_ERR("{" MSGS ",\"grammar\":\"root ::= nothing\"}", "grammar", "nothing");
+    CHAT_ERR("{" MSGS ",\"grammar\":7}", "grammar", NULL);
+    CHAT_ERR("{" MSGS ",\"grammar\":\"root ::= \\\"a\\\"\",\"response_format\":{\"type\":\"json_object\"}}", "grammar",
+             NULL);
+    ERR("{\"prompt\":\"x\",\"grammar\":\"root ::= (\"}", 400, "grammar", "line 1");
+}
+
 int main(void) {
     FILE *f = fopen(MODEL, "rb");
     if (!f) {
@@ -1593,6 +1725,7 @@ int main(void) {
         cmocka_unit_test(test_overload_retry_after),
         cmocka_unit_test(test_shutdown_drains),
         cmocka_unit_test(test_shutdown_aborts),
+        cmocka_unit_test(test_structured_outputs),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -797,12 +797,14 @@ typedef struct parsed {
     ix_logit_bias *bias;
     ix_token *stop_ids;
     bool max_tokens_given;
+    ixs_constraint_req con;
 } parsed;
 
 static void parsed_free(parsed *p) {
     for (int i = 0; i < IXS_MAX_PROMPTS; i++) ix_token_vec_free(&p->prompts[i]);
     ix_free(p->bias);
     ix_free(p->stop_ids);
+    ix__srv_constraint_free(&p->con);
 }
 
 static int parse_token_array(ix_server *s, json_t *arr, const char *param, ix_token_vec *out, ixs_err *e) {
@@ -1001,6 +1003,9 @@ static int parse_request(ix_server *s, json_t *req, bool chat, parsed *p, ixs_jo
         }
         j->include_usage = inc;
     }
+    /* constrained output */
+    if (ix__srv_parse_constraint(s, req, &p->con, e)) return -1;
+    r->constraint = p->con.c;
     /* context */
     for (int i = 0; i < p->n_prompts; i++) {
         size_t np = p->prompts[i].n;

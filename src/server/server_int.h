@@ -98,6 +98,23 @@ ix_status ix__chat_render_text(ixs_chat_format f, json_t *messages, ix_buf *out)
  * strings (in place). 0, or -1 with e filled. */
 int ix__chat_validate(json_t *messages, ixs_err *e);
 
+/* ---- constraints (constrain.c) ------------------------------------------ */
+/* A request's constraint: the engine's view, the text it points into (when
+ * the server had to write it), and the field that set it (for errors). */
+typedef struct ixs_constraint_req {
+    ix_constraint c;
+    char *text;      /* NULL, or c.text (malloc'd by jansson) */
+    char param[64];  /* "response_format", "grammar", ... */
+} ixs_constraint_req;
+
+/* Reads response_format and grammar into out (kind NONE when neither
+ * constrains), compiling the constraint through the engine: 0, or -1 with e
+ * filled (400 naming the field). Free out with ix__srv_constraint_free. */
+int ix__srv_parse_constraint(ix_server *s, json_t *req, ixs_constraint_req *out, ixs_err *e);
+void ix__srv_constraint_free(ixs_constraint_req *c);
+/* Compiles c through the engine's cache: 0, or -1 with a 400 naming param. */
+int ix__srv_check_constraint(ix_server *s, const ix_constraint *c, const char *param, ixs_err *e);
+
 /* ---- the server ------------------------------------------------------- */
 typedef struct ixs_job ixs_job; /* one generation request (generate.c) */
 typedef struct ixs_embedder ixs_embedder; /* embeddings' model context (embed.c) */
