@@ -38,16 +38,22 @@ void ix__resp_free(ixs_resp *r) {
 }
 
 void ix__resp_map_param(ixs_err *e) {
+    /* Longest prefixes first: a chat field, or its sub-fields. */
     static const char *const map[][2] = {
+        {"response_format.json_schema", "text.format"},
+        {"response_format", "text.format"},
         {"messages", "input"},
         {"max_completion_tokens", "max_output_tokens"},
         {"max_tokens", "max_output_tokens"},
     };
-    for (size_t i = 0; i < IX_ARRAY_LEN(map); i++)
-        if (!strcmp(e->param, map[i][0])) {
-            snprintf(e->param, sizeof e->param, "%s", map[i][1]);
-            return;
-        }
+    for (size_t i = 0; i < IX_ARRAY_LEN(map); i++) {
+        size_t n = strlen(map[i][0]);
+        if (strncmp(e->param, map[i][0], n) || (e->param[n] && e->param[n] != '.')) continue;
+        char rest[64];
+        snprintf(rest, sizeof rest, "%s", e->param + n);
+        snprintf(e->param, sizeof e->param, "%s%s", map[i][1], rest);
+        return;
+    }
 }
 
 /* ---- request: Responses -> chat ------------------------------------------ */
@@ -292,9 +298,7 @@ static int to_chat(json_t *req, json_t *chat, ixs_resp *r, ixs_err *e) {
     if (tools) json_object_set_new(chat, "tools", tools);
     if (tool_choice_of(json_object_get(req, "tool_choice"), &tc, e)) return -1;
     if (tc) json_object_set_new(chat, "tool_choice", tc);
-    /* Until the chat path constrains output and calls tools, say so. */
-    if (rf) return IXS_BAD(e, "text.format", "'text.format' %s is not supported yet",
-                           json_string_value(json_object_get(rf, "type")));
+    /* Until the chat path calls tools, say so. */
     if (json_array_size(tools)) return IXS_BAD(e, "tools", "'tools' are not supported yet");
 
     /* The Response object's echo of the request (OpenAI's defaults). */

@@ -3,7 +3,8 @@
 // Usage: node ai_sdk_test.mjs BASE_URL API_KEY   (run by run_sdk_test.sh)
 import assert from 'node:assert/strict';
 import { createOpenAI } from '@ai-sdk/openai';
-import { generateText, streamText, embed, embedMany } from 'ai';
+import { generateText, streamText, generateObject, embed, embedMany } from 'ai';
+import { z } from 'zod';
 
 const [baseURL, apiKey] = process.argv.slice(2);
 const models = await (await fetch(`${baseURL}/models`, { headers: { Authorization: `Bearer ${apiKey}` } })).json();
@@ -35,6 +36,21 @@ const chat = await generateText({
   model: openai.chat(modelId), prompt: 'Hello', maxOutputTokens: 4, temperature: 0, maxRetries: 0,
 });
 assert.equal(typeof chat.text, 'string');
+
+// generateObject: text.format json_schema on /v1/responses; the object validates
+const Person = z.object({
+  name: z.string().max(12),
+  age: z.number().int().min(0).max(120),
+  role: z.enum(['captain', 'sailor']),
+});
+const obj = await generateObject({
+  model: openai(modelId), schema: Person, prompt: 'Who is on deck?', maxOutputTokens: 120, maxRetries: 0,
+});
+Person.parse(obj.object);
+const objChat = await generateObject({
+  model: openai.chat(modelId), schema: Person, prompt: 'Who is on deck?', maxOutputTokens: 120, maxRetries: 0,
+});
+Person.parse(objChat.object);
 
 // Embeddings
 const e1 = await embed({ model: openai.embedding(modelId), value: 'Mr. Darcy', maxRetries: 0 });

@@ -2,6 +2,7 @@
 // Usage: node langchain_test.mjs BASE_URL API_KEY   (run by run_sdk_test.sh)
 import assert from 'node:assert/strict';
 import { ChatOpenAI, OpenAIEmbeddings } from '@langchain/openai';
+import { z } from 'zod';
 
 const [baseURL, apiKey] = process.argv.slice(2);
 const models = await (await fetch(`${baseURL}/models`, { headers: { Authorization: `Bearer ${apiKey}` } })).json();
@@ -18,6 +19,19 @@ for (const useResponsesApi of [false, true]) {
   let streamed = '';
   for await (const chunk of await llm.stream('Hello')) streamed += chunk.text;
   assert.equal(typeof streamed, 'string');
+}
+
+// withStructuredOutput (json_schema response_format / text.format): validates
+const Person = z.object({
+  name: z.string().max(12),
+  age: z.number().int().min(0).max(120),
+  role: z.enum(['captain', 'sailor']),
+});
+for (const useResponsesApi of [false, true]) {
+  const llm = new ChatOpenAI({ model, apiKey, configuration, maxTokens: 120, maxRetries: 0, useResponsesApi });
+  const person = await llm.withStructuredOutput(Person, { name: 'person', method: 'jsonSchema' })
+    .invoke('Who is on deck?');
+  Person.parse(person);
 }
 
 // Embeddings

@@ -2,6 +2,8 @@
 // Usage: node sdk_test.mjs BASE_URL API_KEY   (run by run_sdk_test.sh)
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
+import { zodResponseFormat, zodTextFormat } from 'openai/helpers/zod';
+import { z } from 'zod';
 
 const [baseURL, apiKey] = process.argv.slice(2);
 const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 30000 });
@@ -95,6 +97,27 @@ const single = await client.embeddings.create({ model, input: 'Pemberley', encod
 assert.ok(single.data[0].embedding.every((v, i) => Math.abs(v - c[i]) < 1e-6));
 await assert.rejects(client.embeddings.create({ model, input: 'x', dimensions: 3 }),
   (e) => e instanceof OpenAI.BadRequestError && e.param === 'dimensions');
+
+// Structured outputs: a zod schema through chat.completions.parse and
+// responses.parse. The bundled model writes nonsense; constrained decoding
+// keeps it to the schema, so the SDK's parse (JSON.parse + zod) succeeds.
+const Person = z.object({
+  name: z.string().max(12),
+  age: z.number().int().min(0).max(120),
+  role: z.enum(['captain', 'sailor']),
+});
+const parsed = await client.chat.completions.parse({
+  model, messages: [{ role: 'user', content: 'Who is on deck?' }], max_tokens: 120, seed: 1,
+  response_format: zodResponseFormat(Person, 'person'),
+});
+assert.equal(parsed.choices[0].finish_reason, 'stop');
+Person.parse(parsed.choices[0].message.parsed);
+const rparsed = await client.responses.parse({
+  model, input: 'Who is on deck?', max_output_tokens: 120,
+  text: { format: zodTextFormat(Person, 'person') },
+});
+assert.equal(rparsed.status, 'completed');
+Person.parse(rparsed.output_parsed);
 
 // Errors map to the SDK's exception classes.
 await assert.rejects(
