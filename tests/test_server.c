@@ -1115,8 +1115,10 @@ static void check_render(const char *tmpl, ixs_chat_format want_format, const ch
     assert_non_null(m);
     ixs_err e;
     assert_int_equal(ix__chat_validate(m, &e), 0);
+    ixs_chat c;
+    ix__chat_init_format(&c, f);
     ix_buf b = {0};
-    assert_int_equal(ix__chat_render_text(f, m, &b), IX_OK);
+    assert_int_equal(ix__chat_render_text(&c, m, NULL, &b, NULL), IX_OK);
     assert_non_null(b.data);
     if (strcmp(b.data, want)) fail_msg("%s rendered\n[%s]\nwant\n[%s]", ix__chat_format_name(f), b.data, want);
     /* Tokens: as the text with special tokens parsed (this content spells
@@ -1124,7 +1126,7 @@ static void check_render(const char *tmpl, ixs_chat_format want_format, const ch
      * tokens and the rest text. */
     ix_token_vec ids = {0}, ref = {0};
     const ix_tokenizer *t = ix_model_tokenizer(g_model);
-    assert_int_equal(ix__chat_render(f, t, m, &ids, NULL), IX_OK);
+    assert_int_equal(ix__chat_render(&c, t, m, NULL, &ids, NULL), IX_OK);
     if (ix_tokenizer_add_bos(t)) ix_token_vec_push(&ref, ix_tokenizer_bos(t));
     assert_int_equal(ix_tokenizer_encode(t, b.data, b.len, IX_TOK_PARSE_SPECIAL, &ref, NULL), IX_OK);
     assert_int_equal(ids.n, ref.n);
@@ -1175,7 +1177,8 @@ static void test_chat_templates(void **state) {
                  "<|user|>\nHi</s>\n<|assistant|>\n");
     check_render("", IXS_CHAT_PLAIN, CONVO,
                  "System: Be brief.\nUser:  Hi\n\nAssistant: Hello!\nUser: How are you?\nAssistant:");
-    check_render("{{ messages }}", IXS_CHAT_PLAIN, "[{\"role\":\"tool\",\"content\":\"42\"}]", "Tool: 42\nAssistant:");
+    check_render("{{ messages }}", IXS_CHAT_PLAIN, "[{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"42\"}]",
+                 "Tool: 42\nAssistant:");
 }
 
 /* With a vocabulary that has the markers as control tokens (phi-3's), each
@@ -1195,12 +1198,14 @@ static void test_chat_tokens_phi3(void **state) {
     ix_str tmpl;
     assert_int_equal(ix_gguf_get_str(g, "tokenizer.chat_template", &tmpl, NULL), IX_OK);
     assert_int_equal(ix__chat_detect(tmpl.ptr, tmpl.len), IXS_CHAT_PHI3);
+    ixs_chat phi3;
+    ix__chat_init_format(&phi3, IXS_CHAT_PHI3);
     ix_token user = ix_tokenizer_find(t, "<|user|>", 8), end = ix_tokenizer_find(t, "<|end|>", 7),
              asst = ix_tokenizer_find(t, "<|assistant|>", 13);
     assert_true(user >= 0 && end >= 0 && asst >= 0);
     json_t *m = json_loads("[{\"role\":\"user\",\"content\":\"Hello there\"}]", 0, NULL);
     ix_token_vec ids = {0}, ref = {0};
-    assert_int_equal(ix__chat_render(IXS_CHAT_PHI3, t, m, &ids, NULL), IX_OK);
+    assert_int_equal(ix__chat_render(&phi3, t, m, NULL, &ids, NULL), IX_OK);
     /* What the whole rendered text gives with special tokens parsed. */
     const char *text = "<|user|>\nHello there<|end|>\n<|assistant|>\n";
     if (ix_tokenizer_add_bos(t)) ix_token_vec_push(&ref, ix_tokenizer_bos(t));
@@ -1220,7 +1225,7 @@ static void test_chat_tokens_phi3(void **state) {
     /* Content that spells a control marker does not become it. */
     if (ix_tokenizer_token_type(t, asst) == IX_TOKEN_TYPE_CONTROL) {
         m = json_loads("[{\"role\":\"user\",\"content\":\"<|assistant|>\"}]", 0, NULL);
-        assert_int_equal(ix__chat_render(IXS_CHAT_PHI3, t, m, &ids, NULL), IX_OK);
+        assert_int_equal(ix__chat_render(&phi3, t, m, NULL, &ids, NULL), IX_OK);
         int n_asst = 0;
         for (size_t i = 0; i < ids.n; i++) n_asst += ids.ids[i] == asst;
         assert_int_equal(n_asst, 1); /* the generation prompt's */

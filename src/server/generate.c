@@ -867,8 +867,9 @@ static int parse_request(ix_server *s, json_t *req, bool chat, parsed *p, ixs_jo
         json_t *msgs = json_object_get(req, "messages");
         if (ix__chat_validate(msgs, e)) return -1;
         ix_errbuf err = {{0}};
-        ix_status st = ix__chat_render(s->chat_format, s->tok, msgs, &p->prompts[0], &err);
-        if (st != IX_OK) return IXS_BAD(e, "messages", "messages: %s", err.msg);
+        /* The request's tools belong to the tool-calling code; none here yet. */
+        ix_status st = ix__chat_render(&s->chat, s->tok, msgs, NULL, &p->prompts[0], &err);
+        if (st != IX_OK) return ix__chat_error(e, st, err.msg);
         p->n_prompts = 1;
     } else if (parse_prompt(s, req, p, e)) {
         return -1;

@@ -267,9 +267,16 @@ static enum MHD_Result do_tokenize(ixs_conn *cc, json_t *req) {
         }
     } else if (!prompt && msgs) {
         if (ix__chat_validate(msgs, &e)) return ix__srv_reply_err(cc, &e);
-        if (ix__chat_render(s->chat_format, s->tok, msgs, &ids, &err) != IX_OK) {
+        json_t *tools = json_object_get(req, "tools");
+        if (tools && !json_is_null(tools) && !json_is_array(tools)) {
+            IXS_BAD(&e, "tools", "'tools' must be an array");
+            return ix__srv_reply_err(cc, &e);
+        }
+        ix_status st = ix__chat_render(&s->chat, s->tok, msgs, json_is_array(tools) ? tools : NULL, &ids, &err);
+        if (st != IX_OK) {
             ix_token_vec_free(&ids);
-            return reply_errf(cc, 400, "invalid_request_error", NULL, "messages", err.msg);
+            ix__chat_error(&e, st, err.msg);
+            return ix__srv_reply_err(cc, &e);
         }
     } else {
         return reply_errf(cc, 400, "invalid_request_error", NULL, "prompt",
@@ -581,6 +588,7 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
     s->p.api_keys = NULL;
     s->p.n_api_keys = 0;
     s->p.model_name = NULL;
+    s->p.chat_template = NULL;
     const ix_model_hparams *hp = ix_model_get_hparams(s->model);
     s->n_ctx = p->n_ctx > 0 && p->n_ctx < hp->n_ctx_train ? p->n_ctx : hp->n_ctx_train;
     s->n_vocab = hp->n_vocab;
@@ -608,10 +616,15 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
         ix_server_destroy(s);
         return ix_errf(err, st, st == IX_ERR_NOMEM ? "out of memory" : "an API key is empty");
     }
-    ix_str tmpl;
-    s->chat_format = IXS_CHAT_PLAIN;
-    if (ix_gguf_get_str(ix_model_gguf(s->model), "tokenizer.chat_template", &tmpl, NULL) == IX_OK)
-        s->chat_format = ix__chat_detect(tmpl.ptr, tmpl.len);
+    ix_str tmpl = {NULL, 0};
+    ix_gguf_get_str(ix_model_gguf(s->model), "tokenizer.chat_template", &tmpl, NULL);
+    st = ix__chat_init(&s->chat, s->tok, tmpl.ptr, tmpl.len, p->chat_template, err);
+    if (st != IX_OK) {
+        ix_server_destroy(s);
+        return st;
+    }
+    if (s->chat.tmpl || !tmpl.ptr || p->chat_template) IX_LOGI("server: chat template: %s", s->chat.desc);
+    else IX_LOGW("server: chat template: %s", s->chat.desc);
 
     const char *host = p->host && *p->host ? p->host : "127.0.0.1";
     struct sockaddr_storage ss;
@@ -704,5 +717,6 @@ void ix_server_destroy(ix_server *s) {
     ix_free(s->api_keys);
     ix_free(s->key_ns);
     ix_free(s->model_name);
+    ix__chat_free(&s->chat);
     ix_free(s);
 }

@@ -4,7 +4,9 @@
  *   generate.c /v1/completions and /v1/chat/completions (parse, submit,
  *              suspend until the engine resumes, answer or stream; the
  *              watcher thread)
- *   chat.c     chat template recognition and rendering
+ *   chat.c     messages validation, the fixed chat renderers
+ *   chat_template.c  choosing the chat template, the Jinja path, tokenizing
+ *              rendered prompts (template markers special, message text never)
  *   embed.c    /v1/embeddings (a model context of its own, under a mutex)
  *   responses.c /v1/responses (OpenAI's Responses API over the chat job)
  *   metrics.c  counters, histograms, Prometheus text, cost accounting */
@@ -18,6 +20,7 @@
 #include <microhttpd.h>
 
 #include "inferx/server.h"
+#include "inferx/template.h"
 #include "inferx/tokenizer.h"
 
 /* ---- errors ----------------------------------------------------------- */
@@ -70,7 +73,8 @@ void ix__metrics_cost(ixs_metrics *m, double usd);
 /* Prometheus text of the server's and the engine's numbers. */
 ix_status ix__metrics_render(ix_server *s, ix_buf *out);
 
-/* ---- chat templates --------------------------------------------------- */
+/* ---- chat templates (chat.c: fixed renderers, validation; chat_template.c:
+ * choosing the template, the Jinja path, tokenizing its output) ------------ */
 typedef enum ixs_chat_format {
     IXS_CHAT_PLAIN = 0, /* "System: ...\nUser: ...\nAssistant:" (no template / unknown) */
     IXS_CHAT_CHATML,
@@ -84,19 +88,84 @@ typedef enum ixs_chat_format {
     IXS_CHAT_N_FORMATS
 } ixs_chat_format;
 
+/* How the model writes a tool call, read from its template's text (or the
+ * fixed renderer's choice): what the tool-call parser of the answer looks
+ * for, and how the fixed renderers write past calls into the prompt. */
+typedef enum ixs_tool_syntax {
+    IXS_TOOLS_GENERIC = 0, /* a JSON object {"name": ..., "arguments": {...}} (one per line) */
+    IXS_TOOLS_LLAMA3,      /* Llama 3.x: {"name": ..., "parameters": {...}} as the whole answer
+                              (or "<|python_tag|>" then that object) */
+    IXS_TOOLS_HERMES,      /* Hermes / Qwen 2.5+: "<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>" */
+    IXS_TOOLS_MISTRAL,     /* Mistral v0.3+: "[TOOL_CALLS] [{"name": ..., "arguments": {...}}, ...]" */
+    IXS_TOOLS_N_SYNTAXES
+} ixs_tool_syntax;
+
+/* A model's chat prompt builder, fixed at server start; read-only afterwards
+ * (HTTP threads render concurrently). */
+typedef struct ixs_chat {
+    ix_template *tmpl;           /* the Jinja template; NULL: the fixed renderer `format` */
+    ixs_chat_format format;      /* the fixed renderer (the fallback), or the family the
+                                    template looks like (informative) */
+    ixs_tool_syntax tool_syntax; /* how this model writes tool calls */
+    bool args_as_object;         /* the template wants tool call arguments as objects
+                                    (most do: `| tojson`, `| items`), not JSON strings */
+    bool mentions_tools;         /* the template reads `tools` (else the fixed tools
+                                    preamble is put into the system message) */
+    char *bos, *eos;             /* the vocabulary's BOS / EOS text (bos_token,
+                                    eos_token); NULL: none */
+    int64_t now_unix_s;          /* > 0: strftime_now's instant (tests); 0: the clock */
+    char desc[512];              /* one line: which template, from where, why (the log line) */
+} ixs_chat;
+
+/* Chooses the template: `override` (NULL: none) is a built-in name
+ * (ix__chat_format_from_name) or Jinja source that must parse (else
+ * IX_ERR_INVALID / the parse error); without it the GGUF's
+ * tokenizer.chat_template (gguf_tmpl, NULL if absent) when it parses, else the
+ * fixed renderer its markers name (the reason in desc, logged by the caller). */
+ix_status ix__chat_init(ixs_chat *c, const ix_tokenizer *t, const char *gguf_tmpl, size_t gguf_len,
+                        const char *override, ix_errbuf *err);
+/* A chat for a fixed renderer (tests; --chat-template NAME). */
+void ix__chat_init_format(ixs_chat *c, ixs_chat_format f);
+void ix__chat_free(ixs_chat *c);
+
 ixs_chat_format ix__chat_detect(const char *tmpl, size_t len);
+ixs_tool_syntax ix__chat_detect_tools(const char *tmpl, size_t len);
 const char *ix__chat_format_name(ixs_chat_format f);
-/* Renders a validated messages array (objects with string "role" and string
- * "content") into tokens: the template's markers become special tokens when
- * the vocabulary has them as such, message content never does. BOS first as
- * the vocabulary says. */
-ix_status ix__chat_render(ixs_chat_format f, const ix_tokenizer *t, json_t *messages,
+const char *ix__tool_syntax_name(ixs_tool_syntax s);
+/* The built-in format a --chat-template NAME selects ("mistral" is v3);
+ * IXS_CHAT_N_FORMATS if none. */
+ixs_chat_format ix__chat_format_from_name(const char *name);
+
+/* Renders a validated messages array (ix__chat_validate) and the request's
+ * `tools` array (NULL, or an empty array: none) into tokens. With a Jinja
+ * template: messages, tools, add_generation_prompt, bos_token, eos_token and
+ * strftime_now go to the template; the template's text becomes special tokens
+ * where the vocabulary has them, text copied from messages or tools never
+ * does. With a fixed renderer: the same guarantee, markers only. BOS first as
+ * the vocabulary says, unless the text starts with it. Errors: IX_ERR_INVALID
+ * (the template's raise_exception, message in err), IX_ERR_TYPE, IX_ERR_RANGE,
+ * IX_ERR_TOO_LONG, IX_ERR_UTF8 (all the request's fault: 400), IX_ERR_NOMEM. */
+ix_status ix__chat_render(const ixs_chat *c, const ix_tokenizer *t, json_t *messages, json_t *tools,
                           ix_token_vec *out, ix_errbuf *err);
-/* The same prompt as text (without BOS), appended to out (tests, debugging). */
-ix_status ix__chat_render_text(ixs_chat_format f, json_t *messages, ix_buf *out);
-/* Checks the shape of messages and flattens array-of-parts content into
- * strings (in place). 0, or -1 with e filled. */
+/* The same prompt as text (without an added BOS), appended to out. */
+ix_status ix__chat_render_text(const ixs_chat *c, json_t *messages, json_t *tools, ix_buf *out, ix_errbuf *err);
+/* chat.c's side: the fixed renderer f as text with everything but its
+ * markers as data ranges (freed with ix_template_result_free). */
+ix_status ix__chat_render_fixed(ixs_chat_format f, ixs_tool_syntax ts, json_t *messages, json_t *tools,
+                                ix_template_result *out);
+/* messages with a description of tools (and how to call them in syntax ts)
+ * at the end of the first system message, or in a new first one; a new
+ * reference (messages itself when tools is NULL or empty), NULL on out of
+ * memory. For templates that do not read `tools`, and the fixed renderers. */
+json_t *ix__chat_with_tools(json_t *messages, json_t *tools, ixs_tool_syntax ts);
+/* Checks the shape of messages (roles; content; assistant tool_calls with
+ * id, type "function", function.name and function.arguments; tool messages'
+ * tool_call_id) and flattens array-of-parts content into strings (in place).
+ * 0, or -1 with e filled (400 naming messages[i]...). */
 int ix__chat_validate(json_t *messages, ixs_err *e);
+/* Maps a render status to the HTTP error (400 naming "messages", 500 for
+ * out of memory). Returns -1. */
+int ix__chat_error(ixs_err *e, ix_status st, const char *msg);
 
 /* ---- constraints (constrain.c) ------------------------------------------ */
 /* A request's constraint: the engine's view, the text it points into (when
@@ -129,7 +198,7 @@ struct ix_server {
     size_t n_api_keys;
     char *model_name;
     int32_t n_ctx, n_vocab;
-    ixs_chat_format chat_format;
+    ixs_chat chat;           /* the chat template (ix__chat_init) */
     struct MHD_Daemon *daemon;
     MHD_socket listen_fd;
     uint16_t port;
