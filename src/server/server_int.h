@@ -184,6 +184,42 @@ void ix__srv_constraint_free(ixs_constraint_req *c);
 /* Compiles c through the engine's cache: 0, or -1 with a 400 naming param. */
 int ix__srv_check_constraint(ix_server *s, const ix_constraint *c, const char *param, ixs_err *e);
 
+/* ---- tool calling (tools.c) ---------------------------------------------- */
+#define IXS_MAX_TOOLS 128
+
+typedef enum ixs_tool_choice {
+    IXS_TOOL_CHOICE_NONE = 0, /* no tools, or "none": no calls are parsed */
+    IXS_TOOL_CHOICE_AUTO,     /* the model decides; calls are parsed from its answer */
+    IXS_TOOL_CHOICE_REQUIRED, /* at least one call, forced by a grammar */
+    IXS_TOOL_CHOICE_NAMED,    /* one call of `named`, forced by a grammar */
+} ixs_tool_choice;
+
+/* The request's tool fields; pointers borrow the request's JSON. */
+typedef struct ixs_tools_req {
+    json_t *tools;        /* validated non-empty array of function tools, or NULL */
+    ixs_tool_choice choice;
+    const char *named;    /* IXS_TOOL_CHOICE_NAMED: the function */
+    bool parallel;        /* parallel_tool_calls (default true) */
+} ixs_tools_req;
+
+/* Reads and checks tools, tool_choice and parallel_tool_calls: 0, or -1 with
+ * a 400 naming the field. */
+int ix__tools_parse_request(json_t *req, ixs_tools_req *out, ixs_err *e);
+/* A GBNF grammar (appended to out) whose sentences are the calls a forcing
+ * tool_choice allows, in syntax ts's JSON shape: {"name": ..., "arguments"
+ * (Llama 3: "parameters"): <the function's parameters schema>}; one call, or
+ * a JSON array of calls when parallel calls are allowed (Mistral: always an
+ * array). A parameters schema the grammar module refuses: its error, naming
+ * the function. */
+ix_status ix__tools_grammar(const ixs_tools_req *t, ixs_tool_syntax ts, ix_buf *out, ix_errbuf *err);
+/* Parses an answer: in syntax ts, then the generic fallback (the whole answer
+ * is call objects or an array of them). *calls gets a new array of
+ * {"name", "arguments" (a JSON text)} of functions in tools, and content the
+ * rest of the text (empty when only whitespace); or, when the answer holds no
+ * call that parses, *calls NULL and content the whole text. IX_ERR_NOMEM. */
+ix_status ix__tools_parse_output(const char *text, size_t len, ixs_tool_syntax ts, json_t *tools, json_t **calls,
+                                 ix_buf *content);
+
 /* ---- the server ------------------------------------------------------- */
 typedef struct ixs_job ixs_job; /* one generation request (generate.c) */
 typedef struct ixs_embedder ixs_embedder; /* embeddings' model context (embed.c) */
