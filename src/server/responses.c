@@ -22,11 +22,16 @@
 #include "server/server_int.h"
 
 struct ixs_resp {
+    ix_server *s;
     char id[64];     /* resp_... */
-    char msg_id[64]; /* msg_... the one output message */
+    char msg_id[64]; /* msg_... the output message */
     json_t *base;    /* the Response object's fields that echo the request */
     int64_t created;
     int seq;         /* streaming: next sequence_number */
+    /* Tools: the answer may hold calls, known only once it is whole, so the
+     * output items are made at the end (and streamed then). */
+    json_t *tools;   /* chat-shaped function tools when calls are parsed, else NULL */
+    json_t *items;   /* the output items once made (ids fixed for every event) */
 };
 
 const char *ix__resp_id(const ixs_resp *r) { return r->id; }
@@ -34,6 +39,8 @@ const char *ix__resp_id(const ixs_resp *r) { return r->id; }
 void ix__resp_free(ixs_resp *r) {
     if (!r) return;
     json_decref(r->base);
+    json_decref(r->tools);
+    json_decref(r->items);
     ix_free(r);
 }
 
@@ -298,8 +305,15 @@ static int to_chat(json_t *req, json_t *chat, ixs_resp *r, ixs_err *e) {
     if (tools) json_object_set_new(chat, "tools", tools);
     if (tool_choice_of(json_object_get(req, "tool_choice"), &tc, e)) return -1;
     if (tc) json_object_set_new(chat, "tool_choice", tc);
-    /* Until the chat path calls tools, say so. */
-    if (json_array_size(tools)) return IXS_BAD(e, "tools", "'tools' are not supported yet");
+    ixs_tools_req tr;
+    if (ix__tools_parse_request(chat, &tr, e)) {
+        if (!strncmp(e->param, "tools[", 6)) snprintf(e->param, sizeof e->param, "tools");
+        return -1;
+    }
+    if (tr.tools && tr.choice != IXS_TOOL_CHOICE_NONE) r->tools = json_incref(tr.tools);
+    /* Until the chat path puts tools in the prompt and forces calls, say so
+     * rather than answer without them. */
+    if (tr.tools) return IXS_BAD(e, "tools", "'tools' are not supported yet");
 
     /* The Response object's echo of the request (OpenAI's defaults). */
     json_t *b = r->base;
@@ -335,6 +349,7 @@ enum MHD_Result ix__srv_responses(ixs_conn *cc, json_t *req) {
         json_decref(chat);
         return ix__srv_reply_json(cc, 500, NULL);
     }
+    r->s = s;
     ix__srv_new_id(s, "resp_", r->id, sizeof r->id);
     ix__srv_new_id(s, "msg_", r->msg_id, sizeof r->msg_id);
     r->created = (int64_t)time(NULL);
@@ -370,6 +385,38 @@ static json_t *message_item(ixs_resp *r, const char *status, json_t *content /* 
                      "assistant", "content", content);
 }
 
+/* The output items of a finished answer (made once): the message, when it
+ * has text (always without tools), then a function_call per parsed call. */
+static json_t *output_items(ixs_resp *r, const ixs_gen_result *g, const char *item_status) {
+    if (r->items) return r->items;
+    json_t *calls = NULL;
+    ix_buf content = {0};
+    const char *text = g->text;
+    size_t len = g->len;
+    if (r->tools && g->reason != IX_FINISH_LENGTH) {
+        if (ix__tools_parse_output(g->text, g->len, r->s->chat.tool_syntax, r->tools, &calls, &content) != IX_OK)
+            return NULL;
+        if (calls) text = content.data ? content.data : "", len = content.len;
+    }
+    json_t *items = json_array();
+    if (items && (!calls || len))
+        json_array_append_new(items, message_item(r, item_status, json_pack("[o]", text_part(text, len))));
+    size_t i;
+    json_t *c;
+    json_array_foreach(calls, i, c) {
+        char fc[64], call[64];
+        ix__srv_new_id(r->s, "fc_", fc, sizeof fc);
+        ix__srv_new_id(r->s, "call_", call, sizeof call);
+        json_array_append_new(items, json_pack("{s:s, s:s, s:s, s:O, s:O, s:s}", "id", fc, "type", "function_call",
+                                               "call_id", call, "name", json_object_get(c, "name"), "arguments",
+                                               json_object_get(c, "arguments"), "status", "completed"));
+    }
+    json_decref(calls);
+    ix_buf_free(&content);
+    r->items = items;
+    return items;
+}
+
 /* The Response object in state status; g NULL while in progress. */
 static json_t *response_obj(ixs_resp *r, const char *status, const ixs_gen_result *g) {
     json_t *o = json_deep_copy(r->base);
@@ -388,10 +435,12 @@ static json_t *response_obj(ixs_resp *r, const char *status, const ixs_gen_resul
                             json_pack("{s:s, s:s}", "code", g->reason == IX_FINISH_ERROR ? "server_error" : "deadline_exceeded",
                                       "message", g->error ? g->error : "the request was shed by its deadline"));
     } else {
-        json_t *part = text_part(g->text, g->len);
-        json_array_append_new(json_object_get(o, "output"),
-                              message_item(r, strcmp(status, "completed") ? "incomplete" : "completed",
-                                           json_pack("[o]", part)));
+        json_t *items = output_items(r, g, strcmp(status, "completed") ? "incomplete" : "completed");
+        if (!items) {
+            json_decref(o);
+            return NULL;
+        }
+        json_object_set(o, "output", items);
         if (g->reason == IX_FINISH_LENGTH)
             json_object_set_new(o, "incomplete_details", json_pack("{s:s}", "reason", "max_output_tokens"));
         else if (g->reason == IX_FINISH_ABORT)
@@ -432,36 +481,90 @@ static bool event(ixs_resp *r, ix_buf *out, const char *type, json_t *fields /* 
 
 static json_t *with_response(json_t *resp) { return resp ? json_pack("{s:o}", "response", resp) : NULL; }
 
-bool ix__resp_stream_begin(ixs_resp *r, ix_buf *out) {
-    return event(r, out, "response.created", with_response(response_obj(r, "in_progress", NULL))) &&
-           event(r, out, "response.in_progress", with_response(response_obj(r, "in_progress", NULL))) &&
-           event(r, out, "response.output_item.added",
-                 json_pack("{s:i, s:o}", "output_index", 0, "item", message_item(r, "in_progress", json_array()))) &&
+/* The events that open the message item and its text part. */
+static bool open_message(ixs_resp *r, ix_buf *out, int index) {
+    return event(r, out, "response.output_item.added",
+                 json_pack("{s:i, s:o}", "output_index", index, "item", message_item(r, "in_progress", json_array()))) &&
            event(r, out, "response.content_part.added",
-                 json_pack("{s:s, s:i, s:i, s:o}", "item_id", r->msg_id, "output_index", 0, "content_index", 0,
+                 json_pack("{s:s, s:i, s:i, s:o}", "item_id", r->msg_id, "output_index", index, "content_index", 0,
                            "part", text_part("", 0)));
 }
 
-bool ix__resp_stream_delta(ixs_resp *r, ix_buf *out, const char *text, size_t len) {
+static bool text_delta(ixs_resp *r, ix_buf *out, int index, const char *text, size_t len) {
     return event(r, out, "response.output_text.delta",
-                 json_pack("{s:s, s:i, s:i, s:o, s:[]}", "item_id", r->msg_id, "output_index", 0, "content_index", 0,
-                           "delta", ix__json_text(text, len), "logprobs"));
+                 json_pack("{s:s, s:i, s:i, s:o, s:[]}", "item_id", r->msg_id, "output_index", index, "content_index",
+                           0, "delta", ix__json_text(text, len), "logprobs"));
+}
+
+/* The events that close item `index` of the finished output. */
+static bool close_item(ixs_resp *r, ix_buf *out, int index, json_t *item) {
+    const char *type = json_string_value(json_object_get(item, "type"));
+    if (!strcmp(type, "message")) {
+        json_t *part = json_array_get(json_object_get(item, "content"), 0);
+        json_t *text = json_object_get(part, "text");
+        if (!event(r, out, "response.output_text.done",
+                   json_pack("{s:s, s:i, s:i, s:O, s:[]}", "item_id", r->msg_id, "output_index", index,
+                             "content_index", 0, "text", text, "logprobs")) ||
+            !event(r, out, "response.content_part.done",
+                   json_pack("{s:s, s:i, s:i, s:O}", "item_id", r->msg_id, "output_index", index, "content_index", 0,
+                             "part", part)))
+            return false;
+    } else {
+        json_t *id = json_object_get(item, "id"), *args = json_object_get(item, "arguments");
+        if (!event(r, out, "response.function_call_arguments.delta",
+                   json_pack("{s:O, s:i, s:O}", "item_id", id, "output_index", index, "delta", args)) ||
+            !event(r, out, "response.function_call_arguments.done",
+                   json_pack("{s:O, s:i, s:O, s:O}", "item_id", id, "output_index", index, "name",
+                             json_object_get(item, "name"), "arguments", args)))
+            return false;
+    }
+    return event(r, out, "response.output_item.done", json_pack("{s:i, s:O}", "output_index", index, "item", item));
+}
+
+bool ix__resp_stream_begin(ixs_resp *r, ix_buf *out) {
+    bool ok = event(r, out, "response.created", with_response(response_obj(r, "in_progress", NULL))) &&
+              event(r, out, "response.in_progress", with_response(response_obj(r, "in_progress", NULL)));
+    return ok && (r->tools || open_message(r, out, 0)); /* with tools: items at the end */
+}
+
+bool ix__resp_stream_delta(ixs_resp *r, ix_buf *out, const char *text, size_t len) {
+    return r->tools || text_delta(r, out, 0, text, len);
 }
 
 bool ix__resp_stream_end(ixs_resp *r, ix_buf *out, const ixs_gen_result *g) {
     const char *status = final_status(g);
-    if (!strcmp(status, "failed"))
-        return event(r, out, "response.failed", with_response(response_obj(r, status, g)));
-    const char *item_status = strcmp(status, "completed") ? "incomplete" : "completed";
-    return event(r, out, "response.output_text.done",
-                 json_pack("{s:s, s:i, s:i, s:o, s:[]}", "item_id", r->msg_id, "output_index", 0, "content_index", 0,
-                           "text", ix__json_text(g->text, g->len), "logprobs")) &&
-           event(r, out, "response.content_part.done",
-                 json_pack("{s:s, s:i, s:i, s:o}", "item_id", r->msg_id, "output_index", 0, "content_index", 0,
-                           "part", text_part(g->text, g->len))) &&
-           event(r, out, "response.output_item.done",
-                 json_pack("{s:i, s:o}", "output_index", 0, "item",
-                           message_item(r, item_status, json_pack("[o]", text_part(g->text, g->len))))) &&
-           event(r, out, strcmp(status, "completed") ? "response.incomplete" : "response.completed",
-                 with_response(response_obj(r, status, g)));
+    json_t *resp = response_obj(r, status, g);
+    if (!resp) return false;
+    if (!strcmp(status, "failed")) return event(r, out, "response.failed", with_response(resp));
+    json_t *items = json_object_get(resp, "output");
+    size_t i;
+    json_t *item;
+    json_array_foreach(items, i, item) {
+        bool msg = !strcmp(json_string_value(json_object_get(item, "type")), "message");
+        if (r->tools) { /* nothing was streamed: open each item, its whole text as one delta */
+            json_t *added = json_deep_copy(item);
+            json_object_set_new(added, "status", json_string("in_progress"));
+            if (msg) json_object_set_new(added, "content", json_array());
+            else json_object_set_new(added, "arguments", json_string(""));
+            bool ok = msg ? open_message(r, out, (int)i) &&
+                                text_delta(r, out, (int)i,
+                                           json_string_value(json_object_get(
+                                               json_array_get(json_object_get(item, "content"), 0), "text")),
+                                           json_string_length(json_object_get(
+                                               json_array_get(json_object_get(item, "content"), 0), "text")))
+                          : event(r, out, "response.output_item.added",
+                                  json_pack("{s:i, s:O}", "output_index", (int)i, "item", added));
+            json_decref(added);
+            if (!ok) {
+                json_decref(resp);
+                return false;
+            }
+        }
+        if (!close_item(r, out, (int)i, item)) {
+            json_decref(resp);
+            return false;
+        }
+    }
+    return event(r, out, strcmp(status, "completed") ? "response.incomplete" : "response.completed",
+                 with_response(resp));
 }
