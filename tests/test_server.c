@@ -1825,6 +1825,138 @@ static void test_structured_outputs(void **state) {
     ERR("{\"prompt\":\"x\",\"grammar\":\"root ::= (\"}", 400, "grammar", "line 1");
 }
 
+/* ---- tool calling ----------------------------------------------------------------- */
+
+#define WEATHER_TOOLS                                                                                                  \
+    "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Weather now\","      \
+    "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":10},"            \
+    "\"unit\":{\"enum\":[\"c\",\"f\"]}},\"required\":[\"city\",\"unit\"],\"additionalProperties\":false}}},"         \
+    "{\"type\":\"function\",\"function\":{\"name\":\"now\"}}]"
+
+static void assert_weather_call(json_t *call, const char *args_text) {
+    json_t *args = json_loads(args_text, 0, NULL);
+    if (!json_is_object(args)) fail_msg("arguments are not a JSON object: %s", args_text);
+    const char *name = json_string_value(json_object_get(json_object_get(call, "function"), "name"));
+    assert_non_null(name);
+    if (!strcmp(name, "get_weather")) {
+        assert_true(json_is_string(json_object_get(args, "city")));
+        const char *u = json_string_value(json_object_get(args, "unit"));
+        assert_true(u && (!strcmp(u, "c") || !strcmp(u, "f")));
+    } else {
+        assert_string_equal(name, "now");
+        assert_int_equal(json_object_size(args), 0);
+    }
+    json_decref(args);
+}
+
+static void test_tool_calls(void **state) {
+    (void)state;
+    /* A named function: exactly one call of it, content null. */
+    json_t *j = post_json("/v1/chat/completions",
+                          "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"}],\"max_tokens\":150,"
+                          "\"temperature\":0," WEATHER_TOOLS
+                          ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}}",
+                          200);
+    json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
+    assert_string_equal(json_string_value(json_object_get(c0, "finish_reason")), "tool_calls");
+    json_t *msg = json_object_get(c0, "message");
+    assert_true(json_is_null(json_object_get(msg, "content")));
+    json_t *calls = json_object_get(msg, "tool_calls");
+    assert_int_equal(json_array_size(calls), 1);
+    json_t *call = json_array_get(calls, 0);
+    assert_true(!strncmp(json_string_value(json_object_get(call, "id")), "call_", 5));
+    assert_string_equal(json_string_value(json_object_get(call, "type")), "function");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(call, "function"), "name")), "get_weather");
+    char *whole_args = strdup(json_string_value(json_object_get(json_object_get(call, "function"), "arguments")));
+    assert_weather_call(call, whole_args);
+    json_decref(j);
+
+    /* The same, streamed: deltas as OpenAI sends them, arguments in fragments. */
+    resp r;
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"}],\"max_tokens\":150,"
+                       "\"temperature\":0,\"stream\":true," WEATHER_TOOLS
+                       ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}}";
+    assert_int_equal(http(g_port, "POST", "/v1/chat/completions", NULL, body, &r), 0);
+    assert_int_equal(r.status, 200);
+    bool done_last;
+    json_t *chunks = parse_sse(r.body, &done_last);
+    assert_true(done_last);
+    char args[2048] = "";
+    const char *finish = NULL, *id = NULL;
+    int n_first = 0;
+    size_t i;
+    json_t *ck;
+    json_array_foreach(chunks, i, ck) {
+        json_t *ch = json_array_get(json_object_get(ck, "choices"), 0);
+        json_t *delta = json_object_get(ch, "delta");
+        const char *content = json_string_value(json_object_get(delta, "content"));
+        assert_true(!content || !*content); /* only the role chunk's "" */
+        json_t *tc = json_object_get(delta, "tool_calls");
+        if (tc) {
+            assert_int_equal(json_array_size(tc), 1);
+            json_t *d = json_array_get(tc, 0);
+            assert_int_equal(json_integer_value(json_object_get(d, "index")), 0);
+            if (json_object_get(d, "id")) {
+                n_first++;
+                id = json_string_value(json_object_get(d, "id"));
+                assert_string_equal(json_string_value(json_object_get(d, "type")), "function");
+                assert_string_equal(json_string_value(json_object_get(json_object_get(d, "function"), "name")),
+                                    "get_weather");
+            }
+            const char *frag = json_string_value(json_object_get(json_object_get(d, "function"), "arguments"));
+            assert_non_null(frag);
+            strncat(args, frag, sizeof args - strlen(args) - 1);
+        }
+        if (json_is_string(json_object_get(ch, "finish_reason")))
+            finish = json_string_value(json_object_get(ch, "finish_reason"));
+    }
+    assert_int_equal(n_first, 1);
+    assert_true(id && !strncmp(id, "call_", 5));
+    assert_non_null(finish);
+    assert_string_equal(finish, "tool_calls");
+    assert_string_equal(args, whole_args); /* greedy: the same call */
+    free(whole_args);
+    json_decref(chunks);
+    resp_free(&r);
+
+    /* required, parallel calls allowed, sampled, n = 2: every choice calls known functions. */
+    j = post_json("/v1/chat/completions",
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"max_tokens\":200,\"n\":2,"
+                  "\"temperature\":0.8,\"seed\":4," WEATHER_TOOLS ",\"tool_choice\":\"required\"}",
+                  200);
+    for (int c = 0; c < 2; c++) {
+        json_t *ch = json_array_get(json_object_get(j, "choices"), (size_t)c);
+        assert_string_equal(json_string_value(json_object_get(ch, "finish_reason")), "tool_calls");
+        calls = json_object_get(json_object_get(ch, "message"), "tool_calls");
+        assert_true(json_array_size(calls) >= 1);
+        json_array_foreach(calls, i, call)
+            assert_weather_call(call, json_string_value(json_object_get(json_object_get(call, "function"), "arguments")));
+    }
+    json_decref(j);
+
+    /* auto: an answer either way; a history with calls and tool results renders. */
+    j = post_json("/v1/chat/completions",
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Oslo?\"},"
+                  "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\","
+                  "\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Oslo\\\",\\\"unit\\\":\\\"c\\\"}\"}}]},"
+                  "{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"12 C\"}],"
+                  "\"max_tokens\":8,\"temperature\":0," WEATHER_TOOLS ",\"tool_choice\":\"auto\"}",
+                  200);
+    c0 = json_array_get(json_object_get(j, "choices"), 0);
+    msg = json_object_get(c0, "message");
+    assert_true(json_is_string(json_object_get(msg, "content")) || json_is_array(json_object_get(msg, "tool_calls")));
+    json_decref(j);
+
+    /* Errors name the field. */
+    CHAT_ERR("{" MSGS "," WEATHER_TOOLS ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"x\"}}}",
+             "tool_choice", "not in 'tools'");
+    CHAT_ERR("{" MSGS ",\"tool_choice\":\"required\"}", "tool_choice", NULL);
+    CHAT_ERR("{" MSGS "," WEATHER_TOOLS ",\"response_format\":{\"type\":\"json_object\"}}", "response_format", "tools");
+    CHAT_ERR("{" MSGS ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":"
+             "{\"type\":\"object\",\"not\":{}}}}],\"tool_choice\":\"required\"}",
+             "tools", "function 'f'");
+}
+
 int main(void) {
     FILE *f = fopen(MODEL, "rb");
     if (!f) {
@@ -1857,6 +1989,7 @@ int main(void) {
         cmocka_unit_test(test_shutdown_drains),
         cmocka_unit_test(test_shutdown_aborts),
         cmocka_unit_test(test_structured_outputs),
+        cmocka_unit_test(test_tool_calls),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
