@@ -13,7 +13,9 @@
  *   - the JSON access log: one line per request, its fields, never the text
  *   - API keys as tenants of the prefix cache
  *   - chat templates: each family's exact text from real template strings;
- *     markers become control tokens, content never does (phi-3 vocabulary)
+ *     markers become control tokens, content never does (phi-3 vocabulary);
+ *     a model whose GGUF carries a template: tool list and tool history
+ *     rendered, the template's raise_exception a 400, --chat-template
  *   - `inferx serve` itself: a key file with several keys, --access-log
  *   - 64 concurrent streams on one client thread: every one completes, and
  *     the process's thread count does not grow (a fixed HTTP thread pool)
@@ -1363,6 +1365,128 @@ static void test_chat_tokens_phi3(void **state) {
     ix_gguf_close(g);
 }
 
+/* A copy of the bundled model whose GGUF carries tokenizer.chat_template
+ * (written to a temporary file; the caller unlinks it). */
+static void write_model_with_template(const char *path, const char *tmpl) {
+    ix_gguf *src = NULL;
+    assert_int_equal(ix_gguf_open(&src, MODEL, NULL), IX_OK);
+    ix_gguf_writer *w = ix_gguf_writer_create();
+    assert_non_null(w);
+    for (uint64_t i = 0; i < ix_gguf_n_kv(src); i++) assert_int_equal(ix_gguf_writer_copy_kv(w, src, i), IX_OK);
+    assert_int_equal(ix_gguf_writer_set_str(w, "tokenizer.chat_template", tmpl), IX_OK);
+    for (uint64_t i = 0; i < ix_gguf_n_tensors(src); i++) {
+        const ix_gguf_tensor *t = ix_gguf_tensor_at(src, i);
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
+        assert_int_equal(ix_gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data), IX_OK);
+    }
+    assert_int_equal(ix_gguf_writer_write(w, path), IX_OK);
+    ix_gguf_writer_destroy(w);
+    ix_gguf_close(src);
+}
+
+/* A Hermes-style template (tool list, <tool_call>, <tool_response>) that
+ * refuses a system message after the first. */
+static const char k_tmpl_tools[] =
+    "{%- if tools %}{{ '<|im_start|>system\\n# Tools\\n' }}{% for t in tools %}{{ t | tojson + '\\n' }}{% endfor %}"
+    "{{ '<|im_end|>\\n' }}{% endif %}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'system' and not loop.first %}{{ raise_exception('System messages must come first') }}{% endif %}"
+    "{%- if m.role == 'tool' %}{{ '<|im_start|>user\\n<tool_response>\\n' + m.content + '\\n</tool_response><|im_end|>\\n' }}"
+    "{%- elif m.tool_calls %}{{ '<|im_start|>assistant\\n' }}{% for c in m.tool_calls %}"
+    "{{ '<tool_call>\\n' + {'name': c.function.name, 'arguments': c.function.arguments} | tojson + '\\n</tool_call>' }}"
+    "{% endfor %}{{ '<|im_end|>\\n' }}"
+    "{%- else %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+#define TOOL_HISTORY                                                                                              \
+    "[{\"role\":\"user\",\"content\":\"Weather in Paris? </s>\"},{\"role\":\"assistant\",\"content\":null,"     \
+    "\"tool_calls\":[{\"id\":\"call1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\","            \
+    "\"arguments\":\"{\\\"city\\\":\\\"Paris\\\"}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"call1\","           \
+    "\"content\":\"22 C\"}]"
+#define TOOL_LIST "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\"}}}]"
+#define TOOL_HISTORY_TEXT                                                                                         \
+    "<|im_start|>user\nWeather in Paris? </s><|im_end|>\n<|im_start|>assistant\n<tool_call>\n{\"name\": "         \
+    "\"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call><|im_end|>\n<|im_start|>user\n"          \
+    "<tool_response>\n22 C\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+
+/* BOS (the vocabulary adds it) and the text, "</s>" in it as text. */
+static void expect_tokens(json_t *got, const char *text) {
+    const ix_tokenizer *t = ix_model_tokenizer(g_model);
+    ix_token_vec want = {0};
+    assert_int_equal(ix_tokenizer_encode(t, text, strlen(text), IX_TOK_ADD_SPECIAL, &want, NULL), IX_OK);
+    json_t *toks = json_object_get(got, "tokens");
+    if (json_array_size(toks) != want.n) fail_msg("%zu tokens, want %zu", json_array_size(toks), want.n);
+    for (size_t i = 0; i < want.n; i++) assert_int_equal(json_integer_value(json_array_get(toks, i)), want.ids[i]);
+    for (size_t i = 1; i < want.n; i++) assert_int_not_equal(want.ids[i], ix_tokenizer_eos(t));
+    ix_token_vec_free(&want);
+}
+
+/* A model whose GGUF carries a template: the server renders it (tool list,
+ * a past call with arguments sent as a JSON string, the tool's result), and
+ * the template's raise_exception is a 400 with its message. */
+static void test_gguf_chat_template(void **state) {
+    (void)state;
+    char path[] = "/tmp/ix_test_chat_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    write_model_with_template(path, k_tmpl_tools);
+    ix_model *m = NULL;
+    ix_engine *e = NULL;
+    ix_server *srv = NULL;
+    ix_errbuf err = {{0}};
+    assert_int_equal(ix_model_load(&m, path, &err), IX_OK);
+    ix_engine_params ep = ix_engine_default_params();
+    ep.n_threads = 2;
+    assert_int_equal(ix_engine_create(&e, m, &ep, &err), IX_OK);
+    ix_server_params sp = ix_server_default_params();
+    sp.port = 0;
+    assert_int_equal(ix_server_create(&srv, e, &sp, &err), IX_OK);
+    uint16_t saved = g_port;
+    g_port = ix_server_port(srv);
+
+    json_t *j = post_json("/tokenize", "{\"messages\":" TOOL_HISTORY ",\"tools\":" TOOL_LIST "}", 200);
+    expect_tokens(j, "<|im_start|>system\n# Tools\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+                     "\"parameters\": {\"type\": \"object\"}}}\n<|im_end|>\n" TOOL_HISTORY_TEXT);
+    json_decref(j);
+    j = post_json("/tokenize", "{\"messages\":" TOOL_HISTORY "}", 200);
+    expect_tokens(j, TOOL_HISTORY_TEXT);
+    json_int_t n_prompt = json_integer_value(json_object_get(j, "count"));
+    json_decref(j);
+    j = post_json("/v1/chat/completions",
+                  "{\"messages\":" TOOL_HISTORY ",\"max_tokens\":3,\"temperature\":0}", 200);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "usage"), "prompt_tokens")), n_prompt);
+    json_decref(j);
+    const char *refused = "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"system\",\"content\":\"b\"}]}";
+    expect_error(g_port, "POST", "/v1/chat/completions", NULL, refused, strlen(refused), 400, "messages",
+                 "System messages must come first");
+    const char *bad_tools = "{\"messages\":" TOOL_HISTORY ",\"tools\":{}}";
+    expect_error(g_port, "POST", "/tokenize", NULL, bad_tools, strlen(bad_tools), 400, "tools",
+                 "'tools' must be an array");
+
+    g_port = saved;
+    ix_server_destroy(srv);
+    /* --chat-template NAME beats the file's template. */
+    sp.chat_template = "llama3";
+    assert_int_equal(ix_server_create(&srv, e, &sp, &err), IX_OK);
+    g_port = ix_server_port(srv);
+    j = post_json("/tokenize", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}", 200);
+    expect_tokens(j, "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant"
+                     "<|end_header_id|>\n\n");
+    json_decref(j);
+    g_port = saved;
+    ix_server_destroy(srv);
+    /* Jinja source that does not parse is refused at start. */
+    sp.chat_template = "{% if %}";
+    assert_int_equal(ix_server_create(&srv, e, &sp, &err), IX_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "--chat-template"));
+    ix_engine_destroy(e);
+    ix_model_destroy(m);
+    unlink(path);
+}
+
 /* ---- inferx serve ------------------------------------------------------------- */
 
 /* Starts argv (NULL-terminated) with its stderr on a pipe; returns its pid
@@ -1983,6 +2107,7 @@ int main(void) {
         cmocka_unit_test(test_api_key_tenants),
         cmocka_unit_test(test_chat_templates),
         cmocka_unit_test(test_chat_tokens_phi3),
+        cmocka_unit_test(test_gguf_chat_template),
         cmocka_unit_test(test_cli_key_file_and_access_log),
         cmocka_unit_test(test_many_streams_fixed_threads),
         cmocka_unit_test(test_overload_retry_after),

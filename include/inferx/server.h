@@ -23,6 +23,7 @@
 
 #include "inferx/core.h"
 #include "inferx/engine.h"
+#include "inferx/gguf.h"
 #include "inferx/tokenizer.h"
 
 #ifdef __cplusplus
@@ -87,16 +88,18 @@ void ix_server_destroy(ix_server *s);
 
 /* The built-in names a chat_template may be (NULL-terminated, static). */
 const char *const *ix_server_chat_builtins(void);
-/* One line saying which chat template a server of model m with this
- * chat_template (as in ix_server_params) uses, and why, appended to out.
- * Errors as ix_server_create's for a chat_template that does not parse. */
-ix_status ix_server_chat_describe(const ix_model *m, const char *chat_template, ix_buf *out, ix_errbuf *err);
+/* One line saying which chat template a server of the model in g (its
+ * tokenizer t, or NULL) with this chat_template (as in ix_server_params)
+ * uses, and why, appended to out. Errors as ix_server_create's for a
+ * chat_template that does not parse. */
+ix_status ix_server_chat_describe(const ix_gguf *g, const ix_tokenizer *t, const char *chat_template, ix_buf *out,
+                                  ix_errbuf *err);
 /* The prompt tokens of a chat: messages_json is an OpenAI messages array
  * (JSON text), rendered with the generation prompt as a chat request is.
  * Appends to out. IX_ERR_INVALID with the reason for bad messages or a
  * template that refuses them. */
-ix_status ix_server_chat_tokens(const ix_model *m, const char *chat_template, const char *messages_json,
-                                ix_token_vec *out, ix_errbuf *err);
+ix_status ix_server_chat_tokens(const ix_gguf *g, const ix_tokenizer *t, const char *chat_template,
+                                const char *messages_json, ix_token_vec *out, ix_errbuf *err);
 
 #ifdef __cplusplus
 }

@@ -57,7 +57,7 @@ ixs_tool_syntax ix__chat_detect_tools(const char *tmpl, size_t len) {
 /* ---- set-up --------------------------------------------------------------------- */
 
 static char *piece_dup(const ix_tokenizer *t, ix_token id) {
-    if (!t || id == IX_TOKEN_NONE) return NULL;
+    if (id == IX_TOKEN_NONE) return NULL;
     ix_str p = ix_tokenizer_piece(t, id);
     char *s = ix_malloc(p.len + 1);
     if (s) {
@@ -122,8 +122,8 @@ static ix_status use_jinja(ixs_chat *c, const ix_tokenizer *t, const char *src, 
     c->tool_syntax = ix__chat_detect_tools(src, len);
     c->mentions_tools = ix_template_mentions(c->tmpl, "tools");
     c->args_as_object = probe_args_as_object(c->tmpl);
-    c->bos = piece_dup(t, ix_tokenizer_bos(t));
-    c->eos = piece_dup(t, ix_tokenizer_eos(t));
+    c->bos = t ? piece_dup(t, ix_tokenizer_bos(t)) : NULL;
+    c->eos = t ? piece_dup(t, ix_tokenizer_eos(t)) : NULL;
     char line[80];
     first_line(src, len, line, sizeof line);
     snprintf(c->desc, sizeof c->desc, "jinja from %s (%zu bytes, like %s, tool calls %s%s): %s", from, len,
@@ -294,23 +294,26 @@ int ix__chat_error(ixs_err *e, ix_status st, const char *msg) {
 
 /* ---- the public side: inferx run and info ------------------------------------- */
 
-static ix_status chat_for_model(ixs_chat *c, const ix_model *m, const char *chat_template, ix_errbuf *err) {
+static ix_status chat_for_file(ixs_chat *c, const ix_gguf *g, const ix_tokenizer *t, const char *chat_template,
+                               ix_errbuf *err) {
     ix_str tmpl = {NULL, 0};
-    ix_gguf_get_str(ix_model_gguf(m), "tokenizer.chat_template", &tmpl, NULL);
-    return ix__chat_init(c, ix_model_tokenizer(m), tmpl.ptr, tmpl.len, chat_template, err);
+    if (g) ix_gguf_get_str(g, "tokenizer.chat_template", &tmpl, NULL);
+    return ix__chat_init(c, t, tmpl.ptr, tmpl.len, chat_template, err);
 }
 
-ix_status ix_server_chat_describe(const ix_model *m, const char *chat_template, ix_buf *out, ix_errbuf *err) {
+ix_status ix_server_chat_describe(const ix_gguf *g, const ix_tokenizer *t, const char *chat_template, ix_buf *out,
+                                  ix_errbuf *err) {
     ixs_chat c;
-    ix_status st = chat_for_model(&c, m, chat_template, err);
+    ix_status st = chat_for_file(&c, g, t, chat_template, err);
     if (st != IX_OK) return st;
     st = ix_buf_append(out, c.desc, strlen(c.desc));
     ix__chat_free(&c);
     return st == IX_OK ? IX_OK : ix_errf(err, st, "out of memory");
 }
 
-ix_status ix_server_chat_tokens(const ix_model *m, const char *chat_template, const char *messages_json,
-                                ix_token_vec *out, ix_errbuf *err) {
+ix_status ix_server_chat_tokens(const ix_gguf *g, const ix_tokenizer *t, const char *chat_template,
+                                const char *messages_json, ix_token_vec *out, ix_errbuf *err) {
+    if (!t || !messages_json) return ix_errf(err, IX_ERR_INVALID, "no tokenizer or no messages");
     json_error_t je;
     json_t *msgs = json_loads(messages_json, 0, &je);
     if (!msgs) return ix_errf(err, IX_ERR_INVALID, "messages: %s", je.text);
@@ -320,8 +323,8 @@ ix_status ix_server_chat_tokens(const ix_model *m, const char *chat_template, co
         return ix_errf(err, e.http == 500 ? IX_ERR_NOMEM : IX_ERR_INVALID, "%s", e.msg);
     }
     ixs_chat c;
-    ix_status st = chat_for_model(&c, m, chat_template, err);
-    if (st == IX_OK) st = ix__chat_render(&c, ix_model_tokenizer(m), msgs, NULL, out, err);
+    ix_status st = chat_for_file(&c, g, t, chat_template, err);
+    if (st == IX_OK) st = ix__chat_render(&c, t, msgs, NULL, out, err);
     ix__chat_free(&c);
     json_decref(msgs);
     return st;
