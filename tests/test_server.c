@@ -367,7 +367,7 @@ static void test_completion_equals_generate(void **state) {
     char *ref = generate_ref(prompt, 20);
     json_t *j = post_json("/v1/completions",
                           "{\"model\":\"tiny\",\"prompt\":\"It was on this point that she had\",\"max_tokens\":20,"
-                          "\"temperature\":0,\"ignore_eos\":true,\"user\":\"u1\",\"unknown_field\":[1,2]}",
+                          "\"temperature\":0,\"ignore_eos\":true,\"user\":\"u1\",\"best_of\":1,\"echo\":false,\"suffix\":null}",
                           200);
     assert_true(!strncmp(json_string_value(json_object_get(j, "id")), "cmpl-", 5));
     assert_string_equal(json_string_value(json_object_get(j, "object")), "text_completion");
@@ -2081,6 +2081,36 @@ static void test_tool_calls(void **state) {
              "tools", "function 'f'");
 }
 
+/* Every field is implemented, accepted as metadata, or refused by name. */
+static void test_honest_fields(void **state) {
+    (void)state;
+    /* accepted metadata and "as usual" values */
+    json_decref(post_json("/v1/chat/completions",
+                          "{" MSGS ",\"max_tokens\":1,\"user\":\"u\",\"metadata\":{\"a\":\"b\"},\"store\":false,"
+                          "\"safety_identifier\":\"s\",\"prompt_cache_key\":\"k\",\"modalities\":[\"text\"],"
+                          "\"service_tier\":\"auto\",\"audio\":null,\"functions\":null}",
+                          200));
+    /* unknown, not implemented, or an unsupported value: 400 naming it */
+    CHAT_ERR("{" MSGS ",\"frobnicate\":1}", "frobnicate", "not a field");
+    CHAT_ERR("{" MSGS ",\"prompt\":\"x\"}", "prompt", "not a field");
+    CHAT_ERR("{" MSGS ",\"audio\":{\"voice\":\"alloy\",\"format\":\"wav\"}}", "audio", "not supported");
+    CHAT_ERR("{" MSGS ",\"modalities\":[\"text\",\"audio\"]}", "modalities", "text only");
+    CHAT_ERR("{" MSGS ",\"prediction\":{\"type\":\"content\",\"content\":\"x\"}}", "prediction", NULL);
+    CHAT_ERR("{" MSGS ",\"reasoning_effort\":\"low\"}", "reasoning_effort", NULL);
+    CHAT_ERR("{" MSGS ",\"web_search_options\":{}}", "web_search_options", NULL);
+    CHAT_ERR("{" MSGS ",\"functions\":[{\"name\":\"f\"}]}", "functions", NULL);
+    CHAT_ERR("{" MSGS ",\"function_call\":\"auto\"}", "function_call", NULL);
+    CHAT_ERR("{" MSGS ",\"store\":true}", "store", NULL);
+    CHAT_ERR("{" MSGS ",\"service_tier\":\"flex\"}", "service_tier", NULL);
+    CHAT_ERR("{" MSGS ",\"metadata\":{\"a\":1}}", "metadata", NULL);
+    CHAT_ERR("{" MSGS ",\"user\":5}", "user", NULL);
+    ERR("{\"prompt\":\"x\",\"echo\":true}", 400, "echo", NULL);
+    ERR("{\"prompt\":\"x\",\"best_of\":3}", 400, "best_of", NULL);
+    ERR("{\"prompt\":\"x\",\"suffix\":\"end\"}", 400, "suffix", NULL);
+    ERR("{\"prompt\":\"x\",\"tools\":[]}", 400, "tools", "not a field");
+    ERR("{\"prompt\":\"x\",\"messages\":[]}", 400, "messages", "not a field");
+}
+
 int main(void) {
     FILE *f = fopen(MODEL, "rb");
     if (!f) {
@@ -2115,6 +2145,7 @@ int main(void) {
         cmocka_unit_test(test_shutdown_aborts),
         cmocka_unit_test(test_structured_outputs),
         cmocka_unit_test(test_tool_calls),
+        cmocka_unit_test(test_honest_fields),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -930,6 +930,7 @@ static int parse_request(ix_server *s, json_t *req, bool chat, parsed *p, ixs_jo
     int64_t i64;
     bool b = false;
     int got;
+    if (ix__srv_check_fields(req, chat, e)) return -1;
     /* prompt */
     if (chat) {
         json_t *msgs = json_object_get(req, "messages");
