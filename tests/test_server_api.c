@@ -11,6 +11,7 @@
  *     (instructions as the system message); the Response object; the
  *     streaming events in the documented order, deltas adding up to the text;
  *     text.format json_schema / json_object output parses and validates;
+ *     forced tool calls as function_call items (whole, streamed, round trip);
  *     errors name the Responses API's fields */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -513,6 +514,91 @@ static void test_responses_text_format(void **state) {
                "text.format.schema");
 }
 
+/* tools: a forced call comes back as a well-formed function_call item,
+ * whole and streamed; its output goes back as function_call_output. */
+#define WEATHER_TOOL                                                                                                  \
+    "\"tools\":[{\"type\":\"function\",\"name\":\"get_weather\",\"description\":\"Weather in a city\","                 \
+    "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":12}},"          \
+    "\"required\":[\"city\"],\"additionalProperties\":false}}]"
+
+static void assert_weather_call(json_t *item) {
+    assert_string_equal(json_string_value(json_object_get(item, "type")), "function_call");
+    assert_string_equal(json_string_value(json_object_get(item, "name")), "get_weather");
+    assert_true(!strncmp(json_string_value(json_object_get(item, "id")), "fc_", 3));
+    assert_true(!strncmp(json_string_value(json_object_get(item, "call_id")), "call_", 5));
+    assert_string_equal(json_string_value(json_object_get(item, "status")), "completed");
+    json_t *args = json_loads(json_string_value(json_object_get(item, "arguments")), 0, NULL);
+    assert_true(json_is_object(args));
+    assert_int_equal(json_object_size(args), 1);
+    assert_non_null(json_string_value(json_object_get(args, "city")));
+    json_decref(args);
+}
+
+static void test_responses_tools(void **state) {
+    (void)state;
+    json_t *r = call("POST", "/v1/responses",
+                     "{\"input\":\"Weather in Bath?\",\"max_output_tokens\":80,\"parallel_tool_calls\":false,"
+                     "\"tool_choice\":\"required\"," WEATHER_TOOL "}",
+                     200);
+    assert_string_equal(json_string_value(json_object_get(r, "status")), "completed");
+    json_t *out = json_object_get(r, "output");
+    assert_int_equal(json_array_size(out), 1);
+    assert_weather_call(json_array_get(out, 0));
+    assert_string_equal(json_string_value(json_object_get(r, "tool_choice")), "required");
+    /* the call and its output back in the input: a new answer */
+    char body[2048];
+    json_t *c = json_array_get(out, 0);
+    char *args = json_dumps(json_object_get(c, "arguments"), JSON_ENCODE_ANY);
+    snprintf(body, sizeof body,
+             "{\"input\":[{\"role\":\"user\",\"content\":\"Weather in Bath?\"},{\"type\":\"function_call\","
+             "\"call_id\":\"%s\",\"name\":\"get_weather\",\"arguments\":%s},{\"type\":\"function_call_output\","
+             "\"call_id\":\"%s\",\"output\":\"Sunny\"}],\"max_output_tokens\":6,\"tool_choice\":\"none\"," WEATHER_TOOL "}",
+             json_string_value(json_object_get(c, "call_id")), args, json_string_value(json_object_get(c, "call_id")));
+    free(args);
+    json_t *r2 = call("POST", "/v1/responses", body, 200);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(r2, "output"), 0), "type")),
+                        "message");
+    json_decref(r2);
+    json_decref(r);
+    /* streamed: the item opens, its arguments arrive, it closes */
+    resp h;
+    assert_int_equal(http(g_port, "POST", "/v1/responses", NULL,
+                          "{\"input\":\"Weather in Bath?\",\"max_output_tokens\":80,\"stream\":true,"
+                          "\"tool_choice\":{\"type\":\"function\",\"name\":\"get_weather\"}," WEATHER_TOOL "}",
+                          &h),
+                     0);
+    assert_int_equal(h.status, 200);
+    bool done_last;
+    json_t *ev = parse_sse(h.body, &done_last);
+    static const char *const want[] = {"response.created", "response.in_progress", "response.output_item.added",
+                                       "response.function_call_arguments.delta",
+                                       "response.function_call_arguments.done", "response.output_item.done",
+                                       "response.completed"};
+    assert_int_equal(json_array_size(ev), IX_ARRAY_LEN(want));
+    for (size_t i = 0; i < IX_ARRAY_LEN(want); i++) {
+        json_t *e = json_array_get(ev, i);
+        assert_string_equal(json_string_value(json_object_get(e, "type")), want[i]);
+        assert_int_equal(json_integer_value(json_object_get(e, "sequence_number")), (json_int_t)i);
+    }
+    json_t *item = json_object_get(json_array_get(ev, 5), "item");
+    assert_weather_call(item);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(ev, 3), "delta")),
+                        json_string_value(json_object_get(item, "arguments")));
+    assert_string_equal(json_string_value(json_object_get(json_array_get(ev, 2), "item")
+                                              ? json_object_get(json_object_get(json_array_get(ev, 2), "item"), "id")
+                                              : NULL),
+                        json_string_value(json_object_get(item, "id")));
+    json_t *fin = json_object_get(json_array_get(ev, 6), "response");
+    assert_weather_call(json_array_get(json_object_get(fin, "output"), 0));
+    json_decref(ev);
+    resp_free(&h);
+    /* bad tools name the field */
+    expect_400("/v1/responses", "{\"input\":\"x\",\"tools\":[{\"type\":\"function\"}]}", "tools");
+    expect_400("/v1/responses",
+               "{\"input\":\"x\",\"tool_choice\":{\"type\":\"function\",\"name\":\"nope\"}," WEATHER_TOOL "}",
+               "tool_choice");
+}
+
 static void test_responses_errors(void **state) {
     (void)state;
     const char *p = "/v1/responses";
@@ -563,6 +649,7 @@ int main(void) {
         cmocka_unit_test(test_responses_whole),
         cmocka_unit_test(test_responses_stream),
         cmocka_unit_test(test_responses_text_format),
+        cmocka_unit_test(test_responses_tools),
         cmocka_unit_test(test_responses_errors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

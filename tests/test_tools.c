@@ -119,7 +119,7 @@ static void check_grammar(ixs_tools_req *t, ixs_tool_syntax ts, const char *cons
     for (int i = 0; good[i]; i++) {
         ix_grammar_matcher_reset(m);
         if (ix_grammar_matcher_accept_bytes(m, good[i], strlen(good[i])) != IX_OK || !ix_grammar_matcher_can_end(m))
-            fail_msg("refused: %s\n%.*s", good[i], (int)g.len, g.data);
+            { fprintf(stderr, "%.*s\n", (int)g.len, g.data); fail_msg("refused: %s", good[i]); }
         /* what the grammar accepts parses back into calls */
         json_t *calls = NULL;
         ix_buf content = {0};
@@ -145,14 +145,16 @@ static void test_forced_grammar(void **state) {
     json_t *tl = tools();
     /* required, one call (parallel off) */
     ixs_tools_req t = {tl, IXS_TOOL_CHOICE_REQUIRED, NULL, false};
-    const char *good1[] = {"{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}",
+    const char *good1[] = {"{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}",
                            "{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\",\"unit\":\"f\"}}",
                            "{\"name\": \"now\", \"arguments\": {}}", "{\"name\": \"ping\", \"arguments\": {}}", NULL};
     const char *bad1[] = {"{\"name\": \"get_weather\", \"arguments\": {}}",                 /* city required */
                           "{\"name\": \"get_weather\", \"arguments\": {\"city\": 3}}",     /* a string */
                           "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"a\", \"unit\": \"k\"}}",
                           "{\"name\": \"rm\", \"arguments\": {}}", "[{\"name\": \"now\", \"arguments\": {}}]",
-                          "{\"name\": \"now\", \"parameters\": {}}", "Sure!", NULL};
+                          "{\"name\": \"now\", \"parameters\": {}}", "Sure!",
+                          "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}", /* compact */
+                          "{\"name\":  \"now\", \"arguments\": {}}", NULL};
     check_grammar(&t, IXS_TOOLS_HERMES, good1, bad1);
     check_grammar(&t, IXS_TOOLS_GENERIC, good1, bad1);
     /* Llama 3 writes "parameters" */
@@ -163,17 +165,17 @@ static void test_forced_grammar(void **state) {
     t.parallel = true;
     const char *good3[] = {"[{\"name\": \"now\", \"arguments\": {}}]",
                            "[{\"name\": \"now\", \"arguments\": {}}, {\"name\": \"get_weather\", \"arguments\": "
-                           "{\"city\": \"Oslo\"}}]",
+                           "{\"city\":\"Oslo\"}}]",
                            NULL};
     const char *bad3[] = {"[]", "{\"name\": \"now\", \"arguments\": {}}", NULL};
     check_grammar(&t, IXS_TOOLS_HERMES, good3, bad3);
     check_grammar(&t, IXS_TOOLS_MISTRAL, good3, bad3);
     /* a named function only; Mistral: an array of exactly one */
     t = (ixs_tools_req){tl, IXS_TOOL_CHOICE_NAMED, "get_weather", true};
-    const char *good4[] = {"{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Lima\"}}", NULL};
+    const char *good4[] = {"{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Lima\"}}", NULL};
     const char *bad4[] = {"{\"name\": \"now\", \"arguments\": {}}", NULL};
     check_grammar(&t, IXS_TOOLS_HERMES, good4, bad4);
-    const char *good5[] = {"[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Lima\"}}]", NULL};
+    const char *good5[] = {"[{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Lima\"}}]", NULL};
     const char *bad5[] = {"[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Lima\"}}, "
                           "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Lima\"}}]", NULL};
     check_grammar(&t, IXS_TOOLS_MISTRAL, good5, bad5);

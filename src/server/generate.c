@@ -81,6 +81,11 @@ struct ixs_job {
     /* What was asked. */
     bool chat, stream, include_usage, want_logprobs;
     ixs_resp *resp;          /* a /v1/responses job (rendered by responses.c), else NULL */
+    /* Tool calling: answers are parsed for calls (streams hold each choice's
+     * text until it ends, then send content or tool_calls deltas). */
+    bool tools_on, parallel_calls;
+    ixs_tool_syntax tool_syntax;
+    json_t *tools;           /* a private deep copy of the request's tools */
     int32_t n, n_sub, n_logprobs;
     char id[64];
     int64_t created;
@@ -271,6 +276,7 @@ static void job_free(ixs_job *j) {
     ix_free(j->text);
     ix_free(j->text_off);
     ix_free(j->lp);
+    json_decref(j->tools);
     ix_buf_free(&j->out);
     ix_buf_free(&j->scratch);
     ix__resp_free(j->resp);
@@ -542,6 +548,40 @@ static json_t *envelope(ixs_job *j, bool chunk) {
 
 static const char *reason_name(ix_finish_reason r) { return ix_finish_reason_name(r); }
 
+/* ---- tool calls ---------------------------------------------------------- */
+
+/* Choice gi's content (a string, or null when the answer is only calls);
+ * *calls gets its tool_calls array in OpenAI's shape (id, type, function
+ * {name, arguments}) or NULL, and *why becomes "tool_calls" when calls end
+ * an answer that stopped by itself. */
+static json_t *choice_content(ixs_job *j, int gi, ix_finish_reason r, json_t **calls, const char **why) {
+    *calls = NULL;
+    if (!j->chat || !j->tools_on) return ix__json_text(j->text[gi].data, j->text[gi].len);
+    json_t *parsed = NULL;
+    ix_buf_clear(&j->scratch);
+    if (ix__tools_parse_output(j->text[gi].data ? j->text[gi].data : "", j->text[gi].len, j->tool_syntax, j->tools,
+                               &parsed, &j->scratch) != IX_OK) {
+        j->oom = true;
+        return json_null();
+    }
+    if (!parsed) return ix__json_text(j->scratch.data, j->scratch.len);
+    json_t *out = json_array();
+    size_t k;
+    json_t *c;
+    json_array_foreach(parsed, k, c) {
+        if (!j->parallel_calls && k > 0) break; /* at most one call when parallel calls are off */
+        char id[40];
+        ix__srv_new_id(j->s, "call_", id, sizeof id);
+        json_array_append_new(out, json_pack("{s:s, s:s, s:{s:O, s:O}}", "id", id, "type", "function", "function",
+                                             "name", json_object_get(c, "name"), "arguments",
+                                             json_object_get(c, "arguments")));
+    }
+    json_decref(parsed);
+    *calls = out;
+    if (r == IX_FINISH_STOP) *why = "tool_calls";
+    return j->scratch.len ? ix__json_text(j->scratch.data, j->scratch.len) : json_null();
+}
+
 /* ---- non-streaming ------------------------------------------------------- */
 
 /* Choice 0 of sub 0 as responses.c sees it (a responses job has one). */
@@ -613,12 +653,16 @@ static enum MHD_Result answer_whole(ixs_job *j, ixs_conn *cc) {
         const ix_finish_info *fi = &j->fin[gi / j->n];
         int c_in = gi % j->n;
         ix_finish_reason r = c_in < fi->n_choices ? fi->reasons[c_in] : fi->reason;
-        json_t *text = ix__json_text(j->text[gi].data, j->text[gi].len);
+        json_t *calls = NULL;
+        const char *why = reason_name(r);
+        json_t *text = choice_content(j, gi, r, &calls, &why);
         json_t *lp = j->want_logprobs ? json_incref(j->lp[gi]) : json_null();
         json_t *ch = j->chat ? json_pack("{s:i, s:{s:s, s:o}, s:o, s:s}", "index", gi, "message", "role", "assistant",
-                                         "content", text, "logprobs", lp, "finish_reason", reason_name(r))
+                                         "content", text, "logprobs", lp, "finish_reason", why)
                              : json_pack("{s:i, s:o, s:o, s:s}", "index", gi, "text", text, "logprobs", lp,
                                          "finish_reason", reason_name(r));
+        if (ch && calls) json_object_set_new(json_object_get(ch, "message"), "tool_calls", calls);
+        else json_decref(calls);
         json_array_append_new(choices, ch);
     }
     if (root) json_object_set_new(root, "usage", usage_json(j));
@@ -649,8 +693,55 @@ static json_t *chunk_choice(ixs_job *j, json_t **choice_out, int gi) {
     return root;
 }
 
+/* A chunk of choice gi whose delta carries one tool_calls entry. */
+static void sse_call_delta(ixs_job *j, int gi, json_t *entry /* stolen */) {
+    json_t *ch, *root = chunk_choice(j, &ch, gi);
+    if (root && entry) json_object_set_new(json_object_get(ch, "delta"), "tool_calls", json_pack("[o]", entry));
+    else json_decref(entry);
+    sse(j, root);
+}
+
+/* A held choice (tools on) has ended: its content as one delta, then each
+ * call as OpenAI streams them -- a first delta with index, id, type and
+ * function.name (arguments ""), then the arguments in fragments -- then the
+ * finish. */
+static void stream_held(ixs_job *j, int gi, ix_finish_reason r) {
+    json_t *calls = NULL;
+    const char *why = reason_name(r);
+    json_t *content = choice_content(j, gi, r, &calls, &why);
+    if (json_is_string(content) && json_string_length(content)) {
+        json_t *ch, *root = chunk_choice(j, &ch, gi);
+        if (root) json_object_set_new(json_object_get(ch, "delta"), "content", json_incref(content));
+        if (root && j->want_logprobs) json_object_set(ch, "logprobs", j->lp[gi]);
+        sse(j, root);
+    }
+    json_decref(content);
+    size_t k;
+    json_t *c;
+    json_array_foreach(calls, k, c) {
+        json_t *fn = json_object_get(c, "function");
+        sse_call_delta(j, gi, json_pack("{s:I, s:O, s:s, s:{s:O, s:s}}", "index", (json_int_t)k, "id",
+                                        json_object_get(c, "id"), "type", "function", "function", "name",
+                                        json_object_get(fn, "name"), "arguments", ""));
+        const char *args = json_string_value(json_object_get(fn, "arguments"));
+        size_t n = args ? strlen(args) : 0;
+        for (size_t off = 0; off < n;) {
+            size_t len = n - off < 24 ? n - off : 24;
+            while (off + len < n && ((unsigned char)args[off + len] & 0xC0) == 0x80) len++; /* whole characters */
+            sse_call_delta(j, gi, json_pack("{s:I, s:{s:s%}}", "index", (json_int_t)k, "function", "arguments",
+                                            args + off, len));
+            off += len;
+        }
+    }
+    json_decref(calls);
+    json_t *ch, *root = chunk_choice(j, &ch, gi);
+    if (root) json_object_set_new(ch, "finish_reason", json_string(why));
+    sse(j, root);
+}
+
 static void stream_events(ixs_job *j, const bool newly[IXS_MAX_PROMPTS]) {
     ixs_queue *t = &j->taken;
+    if (j->tools_on && j->chat) absorb(j); /* held until each choice ends */
     for (size_t i = 0; i < t->n; i++) {
         const ixs_event *e = &t->ev[i];
         if (e->choice < 0 || e->choice >= j->n || (!e->len && !e->has_sample)) continue;
@@ -689,6 +780,10 @@ static void stream_events(ixs_job *j, const bool newly[IXS_MAX_PROMPTS]) {
         const ix_finish_info *fi = &j->fin[s];
         for (int c = 0; c < j->n; c++) {
             ix_finish_reason r = c < fi->n_choices ? fi->reasons[c] : fi->reason;
+            if (j->tools_on && j->chat && r != IX_FINISH_ERROR) {
+                stream_held(j, s * j->n + c, r);
+                continue;
+            }
             json_t *ch, *root = chunk_choice(j, &ch, s * j->n + c);
             if (root) json_object_set_new(ch, "finish_reason", json_string(reason_name(r)));
             if (root && r == IX_FINISH_ERROR) json_object_set_new(root, "error", json_pack("{s:s, s:s}", "message", fi->message, "type", "server_error"));
@@ -798,6 +893,8 @@ typedef struct parsed {
     ix_token *stop_ids;
     bool max_tokens_given;
     ixs_constraint_req con;
+    ixs_tools_req tools;
+    ix_buf tool_gbnf; /* the forced-call grammar */
 } parsed;
 
 static void parsed_free(parsed *p) {
@@ -805,6 +902,7 @@ static void parsed_free(parsed *p) {
     ix_free(p->bias);
     ix_free(p->stop_ids);
     ix__srv_constraint_free(&p->con);
+    ix_buf_free(&p->tool_gbnf);
 }
 
 static int parse_token_array(ix_server *s, json_t *arr, const char *param, ix_token_vec *out, ixs_err *e) {
@@ -862,13 +960,16 @@ static int parse_request(ix_server *s, json_t *req, bool chat, parsed *p, ixs_jo
     int64_t i64;
     bool b = false;
     int got;
+    if (ix__srv_check_fields(req, chat, e)) return -1;
     /* prompt */
     if (chat) {
         json_t *msgs = json_object_get(req, "messages");
         if (ix__chat_validate(msgs, e)) return -1;
         ix_errbuf err = {{0}};
-        /* The request's tools belong to the tool-calling code; none here yet. */
-        ix_status st = ix__chat_render(&s->chat, s->tok, msgs, NULL, &p->prompts[0], &err);
+        if (ix__tools_parse_request(req, &p->tools, e)) return -1;
+        /* tool_choice none: the model is not shown the tools */
+        json_t *tools = p->tools.choice != IXS_TOOL_CHOICE_NONE ? p->tools.tools : NULL;
+        ix_status st = ix__chat_render(&s->chat, s->tok, msgs, tools, &p->prompts[0], &err);
         if (st != IX_OK) return ix__chat_error(e, st, err.msg);
         p->n_prompts = 1;
     } else if (parse_prompt(s, req, p, e)) {
@@ -1007,6 +1108,24 @@ static int parse_request(ix_server *s, json_t *req, bool chat, parsed *p, ixs_jo
     /* constrained output */
     if (ix__srv_parse_constraint(s, req, &p->con, e)) return -1;
     r->constraint = p->con.c;
+    if (chat && p->tools.choice != IXS_TOOL_CHOICE_NONE) {
+        if (p->con.c.kind != IX_CONSTRAINT_NONE)
+            return IXS_BAD(e, p->con.param[0] == 'g' ? "grammar" : "response_format",
+                           "a JSON 'response_format' or a 'grammar' cannot be combined with tools "
+                           "(unless tool_choice is none)");
+        j->tools_on = true;
+        j->parallel_calls = p->tools.parallel;
+        j->tool_syntax = s->chat.tool_syntax;
+        if (!(j->tools = json_deep_copy(p->tools.tools))) return ix__srv_errf(e, 500, "server_error", NULL, "out of memory");
+        if (p->tools.choice == IXS_TOOL_CHOICE_REQUIRED || p->tools.choice == IXS_TOOL_CHOICE_NAMED) {
+            ix_errbuf err = {{0}};
+            ix_status st = ix__tools_grammar(&p->tools, j->tool_syntax, &p->tool_gbnf, &err);
+            if (st == IX_ERR_NOMEM) return ix__srv_errf(e, 500, "server_error", NULL, "out of memory");
+            if (st != IX_OK) return IXS_BAD(e, "tools", "tools: %s", err.msg);
+            r->constraint = (ix_constraint){IX_CONSTRAINT_GRAMMAR, p->tool_gbnf.data, p->tool_gbnf.len, 0};
+            if (ix__srv_check_constraint(s, &r->constraint, "tools", e)) return -1;
+        }
+    }
     /* context */
     for (int i = 0; i < p->n_prompts; i++) {
         size_t np = p->prompts[i].n;
@@ -1086,7 +1205,7 @@ static enum MHD_Result generate(ixs_conn *cc, bool chat, json_t *req, ixs_resp *
         ix__srv_errf(&e, 500, "server_error", NULL, "out of memory");
         goto fail;
     }
-    for (int i = 0; i < j->n_choices && j->want_logprobs && !j->stream; i++)
+    for (int i = 0; i < j->n_choices && j->want_logprobs && (!j->stream || j->tools_on); i++)
         if (!(j->lp[i] = lp_new(chat))) {
             ix__srv_errf(&e, 500, "server_error", NULL, "out of memory");
             goto fail;

@@ -31,6 +31,7 @@ struct ixs_resp {
     /* Tools: the answer may hold calls, known only once it is whole, so the
      * output items are made at the end (and streamed then). */
     json_t *tools;   /* chat-shaped function tools when calls are parsed, else NULL */
+    bool parallel;   /* parallel_tool_calls: else at most one call is kept */
     json_t *items;   /* the output items once made (ids fixed for every event) */
 };
 
@@ -311,9 +312,7 @@ static int to_chat(json_t *req, json_t *chat, ixs_resp *r, ixs_err *e) {
         return -1;
     }
     if (tr.tools && tr.choice != IXS_TOOL_CHOICE_NONE) r->tools = json_incref(tr.tools);
-    /* Until the chat path puts tools in the prompt and forces calls, say so
-     * rather than answer without them. */
-    if (tr.tools) return IXS_BAD(e, "tools", "'tools' are not supported yet");
+    r->parallel = tr.parallel;
 
     /* The Response object's echo of the request (OpenAI's defaults). */
     json_t *b = r->base;
@@ -404,6 +403,7 @@ static json_t *output_items(ixs_resp *r, const ixs_gen_result *g, const char *it
     size_t i;
     json_t *c;
     json_array_foreach(calls, i, c) {
+        if (i > 0 && !r->parallel) break;
         char fc[64], call[64];
         ix__srv_new_id(r->s, "fc_", fc, sizeof fc);
         ix__srv_new_id(r->s, "call_", call, sizeof call);

@@ -167,6 +167,12 @@ int ix__chat_validate(json_t *messages, ixs_err *e);
  * out of memory). Returns -1. */
 int ix__chat_error(ixs_err *e, ix_status st, const char *msg);
 
+/* ---- request fields (fields.c) ------------------------------------------ */
+/* Every top-level field of a generation request must be one this server
+ * implements or accepts as metadata (the table in fields.c, the same as
+ * docs/server.md): 0, or -1 with a 400 naming the first one that is not. */
+int ix__srv_check_fields(json_t *req, bool chat, ixs_err *e);
+
 /* ---- constraints (constrain.c) ------------------------------------------ */
 /* A request's constraint: the engine's view, the text it points into (when
  * the server had to write it), and the field that set it (for errors). */

@@ -4,7 +4,9 @@
  *     (400 naming the field);
  *   - when tool_choice forces a call (`required`, or a named function), a
  *     GBNF grammar of the calls: each function's `parameters` schema compiled
- *     by the grammar module, its rules renamed apart, wrapped in the call
+ *     by the grammar module (compact: no whitespace inside the arguments;
+ *     one optional space between the call object's tokens), its rules
+ *     renamed apart, wrapped in the call
  *     object of the model's tool-call family (`arguments`, or Llama 3's
  *     `parameters`); one call, or a JSON array of calls when parallel calls
  *     are allowed (Mistral: always an array);
@@ -162,7 +164,7 @@ static ix_status append_renamed(ix_buf *out, const char *g, size_t n, const char
 ix_status ix__tools_grammar(const ixs_tools_req *t, ixs_tool_syntax ts, ix_buf *out, ix_errbuf *err) {
     ix_buf schema = {0}, rules = {0};
     const char *key = ts == IXS_TOOLS_LLAMA3 ? "parameters" : "arguments";
-    ix_status s = ix_buf_printf(out, "ws ::= | \" \" | \"\\n\" [ \\t]{0,20}\ncall ::= ");
+    ix_status s = ix_buf_printf(out, "ws ::= | \" \"\ncall ::= ");
     size_t i;
     json_t *tool;
     int n_calls = 0;
@@ -172,18 +174,21 @@ ix_status ix__tools_grammar(const ixs_tools_req *t, ixs_tool_syntax ts, ix_buf *
         if (t->named && strcmp(name, t->named)) continue;
         json_t *fn = json_object_get(tool, "function");
         json_t *params = json_object_get(fn, "parameters");
-        unsigned flags = json_is_true(json_object_get(fn, "strict")) ? IX_GRAMMAR_SCHEMA_STRICT : 0;
+        /* Arguments compact (as OpenAI sends them): no room for a model to
+         * drift into whitespace; the call object itself allows one space. */
+        unsigned flags = IX_GRAMMAR_SCHEMA_COMPACT |
+                         (json_is_true(json_object_get(fn, "strict")) ? IX_GRAMMAR_SCHEMA_STRICT : 0);
         char prefix[32];
         snprintf(prefix, sizeof prefix, "t%zu-", i);
         s = ix_buf_printf(out, "%scall-%zu", n_calls++ ? " | " : "", i);
         /* call-i ::= {"name": "NAME", "KEY": <parameters>} ; names are [A-Za-z0-9_-] */
         if (s == IX_OK)
             s = ix_buf_printf(&rules, "call-%zu ::= \"{\" ws \"\\\"name\\\"\" ws \":\" ws \"\\\"%s\\\"\" ws \",\" ws "
-                                      "\"\\\"%s\\\"\" ws \":\" ",
+                                      "\"\\\"%s\\\"\" ws \":\" ws ",
                               i, name, key);
         if (s != IX_OK) break;
         if (!params || json_is_null(params)) { /* no parameters: an empty object */
-            s = ix_buf_printf(&rules, "ws \"{\" ws \"}\" ws \"}\"\n");
+            s = ix_buf_printf(&rules, "\"{\" ws \"}\" ws \"}\"\n");
             continue;
         }
         char *text = json_dumps(params, JSON_COMPACT);
