@@ -3,7 +3,7 @@
 // Usage: node ai_sdk_test.mjs BASE_URL API_KEY   (run by run_sdk_test.sh)
 import assert from 'node:assert/strict';
 import { createOpenAI } from '@ai-sdk/openai';
-import { generateText, streamText, generateObject, embed, embedMany } from 'ai';
+import { generateText, streamText, generateObject, embed, embedMany, tool, stepCountIs } from 'ai';
 import { z } from 'zod';
 
 const [baseURL, apiKey] = process.argv.slice(2);
@@ -51,6 +51,33 @@ const objChat = await generateObject({
   model: openai.chat(modelId), schema: Person, prompt: 'Who is on deck?', maxOutputTokens: 120, maxRetries: 0,
 });
 Person.parse(objChat.object);
+
+// Tools: a forced call, executed by the SDK, its result sent back in a second
+// step; through the Responses API and through chat.
+const weather = tool({
+  description: 'The weather in a city',
+  inputSchema: z.object({ city: z.string().max(12) }),
+  execute: async ({ city }) => `Sunny in ${city}`,
+});
+for (const m of [openai(modelId), openai.chat(modelId)]) {
+  const res = await generateText({
+    model: m, tools: { get_weather: weather }, toolChoice: { type: 'tool', toolName: 'get_weather' },
+    prompt: 'What is the weather in Bath?', maxOutputTokens: 60, maxRetries: 0, stopWhen: stepCountIs(1),
+    providerOptions: { openai: { parallelToolCalls: false } },
+  });
+  assert.equal(res.finishReason, 'tool-calls');
+  assert.equal(res.toolCalls.length, 1);
+  assert.equal(res.toolCalls[0].toolName, 'get_weather');
+  assert.equal(typeof res.toolCalls[0].input.city, 'string');
+  assert.equal(res.toolResults[0].output, `Sunny in ${res.toolCalls[0].input.city}`);
+  // the second step: the tool's result goes back; the model answers
+  const next = await generateText({
+    model: m, tools: { get_weather: weather }, messages: [
+      { role: 'user', content: 'What is the weather in Bath?' }, ...res.response.messages],
+    maxOutputTokens: 6, maxRetries: 0, toolChoice: 'none',
+  });
+  assert.equal(typeof next.text, 'string');
+}
 
 // Embeddings
 const e1 = await embed({ model: openai.embedding(modelId), value: 'Mr. Darcy', maxRetries: 0 });

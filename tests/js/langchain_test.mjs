@@ -34,6 +34,25 @@ for (const useResponsesApi of [false, true]) {
   Person.parse(person);
 }
 
+// bindTools: a forced call, well formed, with and without the Responses API
+const getWeather = {
+  type: 'function',
+  function: {
+    name: 'get_weather', description: 'The weather in a city',
+    parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 12 } }, required: ['city'],
+      additionalProperties: false },
+  },
+};
+for (const useResponsesApi of [false, true]) {
+  const llm = new ChatOpenAI({ model, apiKey, configuration, maxTokens: 60, maxRetries: 0, useResponsesApi });
+  const msg = await llm.bindTools([getWeather], { tool_choice: 'get_weather', parallel_tool_calls: false })
+    .invoke('What is the weather in Bath?');
+  assert.equal(msg.tool_calls.length, 1);
+  assert.equal(msg.tool_calls[0].name, 'get_weather');
+  assert.equal(typeof msg.tool_calls[0].args.city, 'string');
+  assert.ok(msg.tool_calls[0].id);
+}
+
 // Embeddings
 const emb = new OpenAIEmbeddings({ model, apiKey, configuration, maxRetries: 0 });
 const [v1, v2] = await emb.embedDocuments(['Mr. Darcy', 'Pemberley']);

@@ -119,6 +119,55 @@ const rparsed = await client.responses.parse({
 assert.equal(rparsed.status, 'completed');
 Person.parse(rparsed.output_parsed);
 
+// Tool calls: forced by tool_choice (constrained decoding keeps the call to
+// the function's schema), answered by a tool message, whole and streamed.
+const tools = [{
+  type: 'function',
+  function: {
+    name: 'get_weather', description: 'The weather in a city',
+    parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 12 } }, required: ['city'],
+      additionalProperties: false },
+  },
+}];
+const question = { role: 'user', content: 'What is the weather in Bath?' };
+const forced = { type: 'function', function: { name: 'get_weather' } };
+const checkCall = (call) => {
+  assert.equal(call.type, 'function');
+  assert.ok(call.id.length > 0);
+  assert.equal(call.function.name, 'get_weather');
+  const args = JSON.parse(call.function.arguments);
+  assert.deepEqual(Object.keys(args), ['city']);
+  assert.equal(typeof args.city, 'string');
+};
+const tc = await client.chat.completions.create({ model, messages: [question], tools, tool_choice: forced,
+  max_tokens: 60 });
+assert.equal(tc.choices[0].finish_reason, 'tool_calls');
+assert.equal(tc.choices[0].message.tool_calls.length, 1);
+checkCall(tc.choices[0].message.tool_calls[0]);
+const back = await client.chat.completions.create({
+  model, tools, max_tokens: 6,
+  messages: [question, tc.choices[0].message,
+    { role: 'tool', tool_call_id: tc.choices[0].message.tool_calls[0].id, content: 'Sunny, 21 C' }],
+});
+assert.equal(back.choices[0].message.role, 'assistant');
+assert.ok(back.usage.prompt_tokens > tc.usage.prompt_tokens);
+// streamed: the SDK's helper assembles the tool_calls deltas
+const tstream = client.chat.completions.stream({ model, messages: [question], tools, tool_choice: 'required',
+  parallel_tool_calls: false, max_tokens: 60 });
+const tfinal = await tstream.finalChatCompletion();
+assert.equal(tfinal.choices[0].finish_reason, 'tool_calls');
+checkCall(tfinal.choices[0].message.tool_calls[0]);
+// Responses: a function_call item; its output goes back as function_call_output
+const rtools = [{ type: 'function', ...tools[0].function, strict: true }];
+const rcall = await client.responses.create({ model, input: [question], tools: rtools,
+  tool_choice: { type: 'function', name: 'get_weather' }, max_output_tokens: 60 });
+const fc = rcall.output.find((o) => o.type === 'function_call');
+assert.equal(fc.name, 'get_weather');
+assert.equal(typeof JSON.parse(fc.arguments).city, 'string');
+const rback = await client.responses.create({ model, tools: rtools, max_output_tokens: 6,
+  input: [question, fc, { type: 'function_call_output', call_id: fc.call_id, output: 'Sunny' }] });
+assert.equal(rback.output[0].type, 'message');
+
 // Errors map to the SDK's exception classes.
 await assert.rejects(
   client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], temperature: 9 }),
