@@ -6,7 +6,7 @@
  *     whole input in one pass, so the server's chunking is checked too);
  *     same input same vector, a batch equals its singles, texts differ, token
  *     input equals text input, base64 is the float32 bytes, usage; bad inputs
- *     are 400s naming the field
+ *     are 400s naming the field; two requests at once beside a generation
  *   - POST /v1/responses: greedy output equals chat's for the same messages
  *     (instructions as the system message); the Response object; the
  *     streaming events in the documented order, deltas adding up to the text;
@@ -20,6 +20,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -285,6 +286,51 @@ static void test_embeddings_batch(void **state) {
     for (int i = 0; i < 3; i++) free(v[i]);
     json_decref(batch);
     ix_token_vec_free(&ids);
+}
+
+/* Embeddings run on HTTP threads beside the engine: two at once (they take
+ * turns on the embedder) while a completion generates, all answer, and the
+ * vectors do not depend on what ran beside them. */
+typedef struct client_job {
+    const char *path, *body;
+    resp r;
+    int rc;
+} client_job;
+
+static void *client_thread(void *arg) {
+    client_job *c = arg;
+    c->rc = http(g_port, "POST", c->path, NULL, c->body, &c->r);
+    return NULL;
+}
+
+static void test_embeddings_concurrent(void **state) {
+    (void)state;
+    const char *emb = "{\"input\":[\"Mr. Darcy\",\"Pemberley\",\"Longbourn\"]}";
+    json_t *alone = call("POST", "/v1/embeddings", emb, 200);
+    client_job c[3] = {
+        {"/v1/completions", "{\"prompt\":\"Emma\",\"max_tokens\":200,\"ignore_eos\":true}", {0}, -1},
+        {"/v1/embeddings", emb, {0}, -1},
+        {"/v1/embeddings", emb, {0}, -1},
+    };
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) pthread_create(&th[i], NULL, client_thread, &c[i]);
+    for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(c[i].rc, 0);
+        if (c[i].r.status != 200) fail_msg("%s: %d %s", c[i].path, c[i].r.status, c[i].r.body);
+        if (i > 0) {
+            json_t *j = json_loads(c[i].r.body, 0, NULL);
+            for (size_t k = 0; k < 3; k++) {
+                float *a = vec_of(alone, k), *b = vec_of(j, k);
+                assert_true(max_diff(a, b) == 0);
+                free(a);
+                free(b);
+            }
+            json_decref(j);
+        }
+        resp_free(&c[i].r);
+    }
+    json_decref(alone);
 }
 
 static void test_embeddings_errors(void **state) {
@@ -645,6 +691,7 @@ int main(void) {
         cmocka_unit_test(test_model_by_id),
         cmocka_unit_test(test_embeddings_values),
         cmocka_unit_test(test_embeddings_batch),
+        cmocka_unit_test(test_embeddings_concurrent),
         cmocka_unit_test(test_embeddings_errors),
         cmocka_unit_test(test_responses_whole),
         cmocka_unit_test(test_responses_stream),
