@@ -455,7 +455,7 @@ static void render_turns(ixs_chat_format f, ixs_tool_syntax ts, json_t *messages
     json_t *m;
     json_array_foreach(messages, i, m) {
         const char *role = role_of(m);
-        bool tool = !strcmp(role, "tool"), asst = !strcmp(role, "assistant");
+        bool tool = !strcmp(role, "tool");
         if (f == IXS_CHAT_CHATML) {
             mark(o, "<|im_start|>");
             text(o, role);
@@ -467,7 +467,7 @@ static void render_turns(ixs_chat_format f, ixs_tool_syntax ts, json_t *messages
                 text(o, "\n");
                 mark(o, "</tool_response>");
             } else {
-                answer_body(o, m, false, asst ? ts : IXS_TOOLS_GENERIC);
+                answer_body(o, m, false, ts);
             }
             mark(o, "<|im_end|>");
             text(o, "\n");
