@@ -664,6 +664,9 @@ static void test_responses_errors(void **state) {
     expect_400(p, "{\"input\":\"x\",\"reasoning\":{\"effort\":\"high\"}}", "reasoning");
     expect_400(p, "{\"input\":\"x\",\"include\":[\"message.output_text.logprobs\"]}", "include");
     expect_400(p, "{\"input\":\"x\",\"instructions\":3}", "instructions");
+    expect_400(p, "{\"input\":\"x\",\"max_tool_calls\":0}", "max_tool_calls");
+    expect_400(p, "{\"input\":\"x\",\"text\":{\"verbosity\":\"high\"}}", "text.verbosity");
+    expect_400(p, "{\"input\":\"x\",\"top_logprobs\":3}", "top_logprobs");
     expect_400(p, "{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"bogus\"}}}", "text.format");
     expect_400(p, "{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"a\"}}}",
                "text.format.schema");

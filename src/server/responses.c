@@ -32,6 +32,7 @@ struct ixs_resp {
      * output items are made at the end (and streamed then). */
     json_t *tools;   /* chat-shaped function tools when calls are parsed, else NULL */
     bool parallel;   /* parallel_tool_calls: else at most one call is kept */
+    int64_t max_calls; /* max_tool_calls: calls kept (0: all) */
     json_t *items;   /* the output items once made (ids fixed for every event) */
 };
 
@@ -166,7 +167,7 @@ static int text_format(json_t *text, json_t **rf, ixs_err *e) {
             return IXS_BAD(e, "text", "unknown field 'text.%.40s'", key);
     }
     json_t *verb = json_object_get(text, "verbosity");
-    if (verb && !json_is_null(verb) && !json_equal(verb, json_string("medium")))
+    if (verb && !json_is_null(verb) && (!json_is_string(verb) || strcmp(json_string_value(verb), "medium")))
         return IXS_BAD(e, "text.verbosity", "'text.verbosity' other than \"medium\" is not supported");
     json_t *f = json_object_get(text, "format");
     if (!f || json_is_null(f)) return 0;
@@ -243,7 +244,7 @@ static int refuse_unsupported(json_t *req, ixs_err *e) {
                                                   "stored; send the conversation in 'input'");
     if ((v = json_object_get(req, "background")) && json_is_true(v))
         return IXS_BAD(e, "background", "'background' responses are not supported");
-    if ((v = json_object_get(req, "truncation")) && !json_is_null(v) && !json_equal(v, json_string("disabled")))
+    if ((v = json_object_get(req, "truncation")) && !json_is_null(v) && (!json_is_string(v) || strcmp(json_string_value(v), "disabled")))
         return IXS_BAD(e, "truncation", "'truncation' must be \"disabled\" (inputs are never truncated)");
     if ((v = json_object_get(req, "include")) && !json_is_null(v) && (!json_is_array(v) || json_array_size(v)))
         return IXS_BAD(e, "include", "'include' must be empty: no extra output is available");
@@ -252,7 +253,7 @@ static int refuse_unsupported(json_t *req, ixs_err *e) {
         if (!json_is_object(v) || (effort && !json_is_null(effort)))
             return IXS_BAD(e, "reasoning", "'reasoning' is not supported by this model");
     }
-    if ((v = json_object_get(req, "top_logprobs")) && !json_is_null(v) && !json_equal(v, json_integer(0)))
+    if ((v = json_object_get(req, "top_logprobs")) && !json_is_null(v) && (!json_is_integer(v) || json_integer_value(v) != 0))
         return IXS_BAD(e, "top_logprobs", "'top_logprobs' is not supported on /v1/responses");
     static const char *const strings[] = {"user", "safety_identifier", "prompt_cache_key", "instructions",
                                           "service_tier"};
@@ -313,6 +314,12 @@ static int to_chat(json_t *req, json_t *chat, ixs_resp *r, ixs_err *e) {
     }
     if (tr.tools && tr.choice != IXS_TOOL_CHOICE_NONE) r->tools = json_incref(tr.tools);
     r->parallel = tr.parallel;
+    json_t *mtc = json_object_get(req, "max_tool_calls");
+    if (mtc && !json_is_null(mtc)) {
+        if (!json_is_integer(mtc) || json_integer_value(mtc) < 1)
+            return IXS_BAD(e, "max_tool_calls", "'max_tool_calls' must be an integer >= 1");
+        r->max_calls = json_integer_value(mtc);
+    }
 
     /* The Response object's echo of the request (OpenAI's defaults). */
     json_t *b = r->base;
@@ -403,7 +410,7 @@ static json_t *output_items(ixs_resp *r, const ixs_gen_result *g, const char *it
     size_t i;
     json_t *c;
     json_array_foreach(calls, i, c) {
-        if (i > 0 && !r->parallel) break;
+        if ((i > 0 && !r->parallel) || (r->max_calls > 0 && (int64_t)i >= r->max_calls)) break;
         char fc[64], call[64];
         ix__srv_new_id(r->s, "fc_", fc, sizeof fc);
         ix__srv_new_id(r->s, "call_", call, sizeof call);
