@@ -24,6 +24,8 @@ if [ "$mode" = "--vocab" ]; then
         n=$((n + 1))
     done
     [ "$n" -gt 0 ] || fail "no .gguf files in $shared/vocab"
+    out=$("$bin" info "$shared/vocab/ggml-vocab-phi-3.gguf") || fail "phi-3"
+    expect "chat template: jinja from the GGUF (269 bytes, like phi3, tool calls generic-json"
     out=$("$bin" info "$shared/vocab/ggml-vocab-falcon.gguf" --ctx 4096 --batch 8) || fail "falcon"
     expect "kv heads:      1"
     expect "head dim:      64 (embedding / heads)"
@@ -38,6 +40,7 @@ expect "GGUF v3, 15,448,448 bytes (15.4 MB), alignment 32, data at offset 98,048
 expect "contents:      24 metadata keys, 57 tensors"
 expect "architecture:  llama"
 expect "name:          austen-llama-target-7.7M"
+expect "chat template: built-in plain (the model has no tokenizer.chat_template)"
 expect "parameters:    7,671,456 (7.67 M)"
 expect "file type:     MOSTLY_F16 (1)"
 expect "context:       512"

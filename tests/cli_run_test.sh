@@ -3,7 +3,8 @@
 # completion, the engine's text -- greedy, the continuation in
 # ../shared/models/golden.json (32 tokens of the PyTorch reference, the
 # leading space kept); the timings go to stderr; stop strings, a prompt on
-# stdin and seeds work; bad input fails with a message.
+# stdin and seeds work; --chat / --chat-template render the prompt as a chat;
+# bad input fails with a message.
 # usage: cli_run_test.sh INFERX SOURCE_DIR TMP_DIR
 set -u
 bin=$1 src=$2 tmp=$3
@@ -53,6 +54,33 @@ run -p "$prompt" -n 24 --seed 7
 a=$got
 run -p "$prompt" -n 24 --seed 7
 [ "$got" = "$a" ] || fail "--seed 7 twice gave different text"
+
+# --chat: the prompt as a user message through a chat template. The built-in
+# ChatML renderer and ChatML's Jinja template give the same prompt, hence the
+# same greedy text, which differs from the raw prompt's.
+run -p "Hello" -n 8 --temp 0 --chat-template chatml
+expect "chat template: built-in chatml (--chat-template)"
+a=$got
+n_prompt=$(printf '%s\n' "$out" | grep -o 'prompt [0-9]* tokens')
+cat >"$tmp/cli_run_chatml.jinja" <<'EOF'
+{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}
+EOF
+run -p "Hello" -n 8 --temp 0 --chat-template "$tmp/cli_run_chatml.jinja"
+expect "chat template: jinja from --chat-template"
+expect "$n_prompt"
+[ "$got" = "$a" ] || fail "the ChatML Jinja file and the built-in differ: '$got' vs '$a'"
+run -p "Hello" -n 8 --temp 0
+[ "$got" != "$a" ] || fail "--chat-template changed nothing"
+run -p "Hello" -n 4 --temp 0 --chat
+expect "chat template: built-in plain (the model has no tokenizer.chat_template)"
+run -p "Hello" -n 4 --temp 0 --chat-template llama2 --system "Be brief."
+printf '{%% for m in messages %%}{{ m.content }' >"$tmp/cli_run_bad.jinja"
+expect_exit 1 run -m "$model" -p x --chat-template "$tmp/cli_run_bad.jinja"
+expect "--chat-template: line 1"
+expect_exit 2 run -m "$model" -p x --chat-template no-such-template
+expect "neither a built-in (plain, chatml, llama3"
+expect_exit 2 run -m "$model" -p x --system "Be brief."
+rm -f "$tmp/cli_run_chatml.jinja" "$tmp/cli_run_bad.jinja"
 
 out=$("$bin" run --help) || fail "--help exited $?"
 expect "usage: inferx run"

@@ -10,12 +10,15 @@
  *   - prefix-cache invariance (hit or miss, same tokens; cached tokens reported)
  *   - cancel frees every block; the pool is empty after every test
  *   - n > 1 forks the prefilled prompt; policies order work as documented
- *   - bad requests are refused at submit */
+ *   - bad requests are refused at submit
+ *   - constrained decoding: outputs match their grammar or schema with every
+ *     sampler setting, n > 1, ignore_eos; bad grammars refused at submit */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -668,6 +671,166 @@ static void test_text_stream(void **state) {
     ix_buf_free(&out);
 }
 
+
+/* ---- constrained decoding ---------------------------------------------------------------- */
+
+/* Whether text is a viable prefix of (or, complete, a sentence of) the
+ * constraint's grammar: replayed through a fresh matcher. */
+static void assert_matches(const ix_constraint *c, const char *text, size_t len, bool complete) {
+    ix_errbuf err = {{0}};
+    ix_grammar *g = NULL;
+    ix_grammar_vocab *v = NULL;
+    ix_grammar_matcher *m = NULL;
+    ix_status s = c->kind == IX_CONSTRAINT_GRAMMAR ? ix_grammar_parse(&g, c->text, c->len, &err)
+                  : c->kind == IX_CONSTRAINT_JSON_SCHEMA
+                      ? ix_grammar_from_json_schema(&g, c->text, c->len, c->flags, &err)
+                      : ix_grammar_json_object(&g, c->flags, &err);
+    assert_int_equal(s, IX_OK);
+    assert_int_equal(ix_grammar_vocab_create(&v, ix_model_tokenizer(g_model), &err), IX_OK);
+    assert_int_equal(ix_grammar_matcher_create(&m, g, v, NULL, &err), IX_OK);
+    if (ix_grammar_matcher_accept_bytes(m, text, len) != IX_OK) fail_msg("output does not match: '%.*s'", (int)len, text);
+    if (complete && !ix_grammar_matcher_can_end(m)) fail_msg("output is incomplete: '%.*s'", (int)len, text);
+    ix_grammar_matcher_destroy(m);
+    ix_grammar_vocab_destroy(v);
+    ix_grammar_destroy(g);
+}
+
+static const char k_schema[] =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"mood\":{\"enum\":[\"happy\",\"sad\",\"cross\"]},"
+    "\"count\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":99},"
+    "\"ok\":{\"type\":\"boolean\"},"
+    "\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\"]},\"maxItems\":3}},"
+    "\"required\":[\"mood\",\"count\",\"ok\",\"tags\"],\"additionalProperties\":false}";
+
+/* The document must parse and hold what the schema says. */
+static void assert_schema_doc(const char *text, size_t len) {
+    json_error_t je;
+    json_t *doc = json_loadb(text, len, 0, &je);
+    if (!doc) fail_msg("not JSON (%s): '%.*s'", je.text, (int)len, text);
+    assert_true(json_is_object(doc));
+    assert_int_equal(json_object_size(doc), 4);
+    const char *mood = json_string_value(json_object_get(doc, "mood"));
+    assert_non_null(mood);
+    assert_true(!strcmp(mood, "happy") || !strcmp(mood, "sad") || !strcmp(mood, "cross"));
+    json_t *count = json_object_get(doc, "count");
+    assert_true(json_is_integer(count) && json_integer_value(count) >= 0 && json_integer_value(count) <= 99);
+    assert_true(json_is_boolean(json_object_get(doc, "ok")));
+    json_t *tags = json_object_get(doc, "tags");
+    assert_true(json_is_array(tags) && json_array_size(tags) <= 3);
+    json_decref(doc);
+}
+
+static void test_constrained(void **state) {
+    (void)state;
+    ix_engine *e = mk_engine(ix_engine_default_params());
+    ix_constraint schema = {IX_CONSTRAINT_JSON_SCHEMA, k_schema, sizeof k_schema - 1, 0};
+    /* Every sampler setting, n > 1, ignore_eos on and off. */
+    struct { float temp; int32_t top_k; float top_p, min_p, rep, pres; bool ignore_eos; int32_t n; } cfg[] = {
+        {0.0f, 0, 1.0f, 0.0f, 1.0f, 0.0f, false, 1},
+        {1.0f, 0, 1.0f, 0.0f, 1.0f, 0.0f, true, 3},
+        {1.5f, 40, 0.9f, 0.05f, 1.3f, 0.5f, false, 2},
+        {0.7f, 5, 1.0f, 0.0f, 1.0f, -1.0f, true, 1},
+    };
+    for (size_t k = 0; k < IX_ARRAY_LEN(cfg); k++) {
+        for (unsigned flags = 0; flags <= IX_GRAMMAR_SCHEMA_COMPACT; flags += IX_GRAMMAR_SCHEMA_COMPACT) {
+            ix_request_params r = greedy_req((int)k);
+            r.max_tokens = 200;
+            r.sample.temperature = cfg[k].temp;
+            r.sample.top_k = cfg[k].top_k;
+            r.sample.top_p = cfg[k].top_p;
+            r.sample.min_p = cfg[k].min_p;
+            r.sample.repetition_penalty = cfg[k].rep;
+            r.sample.presence_penalty = cfg[k].pres;
+            r.sample.seed = 11 + k;
+            r.sample.n_logprobs = 3;
+            r.ignore_eos = cfg[k].ignore_eos;
+            r.n = cfg[k].n;
+            r.constraint = schema;
+            r.constraint.flags = flags;
+            ix_generation g;
+            assert_int_equal(ix_engine_generate(e, &r, 1, &g, NULL), IX_OK);
+            for (int c = 0; c < r.n; c++) {
+                if (g.info.reasons[c] != IX_FINISH_STOP)
+                    fail_msg("config %zu choice %d: %s (%s) '%.*s'", k, c, ix_finish_reason_name(g.info.reasons[c]),
+                             g.info.message, (int)g.text[c].len, g.text[c].data ? g.text[c].data : "");
+                assert_schema_doc(g.text[c].data, g.text[c].len);
+                assert_matches(&r.constraint, g.text[c].data, g.text[c].len, true);
+            }
+            ix_generation_free(&g);
+        }
+    }
+
+    /* A GBNF grammar, greedy: one of its two sentences, then stop. */
+    static const char yn[] = "root ::= \" \"? (\"yes\" | \"no\") \".\"";
+    ix_request_params r = greedy_req(5);
+    r.constraint = (ix_constraint){IX_CONSTRAINT_GRAMMAR, yn, sizeof yn - 1, 0};
+    ix_generation g;
+    assert_int_equal(ix_engine_generate(e, &r, 1, &g, NULL), IX_OK);
+    assert_int_equal(g.info.reason, IX_FINISH_STOP);
+    assert_true(g.tokens[0].n >= 1 && g.tokens[0].n <= 4);
+    assert_non_null(g.text[0].data);
+    assert_true(!strcmp(g.text[0].data, " yes.") || !strcmp(g.text[0].data, " no.") ||
+                !strcmp(g.text[0].data, "yes.") || !strcmp(g.text[0].data, "no."));
+    ix_generation_free(&g);
+
+    /* Any JSON object, cut by max_tokens or complete: a viable prefix either way. */
+    for (int k = 0; k < 3; k++) {
+        r = greedy_req(k);
+        r.max_tokens = 48;
+        r.sample.temperature = 0.8f;
+        r.sample.seed = (uint64_t)k;
+        r.constraint = (ix_constraint){IX_CONSTRAINT_JSON_OBJECT, NULL, 0, 0};
+        assert_int_equal(ix_engine_generate(e, &r, 1, &g, NULL), IX_OK);
+        assert_true(g.info.reason == IX_FINISH_STOP || g.info.reason == IX_FINISH_LENGTH);
+        assert_matches(&r.constraint, g.text[0].data ? g.text[0].data : "", g.text[0].len,
+                       g.info.reason == IX_FINISH_STOP);
+        if (g.info.reason == IX_FINISH_STOP) {
+            json_t *doc = json_loadb(g.text[0].data, g.text[0].len, 0, NULL);
+            assert_true(json_is_object(doc));
+            json_decref(doc);
+        }
+        ix_generation_free(&g);
+    }
+
+    /* Bad constraints are refused at submit, and by the check. */
+    ix_errbuf err = {{0}};
+    static const char bad_gbnf[] = "root ::= \"a\" undefined-rule";
+    static const char bad_schema[] = "{\"type\":\"object\",\"multipleOf\":3}";
+    static const char bad_json[] = "{\"type\":";
+    r = greedy_req(0);
+    r.constraint = (ix_constraint){IX_CONSTRAINT_GRAMMAR, bad_gbnf, sizeof bad_gbnf - 1, 0};
+    assert_int_equal(ix_engine_submit(e, &r, NULL, &err), IX_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "undefined-rule"));
+    assert_int_equal(ix_engine_check_constraint(e, &r.constraint, &err), IX_ERR_FORMAT);
+    r.constraint = (ix_constraint){IX_CONSTRAINT_JSON_SCHEMA, bad_schema, sizeof bad_schema - 1, 0};
+    assert_int_equal(ix_engine_submit(e, &r, NULL, &err), IX_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "multipleOf"));
+    r.constraint = (ix_constraint){IX_CONSTRAINT_JSON_SCHEMA, bad_json, sizeof bad_json - 1, 0};
+    assert_int_equal(ix_engine_submit(e, &r, NULL, &err), IX_ERR_FORMAT);
+    r.constraint = (ix_constraint){(ix_constraint_kind)9, NULL, 0, 0};
+    assert_int_equal(ix_engine_submit(e, &r, NULL, &err), IX_ERR_INVALID);
+    assert_int_equal(ix_engine_check_constraint(e, &schema, &err), IX_OK);
+
+    /* More distinct grammars than the cache holds, with requests in flight. */
+    char texts[20][64];
+    ix_request_params many[20];
+    ix_generation gs[20];
+    for (int i = 0; i < 20; i++) {
+        snprintf(texts[i], sizeof texts[i], "root ::= \" \"? \"x%d\" [0-9]", i);
+        many[i] = greedy_req(i % N_REQ);
+        many[i].constraint = (ix_constraint){IX_CONSTRAINT_GRAMMAR, texts[i], strlen(texts[i]), 0};
+    }
+    assert_int_equal(ix_engine_generate(e, many, 20, gs, NULL), IX_OK);
+    for (int i = 0; i < 20; i++) {
+        assert_int_equal(gs[i].info.reason, IX_FINISH_STOP);
+        assert_matches(&many[i].constraint, gs[i].text[0].data, gs[i].text[0].len, true);
+        ix_generation_free(&gs[i]);
+    }
+    assert_pool_empty(e);
+    ix_engine_destroy(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference_and_batch_invariance),
@@ -680,6 +843,7 @@ int main(void) {
         cmocka_unit_test(test_stops_and_bad_requests),
         cmocka_unit_test(test_stepped_engine_is_the_model_loop),
         cmocka_unit_test(test_text_stream),
+        cmocka_unit_test(test_constrained),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -13,7 +13,9 @@
  *   - the JSON access log: one line per request, its fields, never the text
  *   - API keys as tenants of the prefix cache
  *   - chat templates: each family's exact text from real template strings;
- *     markers become control tokens, content never does (phi-3 vocabulary)
+ *     markers become control tokens, content never does (phi-3 vocabulary);
+ *     a model whose GGUF carries a template: tool list and tool history
+ *     rendered, the template's raise_exception a 400, --chat-template
  *   - `inferx serve` itself: a key file with several keys, --access-log
  *   - 64 concurrent streams on one client thread: every one completes, and
  *     the process's thread count does not grow (a fixed HTTP thread pool)
@@ -46,6 +48,7 @@
 #include "inferx/gguf.h"
 #include "inferx/server.h"
 #include "server/server_int.h"
+#include "http_client.h"
 
 #define MODEL IX_SOURCE_DIR "/models/target-f16.gguf"
 #define KEY "sk-test-123"
@@ -122,114 +125,7 @@ static json_t *log_find(size_t mark, const char *field, const char *value) {
     return NULL;
 }
 
-/* ---- a tiny HTTP/1.1 client ---------------------------------------------- */
-
-typedef struct resp {
-    int status;
-    char *head; /* status line + headers */
-    char *body; /* de-chunked, NUL-terminated */
-    size_t body_len;
-} resp;
-
-static void resp_free(resp *r) {
-    free(r->head);
-    free(r->body);
-    memset(r, 0, sizeof *r);
-}
-
-static int dial(uint16_t port) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return -1;
-    struct timeval tv = {30, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a)) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-static int send_request(uint16_t port, const char *method, const char *path, const char *headers, const char *body,
-                        size_t body_len) {
-    int fd = dial(port);
-    if (fd < 0) return -1;
-    char head[1024];
-    int n = snprintf(head, sizeof head,
-                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-                     "Content-Type: application/json\r\nContent-Length: %zu\r\n%s\r\n",
-                     method, path, body ? body_len : 0, headers ? headers : "");
-    if (send(fd, head, (size_t)n, MSG_NOSIGNAL) != n) goto bad;
-    size_t off = 0;
-    while (body && off < body_len) {
-        ssize_t w = send(fd, body + off, body_len - off, MSG_NOSIGNAL);
-        if (w <= 0) goto bad;
-        off += (size_t)w;
-    }
-    return fd;
-bad:
-    close(fd);
-    return -1;
-}
-
-static void dechunk(resp *r, char *raw, size_t len) {
-    char *out = malloc(len + 1);
-    size_t o = 0, i = 0;
-    while (i < len) {
-        size_t sz = strtoul(raw + i, NULL, 16);
-        char *eol = strstr(raw + i, "\r\n");
-        if (!eol) break;
-        i = (size_t)(eol - raw) + 2;
-        if (sz == 0 || i + sz > len) break;
-        memcpy(out + o, raw + i, sz);
-        o += sz;
-        i += sz + 2;
-    }
-    out[o] = '\0';
-    r->body = out;
-    r->body_len = o;
-}
-
-static int read_response(int fd, resp *r) {
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (len + 4096 > cap) buf = realloc(buf, cap *= 2);
-        ssize_t k = recv(fd, buf + len, cap - len - 1, 0);
-        if (k <= 0) break;
-        len += (size_t)k;
-    }
-    close(fd);
-    buf[len] = '\0';
-    memset(r, 0, sizeof *r);
-    char *sep = strstr(buf, "\r\n\r\n");
-    if (!sep || sscanf(buf, "HTTP/1.%*d %d", &r->status) != 1) {
-        free(buf);
-        return -1;
-    }
-    r->head = strndup(buf, (size_t)(sep - buf));
-    char *body = sep + 4;
-    size_t blen = len - (size_t)(body - buf);
-    if (strcasestr(r->head, "transfer-encoding: chunked")) {
-        dechunk(r, body, blen);
-    } else {
-        r->body = strndup(body, blen);
-        r->body_len = blen;
-    }
-    free(buf);
-    return 0;
-}
-
-static int http(uint16_t port, const char *method, const char *path, const char *headers, const char *body,
-                resp *r) {
-    int fd = send_request(port, method, path, headers, body, body ? strlen(body) : 0);
-    if (fd < 0) return -1;
-    return read_response(fd, r);
-}
+/* ---- a tiny HTTP/1.1 client (http_client.h) ------------------------------ */
 
 /* POSTs body; checks the status; returns the parsed JSON (caller decrefs). */
 static json_t *post_json(const char *path, const char *body, int want_status) {
@@ -241,26 +137,6 @@ static json_t *post_json(const char *path, const char *body, int want_status) {
     if (!j) fail_msg("%s: not JSON (%s): %s", path, je.text, r.body);
     resp_free(&r);
     return j;
-}
-
-/* SSE: the JSON of every "data:" event, and whether [DONE] came last. */
-static json_t *parse_sse(const char *body, bool *done_last) {
-    json_t *arr = json_array();
-    *done_last = false;
-    const char *p = body;
-    while ((p = strstr(p, "data: "))) {
-        p += 6;
-        const char *end = strstr(p, "\n\n");
-        assert_non_null(end);
-        *done_last = !strncmp(p, "[DONE]", 6);
-        if (!*done_last) {
-            json_t *j = json_loadb(p, (size_t)(end - p), 0, NULL);
-            if (!j) fail_msg("bad SSE chunk: %.*s", (int)(end - p), p);
-            json_array_append_new(arr, j);
-        }
-        p = end + 2;
-    }
-    return arr;
 }
 
 /* ---- reference outputs ------------------------------------------------------- */
@@ -365,7 +241,7 @@ static void test_completion_equals_generate(void **state) {
     char *ref = generate_ref(prompt, 20);
     json_t *j = post_json("/v1/completions",
                           "{\"model\":\"tiny\",\"prompt\":\"It was on this point that she had\",\"max_tokens\":20,"
-                          "\"temperature\":0,\"ignore_eos\":true,\"user\":\"u1\",\"unknown_field\":[1,2]}",
+                          "\"temperature\":0,\"ignore_eos\":true,\"user\":\"u1\",\"best_of\":1,\"echo\":false,\"suffix\":null}",
                           200);
     assert_true(!strncmp(json_string_value(json_object_get(j, "id")), "cmpl-", 5));
     assert_string_equal(json_string_value(json_object_get(j, "object")), "text_completion");
@@ -1241,8 +1117,10 @@ static void check_render(const char *tmpl, ixs_chat_format want_format, const ch
     assert_non_null(m);
     ixs_err e;
     assert_int_equal(ix__chat_validate(m, &e), 0);
+    ixs_chat c;
+    ix__chat_init_format(&c, f);
     ix_buf b = {0};
-    assert_int_equal(ix__chat_render_text(f, m, &b), IX_OK);
+    assert_int_equal(ix__chat_render_text(&c, m, NULL, &b, NULL), IX_OK);
     assert_non_null(b.data);
     if (strcmp(b.data, want)) fail_msg("%s rendered\n[%s]\nwant\n[%s]", ix__chat_format_name(f), b.data, want);
     /* Tokens: as the text with special tokens parsed (this content spells
@@ -1250,7 +1128,7 @@ static void check_render(const char *tmpl, ixs_chat_format want_format, const ch
      * tokens and the rest text. */
     ix_token_vec ids = {0}, ref = {0};
     const ix_tokenizer *t = ix_model_tokenizer(g_model);
-    assert_int_equal(ix__chat_render(f, t, m, &ids, NULL), IX_OK);
+    assert_int_equal(ix__chat_render(&c, t, m, NULL, &ids, NULL), IX_OK);
     if (ix_tokenizer_add_bos(t)) ix_token_vec_push(&ref, ix_tokenizer_bos(t));
     assert_int_equal(ix_tokenizer_encode(t, b.data, b.len, IX_TOK_PARSE_SPECIAL, &ref, NULL), IX_OK);
     assert_int_equal(ids.n, ref.n);
@@ -1301,7 +1179,8 @@ static void test_chat_templates(void **state) {
                  "<|user|>\nHi</s>\n<|assistant|>\n");
     check_render("", IXS_CHAT_PLAIN, CONVO,
                  "System: Be brief.\nUser:  Hi\n\nAssistant: Hello!\nUser: How are you?\nAssistant:");
-    check_render("{{ messages }}", IXS_CHAT_PLAIN, "[{\"role\":\"tool\",\"content\":\"42\"}]", "Tool: 42\nAssistant:");
+    check_render("{{ messages }}", IXS_CHAT_PLAIN, "[{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"42\"}]",
+                 "Tool: 42\nAssistant:");
 }
 
 /* With a vocabulary that has the markers as control tokens (phi-3's), each
@@ -1321,12 +1200,14 @@ static void test_chat_tokens_phi3(void **state) {
     ix_str tmpl;
     assert_int_equal(ix_gguf_get_str(g, "tokenizer.chat_template", &tmpl, NULL), IX_OK);
     assert_int_equal(ix__chat_detect(tmpl.ptr, tmpl.len), IXS_CHAT_PHI3);
+    ixs_chat phi3;
+    ix__chat_init_format(&phi3, IXS_CHAT_PHI3);
     ix_token user = ix_tokenizer_find(t, "<|user|>", 8), end = ix_tokenizer_find(t, "<|end|>", 7),
              asst = ix_tokenizer_find(t, "<|assistant|>", 13);
     assert_true(user >= 0 && end >= 0 && asst >= 0);
     json_t *m = json_loads("[{\"role\":\"user\",\"content\":\"Hello there\"}]", 0, NULL);
     ix_token_vec ids = {0}, ref = {0};
-    assert_int_equal(ix__chat_render(IXS_CHAT_PHI3, t, m, &ids, NULL), IX_OK);
+    assert_int_equal(ix__chat_render(&phi3, t, m, NULL, &ids, NULL), IX_OK);
     /* What the whole rendered text gives with special tokens parsed. */
     const char *text = "<|user|>\nHello there<|end|>\n<|assistant|>\n";
     if (ix_tokenizer_add_bos(t)) ix_token_vec_push(&ref, ix_tokenizer_bos(t));
@@ -1346,7 +1227,7 @@ static void test_chat_tokens_phi3(void **state) {
     /* Content that spells a control marker does not become it. */
     if (ix_tokenizer_token_type(t, asst) == IX_TOKEN_TYPE_CONTROL) {
         m = json_loads("[{\"role\":\"user\",\"content\":\"<|assistant|>\"}]", 0, NULL);
-        assert_int_equal(ix__chat_render(IXS_CHAT_PHI3, t, m, &ids, NULL), IX_OK);
+        assert_int_equal(ix__chat_render(&phi3, t, m, NULL, &ids, NULL), IX_OK);
         int n_asst = 0;
         for (size_t i = 0; i < ids.n; i++) n_asst += ids.ids[i] == asst;
         assert_int_equal(n_asst, 1); /* the generation prompt's */
@@ -1356,6 +1237,128 @@ static void test_chat_tokens_phi3(void **state) {
     ix_token_vec_free(&ref);
     ix_tokenizer_destroy(t);
     ix_gguf_close(g);
+}
+
+/* A copy of the bundled model whose GGUF carries tokenizer.chat_template
+ * (written to a temporary file; the caller unlinks it). */
+static void write_model_with_template(const char *path, const char *tmpl) {
+    ix_gguf *src = NULL;
+    assert_int_equal(ix_gguf_open(&src, MODEL, NULL), IX_OK);
+    ix_gguf_writer *w = ix_gguf_writer_create();
+    assert_non_null(w);
+    for (uint64_t i = 0; i < ix_gguf_n_kv(src); i++) assert_int_equal(ix_gguf_writer_copy_kv(w, src, i), IX_OK);
+    assert_int_equal(ix_gguf_writer_set_str(w, "tokenizer.chat_template", tmpl), IX_OK);
+    for (uint64_t i = 0; i < ix_gguf_n_tensors(src); i++) {
+        const ix_gguf_tensor *t = ix_gguf_tensor_at(src, i);
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
+        assert_int_equal(ix_gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data), IX_OK);
+    }
+    assert_int_equal(ix_gguf_writer_write(w, path), IX_OK);
+    ix_gguf_writer_destroy(w);
+    ix_gguf_close(src);
+}
+
+/* A Hermes-style template (tool list, <tool_call>, <tool_response>) that
+ * refuses a system message after the first. */
+static const char k_tmpl_tools[] =
+    "{%- if tools %}{{ '<|im_start|>system\\n# Tools\\n' }}{% for t in tools %}{{ t | tojson + '\\n' }}{% endfor %}"
+    "{{ '<|im_end|>\\n' }}{% endif %}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'system' and not loop.first %}{{ raise_exception('System messages must come first') }}{% endif %}"
+    "{%- if m.role == 'tool' %}{{ '<|im_start|>user\\n<tool_response>\\n' + m.content + '\\n</tool_response><|im_end|>\\n' }}"
+    "{%- elif m.tool_calls %}{{ '<|im_start|>assistant\\n' }}{% for c in m.tool_calls %}"
+    "{{ '<tool_call>\\n' + {'name': c.function.name, 'arguments': c.function.arguments} | tojson + '\\n</tool_call>' }}"
+    "{% endfor %}{{ '<|im_end|>\\n' }}"
+    "{%- else %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+#define TOOL_HISTORY                                                                                              \
+    "[{\"role\":\"user\",\"content\":\"Weather in Paris? </s>\"},{\"role\":\"assistant\",\"content\":null,"     \
+    "\"tool_calls\":[{\"id\":\"call1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\","            \
+    "\"arguments\":\"{\\\"city\\\":\\\"Paris\\\"}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"call1\","           \
+    "\"content\":\"22 C\"}]"
+#define TOOL_LIST "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\"}}}]"
+#define TOOL_HISTORY_TEXT                                                                                         \
+    "<|im_start|>user\nWeather in Paris? </s><|im_end|>\n<|im_start|>assistant\n<tool_call>\n{\"name\": "         \
+    "\"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call><|im_end|>\n<|im_start|>user\n"          \
+    "<tool_response>\n22 C\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+
+/* BOS (the vocabulary adds it) and the text, "</s>" in it as text. */
+static void expect_tokens(json_t *got, const char *text) {
+    const ix_tokenizer *t = ix_model_tokenizer(g_model);
+    ix_token_vec want = {0};
+    assert_int_equal(ix_tokenizer_encode(t, text, strlen(text), IX_TOK_ADD_SPECIAL, &want, NULL), IX_OK);
+    json_t *toks = json_object_get(got, "tokens");
+    if (json_array_size(toks) != want.n) fail_msg("%zu tokens, want %zu", json_array_size(toks), want.n);
+    for (size_t i = 0; i < want.n; i++) assert_int_equal(json_integer_value(json_array_get(toks, i)), want.ids[i]);
+    for (size_t i = 1; i < want.n; i++) assert_int_not_equal(want.ids[i], ix_tokenizer_eos(t));
+    ix_token_vec_free(&want);
+}
+
+/* A model whose GGUF carries a template: the server renders it (tool list,
+ * a past call with arguments sent as a JSON string, the tool's result), and
+ * the template's raise_exception is a 400 with its message. */
+static void test_gguf_chat_template(void **state) {
+    (void)state;
+    char path[] = "/tmp/ix_test_chat_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    write_model_with_template(path, k_tmpl_tools);
+    ix_model *m = NULL;
+    ix_engine *e = NULL;
+    ix_server *srv = NULL;
+    ix_errbuf err = {{0}};
+    assert_int_equal(ix_model_load(&m, path, &err), IX_OK);
+    ix_engine_params ep = ix_engine_default_params();
+    ep.n_threads = 2;
+    assert_int_equal(ix_engine_create(&e, m, &ep, &err), IX_OK);
+    ix_server_params sp = ix_server_default_params();
+    sp.port = 0;
+    assert_int_equal(ix_server_create(&srv, e, &sp, &err), IX_OK);
+    uint16_t saved = g_port;
+    g_port = ix_server_port(srv);
+
+    json_t *j = post_json("/tokenize", "{\"messages\":" TOOL_HISTORY ",\"tools\":" TOOL_LIST "}", 200);
+    expect_tokens(j, "<|im_start|>system\n# Tools\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+                     "\"parameters\": {\"type\": \"object\"}}}\n<|im_end|>\n" TOOL_HISTORY_TEXT);
+    json_decref(j);
+    j = post_json("/tokenize", "{\"messages\":" TOOL_HISTORY "}", 200);
+    expect_tokens(j, TOOL_HISTORY_TEXT);
+    json_int_t n_prompt = json_integer_value(json_object_get(j, "count"));
+    json_decref(j);
+    j = post_json("/v1/chat/completions",
+                  "{\"messages\":" TOOL_HISTORY ",\"max_tokens\":3,\"temperature\":0}", 200);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "usage"), "prompt_tokens")), n_prompt);
+    json_decref(j);
+    const char *refused = "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"system\",\"content\":\"b\"}]}";
+    expect_error(g_port, "POST", "/v1/chat/completions", NULL, refused, strlen(refused), 400, "messages",
+                 "System messages must come first");
+    const char *bad_tools = "{\"messages\":" TOOL_HISTORY ",\"tools\":{}}";
+    expect_error(g_port, "POST", "/tokenize", NULL, bad_tools, strlen(bad_tools), 400, "tools",
+                 "'tools' must be an array");
+
+    g_port = saved;
+    ix_server_destroy(srv);
+    /* --chat-template NAME beats the file's template. */
+    sp.chat_template = "llama3";
+    assert_int_equal(ix_server_create(&srv, e, &sp, &err), IX_OK);
+    g_port = ix_server_port(srv);
+    j = post_json("/tokenize", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}", 200);
+    expect_tokens(j, "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant"
+                     "<|end_header_id|>\n\n");
+    json_decref(j);
+    g_port = saved;
+    ix_server_destroy(srv);
+    /* Jinja source that does not parse is refused at start. */
+    sp.chat_template = "{% if %}";
+    assert_int_equal(ix_server_create(&srv, e, &sp, &err), IX_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "--chat-template"));
+    ix_engine_destroy(e);
+    ix_model_destroy(m);
+    unlink(path);
 }
 
 /* ---- inferx serve ------------------------------------------------------------- */
@@ -1688,6 +1691,300 @@ static void test_shutdown_aborts(void **state) {
     shutdown_with_inflight(0, "abort");
 }
 
+/* ---- constrained output: response_format and grammar -------------------------------- */
+
+static const char k_person_schema[] =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"name\":{\"type\":\"string\",\"maxLength\":12},"
+    "\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":120},"
+    "\"role\":{\"enum\":[\"captain\",\"sailor\"]}},"
+    "\"required\":[\"name\",\"age\",\"role\"],\"additionalProperties\":false}";
+
+static void assert_person(const char *text) {
+    json_error_t je;
+    json_t *doc = json_loads(text, 0, &je);
+    if (!doc) fail_msg("not JSON (%s): '%s'", je.text, text);
+    assert_int_equal(json_object_size(doc), 3);
+    const char *name = json_string_value(json_object_get(doc, "name"));
+    assert_non_null(name);
+    json_t *age = json_object_get(doc, "age");
+    assert_true(json_is_integer(age) && json_integer_value(age) >= 0 && json_integer_value(age) <= 120);
+    const char *role = json_string_value(json_object_get(doc, "role"));
+    assert_true(role && (!strcmp(role, "captain") || !strcmp(role, "sailor")));
+    json_decref(doc);
+}
+
+static void test_structured_outputs(void **state) {
+    (void)state;
+    char body[2048];
+    /* json_schema, strict, n = 3 with temperature: every choice validates. */
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Who is on deck?\"}],\"n\":3,\"temperature\":1.2,"
+             "\"seed\":7,\"max_tokens\":120,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
+             "{\"name\":\"person\",\"strict\":true,\"schema\":%s}}}",
+             k_person_schema);
+    json_t *j = post_json("/v1/chat/completions", body, 200);
+    for (int c = 0; c < 3; c++) {
+        json_t *ch = json_array_get(json_object_get(j, "choices"), (size_t)c);
+        assert_string_equal(json_string_value(json_object_get(ch, "finish_reason")), "stop");
+        assert_person(json_string_value(json_object_get(json_object_get(ch, "message"), "content")));
+    }
+    json_decref(j);
+    /* Greedy, whole and streamed: the same valid document. */
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Who is on deck?\"}],\"temperature\":0,"
+             "\"max_tokens\":120,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
+             "{\"name\":\"person\",\"schema\":%s}}}",
+             k_person_schema);
+    j = post_json("/v1/chat/completions", body, 200);
+    char *whole = strdup(json_string_value(
+        json_object_get(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message"), "content")));
+    json_decref(j);
+    assert_person(whole);
+    memcpy(body + strlen(body) - 1, ",\"stream\":true}", 16);
+    resp r;
+    assert_int_equal(http(g_port, "POST", "/v1/chat/completions", NULL, body, &r), 0);
+    assert_int_equal(r.status, 200);
+    bool done_last;
+    json_t *chunks = parse_sse(r.body, &done_last);
+    assert_true(done_last);
+    char text[4096] = "";
+    const char *finish = NULL;
+    size_t i;
+    json_t *ck;
+    json_array_foreach(chunks, i, ck) {
+        json_t *c0 = json_array_get(json_object_get(ck, "choices"), 0);
+        const char *t = json_string_value(json_object_get(json_object_get(c0, "delta"), "content"));
+        if (t) strncat(text, t, sizeof text - strlen(text) - 1);
+        if (json_is_string(json_object_get(c0, "finish_reason")))
+            finish = json_string_value(json_object_get(c0, "finish_reason"));
+    }
+    assert_non_null(finish);
+    if (strcmp(finish, "stop")) fail_msg("finish %s: '%s'", finish, text);
+    assert_string_equal(text, whole);
+    free(whole);
+    json_decref(chunks);
+    resp_free(&r);
+    /* json_object: any object; complete ones parse. */
+    for (int k = 0; k < 2; k++) {
+        snprintf(body, sizeof body,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"Answer in JSON\"}],\"seed\":%d,"
+                 "\"max_tokens\":60,\"response_format\":{\"type\":\"json_object\"}}", k);
+        j = post_json("/v1/chat/completions", body, 200);
+        json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
+        const char *content = json_string_value(json_object_get(json_object_get(ch, "message"), "content"));
+        const char *fr = json_string_value(json_object_get(ch, "finish_reason"));
+        assert_non_null(content);
+        size_t sp = strspn(content, " \t\n");
+        assert_int_equal(content[sp], '{');
+        if (!strcmp(fr, "stop")) {
+            json_t *doc = json_loads(content, 0, NULL);
+            assert_true(json_is_object(doc));
+            json_decref(doc);
+        } else {
+            assert_string_equal(fr, "length");
+        }
+        json_decref(j);
+    }
+    /* type text: free decoding, same as without. */
+    j = post_json("/v1/chat/completions",
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":3,"
+                  "\"response_format\":{\"type\":\"text\"}}", 200);
+    json_decref(j);
+    /* grammar (GBNF) on completions, greedy. */
+    j = post_json("/v1/completions",
+                  "{\"prompt\":\"Mr. Darcy\",\"temperature\":0,\"max_tokens\":10,"
+                  "\"grammar\":\"root ::= \\\" \\\"? (\\\"yes\\\" | \\\"no\\\") \\\".\\\"\"}", 200);
+    json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
+    const char *t = json_string_value(json_object_get(ch, "text"));
+    assert_true(!strcmp(t, " yes.") || !strcmp(t, " no.") || !strcmp(t, "yes.") || !strcmp(t, "no."));
+    assert_string_equal(json_string_value(json_object_get(ch, "finish_reason")), "stop");
+    json_decref(j);
+
+    /* Errors name the field. */
+#define CHAT_ERR(b, param, part)                                                                                     \
+    expect_error(g_port, "POST", "/v1/chat/completions", NULL, b, strlen(b), 400, param, part)
+#define MSGS "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]"
+    CHAT_ERR("{" MSGS ",\"response_format\":{\"type\":\"bogus\"}}", "response_format.type", "bogus");
+    CHAT_ERR("{" MSGS ",\"response_format\":\"json\"}", "response_format", NULL);
+    CHAT_ERR("{" MSGS ",\"response_format\":{\"type\":\"json_object\",\"x\":1}}", "response_format", "x");
+    CHAT_ERR("{" MSGS ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{}}}}",
+             "response_format.json_schema.name", NULL);
+    CHAT_ERR("{" MSGS ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"a\","
+             "\"schema\":{\"type\":\"integer\",\"multipleOf\":3}}}}",
+             "response_format.json_schema.schema", "multipleOf");
+    CHAT_ERR("{" MSGS ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"a\",\"strict\":true,"
+             "\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"}}}}}}",
+             "response_format.json_schema.schema", "additionalProperties");
+    CHAT_ERR("{" MSGS ",\"grammar\":\"root ::= nothing\"}", "grammar", "nothing");
+    CHAT_ERR("{" MSGS ",\"grammar\":7}", "grammar", NULL);
+    CHAT_ERR("{" MSGS ",\"grammar\":\"root ::= \\\"a\\\"\",\"response_format\":{\"type\":\"json_object\"}}", "grammar",
+             NULL);
+    ERR("{\"prompt\":\"x\",\"grammar\":\"root ::= (\"}", 400, "grammar", "line 1");
+}
+
+/* ---- tool calling ----------------------------------------------------------------- */
+
+#define WEATHER_TOOLS                                                                                                  \
+    "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Weather now\","      \
+    "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":10},"            \
+    "\"unit\":{\"enum\":[\"c\",\"f\"]}},\"required\":[\"city\",\"unit\"],\"additionalProperties\":false}}},"         \
+    "{\"type\":\"function\",\"function\":{\"name\":\"now\"}}]"
+
+static void assert_weather_call(json_t *call, const char *args_text) {
+    json_t *args = json_loads(args_text, 0, NULL);
+    if (!json_is_object(args)) fail_msg("arguments are not a JSON object: %s", args_text);
+    const char *name = json_string_value(json_object_get(json_object_get(call, "function"), "name"));
+    assert_non_null(name);
+    if (!strcmp(name, "get_weather")) {
+        assert_true(json_is_string(json_object_get(args, "city")));
+        const char *u = json_string_value(json_object_get(args, "unit"));
+        assert_true(u && (!strcmp(u, "c") || !strcmp(u, "f")));
+    } else {
+        assert_string_equal(name, "now");
+        assert_int_equal(json_object_size(args), 0);
+    }
+    json_decref(args);
+}
+
+static void test_tool_calls(void **state) {
+    (void)state;
+    /* A named function: exactly one call of it, content null. */
+    json_t *j = post_json("/v1/chat/completions",
+                          "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"}],\"max_tokens\":150,"
+                          "\"temperature\":0," WEATHER_TOOLS
+                          ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}}",
+                          200);
+    json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
+    assert_string_equal(json_string_value(json_object_get(c0, "finish_reason")), "tool_calls");
+    json_t *msg = json_object_get(c0, "message");
+    assert_true(json_is_null(json_object_get(msg, "content")));
+    json_t *calls = json_object_get(msg, "tool_calls");
+    assert_int_equal(json_array_size(calls), 1);
+    json_t *call = json_array_get(calls, 0);
+    assert_true(!strncmp(json_string_value(json_object_get(call, "id")), "call_", 5));
+    assert_string_equal(json_string_value(json_object_get(call, "type")), "function");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(call, "function"), "name")), "get_weather");
+    char *whole_args = strdup(json_string_value(json_object_get(json_object_get(call, "function"), "arguments")));
+    assert_weather_call(call, whole_args);
+    json_decref(j);
+
+    /* The same, streamed: deltas as OpenAI sends them, arguments in fragments. */
+    resp r;
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"}],\"max_tokens\":150,"
+                       "\"temperature\":0,\"stream\":true," WEATHER_TOOLS
+                       ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}}";
+    assert_int_equal(http(g_port, "POST", "/v1/chat/completions", NULL, body, &r), 0);
+    assert_int_equal(r.status, 200);
+    bool done_last;
+    json_t *chunks = parse_sse(r.body, &done_last);
+    assert_true(done_last);
+    char args[2048] = "";
+    const char *finish = NULL, *id = NULL;
+    int n_first = 0;
+    size_t i;
+    json_t *ck;
+    json_array_foreach(chunks, i, ck) {
+        json_t *ch = json_array_get(json_object_get(ck, "choices"), 0);
+        json_t *delta = json_object_get(ch, "delta");
+        const char *content = json_string_value(json_object_get(delta, "content"));
+        assert_true(!content || !*content); /* only the role chunk's "" */
+        json_t *tc = json_object_get(delta, "tool_calls");
+        if (tc) {
+            assert_int_equal(json_array_size(tc), 1);
+            json_t *d = json_array_get(tc, 0);
+            assert_int_equal(json_integer_value(json_object_get(d, "index")), 0);
+            if (json_object_get(d, "id")) {
+                n_first++;
+                id = json_string_value(json_object_get(d, "id"));
+                assert_string_equal(json_string_value(json_object_get(d, "type")), "function");
+                assert_string_equal(json_string_value(json_object_get(json_object_get(d, "function"), "name")),
+                                    "get_weather");
+            }
+            const char *frag = json_string_value(json_object_get(json_object_get(d, "function"), "arguments"));
+            assert_non_null(frag);
+            strncat(args, frag, sizeof args - strlen(args) - 1);
+        }
+        if (json_is_string(json_object_get(ch, "finish_reason")))
+            finish = json_string_value(json_object_get(ch, "finish_reason"));
+    }
+    assert_int_equal(n_first, 1);
+    assert_true(id && !strncmp(id, "call_", 5));
+    assert_non_null(finish);
+    assert_string_equal(finish, "tool_calls");
+    assert_string_equal(args, whole_args); /* greedy: the same call */
+    free(whole_args);
+    json_decref(chunks);
+    resp_free(&r);
+
+    /* required, parallel calls allowed, sampled, n = 2: every choice calls known functions. */
+    j = post_json("/v1/chat/completions",
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"max_tokens\":200,\"n\":2,"
+                  "\"temperature\":0.8,\"seed\":4," WEATHER_TOOLS ",\"tool_choice\":\"required\"}",
+                  200);
+    for (int c = 0; c < 2; c++) {
+        json_t *ch = json_array_get(json_object_get(j, "choices"), (size_t)c);
+        assert_string_equal(json_string_value(json_object_get(ch, "finish_reason")), "tool_calls");
+        calls = json_object_get(json_object_get(ch, "message"), "tool_calls");
+        assert_true(json_array_size(calls) >= 1);
+        json_array_foreach(calls, i, call)
+            assert_weather_call(call, json_string_value(json_object_get(json_object_get(call, "function"), "arguments")));
+    }
+    json_decref(j);
+
+    /* auto: an answer either way; a history with calls and tool results renders. */
+    j = post_json("/v1/chat/completions",
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Oslo?\"},"
+                  "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\","
+                  "\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Oslo\\\",\\\"unit\\\":\\\"c\\\"}\"}}]},"
+                  "{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"12 C\"}],"
+                  "\"max_tokens\":8,\"temperature\":0," WEATHER_TOOLS ",\"tool_choice\":\"auto\"}",
+                  200);
+    c0 = json_array_get(json_object_get(j, "choices"), 0);
+    msg = json_object_get(c0, "message");
+    assert_true(json_is_string(json_object_get(msg, "content")) || json_is_array(json_object_get(msg, "tool_calls")));
+    json_decref(j);
+
+    /* Errors name the field. */
+    CHAT_ERR("{" MSGS "," WEATHER_TOOLS ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"x\"}}}",
+             "tool_choice", "not in 'tools'");
+    CHAT_ERR("{" MSGS ",\"tool_choice\":\"required\"}", "tool_choice", NULL);
+    CHAT_ERR("{" MSGS "," WEATHER_TOOLS ",\"response_format\":{\"type\":\"json_object\"}}", "response_format", "tools");
+    CHAT_ERR("{" MSGS ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":"
+             "{\"type\":\"object\",\"not\":{}}}}],\"tool_choice\":\"required\"}",
+             "tools", "function 'f'");
+}
+
+/* Every field is implemented, accepted as metadata, or refused by name. */
+static void test_honest_fields(void **state) {
+    (void)state;
+    /* accepted metadata and "as usual" values */
+    json_decref(post_json("/v1/chat/completions",
+                          "{" MSGS ",\"max_tokens\":1,\"user\":\"u\",\"metadata\":{\"a\":\"b\"},\"store\":false,"
+                          "\"safety_identifier\":\"s\",\"prompt_cache_key\":\"k\",\"modalities\":[\"text\"],"
+                          "\"service_tier\":\"auto\",\"audio\":null,\"functions\":null}",
+                          200));
+    /* unknown, not implemented, or an unsupported value: 400 naming it */
+    CHAT_ERR("{" MSGS ",\"frobnicate\":1}", "frobnicate", "not a field");
+    CHAT_ERR("{" MSGS ",\"prompt\":\"x\"}", "prompt", "not a field");
+    CHAT_ERR("{" MSGS ",\"audio\":{\"voice\":\"alloy\",\"format\":\"wav\"}}", "audio", "not supported");
+    CHAT_ERR("{" MSGS ",\"modalities\":[\"text\",\"audio\"]}", "modalities", "text only");
+    CHAT_ERR("{" MSGS ",\"prediction\":{\"type\":\"content\",\"content\":\"x\"}}", "prediction", NULL);
+    CHAT_ERR("{" MSGS ",\"reasoning_effort\":\"low\"}", "reasoning_effort", NULL);
+    CHAT_ERR("{" MSGS ",\"web_search_options\":{}}", "web_search_options", NULL);
+    CHAT_ERR("{" MSGS ",\"functions\":[{\"name\":\"f\"}]}", "functions", NULL);
+    CHAT_ERR("{" MSGS ",\"function_call\":\"auto\"}", "function_call", NULL);
+    CHAT_ERR("{" MSGS ",\"store\":true}", "store", NULL);
+    CHAT_ERR("{" MSGS ",\"service_tier\":\"flex\"}", "service_tier", NULL);
+    CHAT_ERR("{" MSGS ",\"metadata\":{\"a\":1}}", "metadata", NULL);
+    CHAT_ERR("{" MSGS ",\"user\":5}", "user", NULL);
+    ERR("{\"prompt\":\"x\",\"echo\":true}", 400, "echo", NULL);
+    ERR("{\"prompt\":\"x\",\"best_of\":3}", 400, "best_of", NULL);
+    ERR("{\"prompt\":\"x\",\"suffix\":\"end\"}", 400, "suffix", NULL);
+    ERR("{\"prompt\":\"x\",\"tools\":[]}", 400, "tools", "not a field");
+    ERR("{\"prompt\":\"x\",\"messages\":[]}", 400, "messages", "not a field");
+}
+
 int main(void) {
     FILE *f = fopen(MODEL, "rb");
     if (!f) {
@@ -1714,11 +2011,15 @@ int main(void) {
         cmocka_unit_test(test_api_key_tenants),
         cmocka_unit_test(test_chat_templates),
         cmocka_unit_test(test_chat_tokens_phi3),
+        cmocka_unit_test(test_gguf_chat_template),
         cmocka_unit_test(test_cli_key_file_and_access_log),
         cmocka_unit_test(test_many_streams_fixed_threads),
         cmocka_unit_test(test_overload_retry_after),
         cmocka_unit_test(test_shutdown_drains),
         cmocka_unit_test(test_shutdown_aborts),
+        cmocka_unit_test(test_structured_outputs),
+        cmocka_unit_test(test_tool_calls),
+        cmocka_unit_test(test_honest_fields),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

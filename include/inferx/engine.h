@@ -21,6 +21,7 @@
 #define INFERX_ENGINE_H
 
 #include "inferx/core.h"
+#include "inferx/grammar.h"
 #include "inferx/kv.h"
 #include "inferx/model.h"
 #include "inferx/sample.h"
@@ -89,6 +90,29 @@ typedef struct ix_request_callbacks {
     void *user;
 } ix_request_callbacks;
 
+/* Constrained decoding (grammar.h): every choice of the request gets its own
+ * grammar matcher; at each step the sampler sees only the tokens the matcher
+ * allows (after logit bias and penalties, before temperature and filtering,
+ * so every sampler setting and logprobs work as usual), the chosen token
+ * advances the matcher, and the choice finishes with IX_FINISH_STOP when the
+ * output is complete and nothing may follow (or the grammar's end-of-
+ * generation token is sampled). An end-of-generation token is allowed only
+ * where the grammar may end, even with ignore_eos. max_tokens, stop strings
+ * and stop token ids still apply and may cut the output short. */
+typedef enum ix_constraint_kind {
+    IX_CONSTRAINT_NONE = 0,
+    IX_CONSTRAINT_GRAMMAR,     /* text: GBNF-like grammar (docs/grammar.md) */
+    IX_CONSTRAINT_JSON_SCHEMA, /* text: a JSON Schema; flags IX_GRAMMAR_SCHEMA_* */
+    IX_CONSTRAINT_JSON_OBJECT, /* any JSON object; text unused; flags as above */
+} ix_constraint_kind;
+
+typedef struct ix_constraint {
+    ix_constraint_kind kind;
+    const char *text; /* (len) bytes, not NUL-terminated; compiled at submit */
+    size_t len;
+    unsigned flags;
+} ix_constraint;
+
 typedef struct ix_request_params {
     const ix_token *prompt; /* (n_prompt), copied */
     size_t n_prompt;
@@ -103,6 +127,7 @@ typedef struct ix_request_params {
     int64_t deadline_ms;  /* > 0: the answer is wanted within this many ms */
     uint64_t cache_ns;    /* prefix-cache namespace (tenant / cache_salt) */
     int32_t n;            /* parallel choices, 1..IX_SCHED_MAX_SEQS; 0 = 1 */
+    ix_constraint constraint; /* kind IX_CONSTRAINT_NONE (default): free decoding */
     ix_request_callbacks cb;
 } ix_request_params;
 
@@ -137,6 +162,16 @@ void ix_engine_destroy(ix_engine *e);
  * in err, and no callback is ever called for a refused request. Any thread. */
 ix_status ix_engine_submit(ix_engine *e, const ix_request_params *r, uint64_t *id_out,
                            ix_errbuf *err);
+/* Compiles a constraint (as submit does) without submitting anything:
+ * IX_OK, or the grammar module's error (IX_ERR_FORMAT with "line L, column C"
+ * for GBNF and malformed JSON, IX_ERR_UNSUPPORTED naming a schema keyword,
+ * IX_ERR_TOO_LONG, IX_ERR_UTF8) with the message in err, so a server can name
+ * the request field at fault. Compiled grammars are cached by kind, flags and
+ * text (the last 16 distinct ones), each with a matcher in its start state
+ * that every request's matchers are cloned from, so a grammar used again
+ * starts with its token masks warm. The first constrained request builds the
+ * model's token trie for the grammar module (tens of ms, once). Any thread. */
+ix_status ix_engine_check_constraint(ix_engine *e, const ix_constraint *c, ix_errbuf *err);
 /* Stops a request within one step and frees its blocks; its on_finish reports
  * IX_FINISH_ABORT. Unknown or finished ids are ignored. Any thread. */
 void ix_engine_cancel(ix_engine *e, uint64_t id);

@@ -199,6 +199,10 @@ typedef struct ix_batch {
 /* Runs the batch. logits: (number of output tokens, n_vocab) floats, rows in
  * batch order of the tokens whose output flag is set. */
 ix_status ix_model_forward(ix_model_ctx *c, const ix_batch *b, float *logits);
+/* The same pass without the output head: hidden: (number of output tokens,
+ * n_embd) floats, the final norm's output for each token whose output flag
+ * is set (what embeddings pool). K/V are written as by ix_model_forward. */
+ix_status ix_model_forward_hidden(ix_model_ctx *c, const ix_batch *b, float *hidden);
 
 #ifdef __cplusplus
 }

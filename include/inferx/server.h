@@ -24,6 +24,8 @@
 
 #include "inferx/core.h"
 #include "inferx/engine.h"
+#include "inferx/gguf.h"
+#include "inferx/tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -48,6 +50,12 @@ typedef struct ix_server_params {
     int32_t n_http_threads;    /* HTTP worker threads (a fixed pool); default 4 */
     int32_t n_ctx;             /* the engine's context length; <= 0: the model's */
     double cost_per_hour_usd;  /* > 0: report each request's cost (usage.cost_usd) */
+    /* The chat template: NULL uses the model's tokenizer.chat_template (or,
+     * when it has none or it does not parse, the fixed renderer its markers
+     * name; the reason logged); a built-in name (ix_server_chat_builtins)
+     * selects that fixed renderer; anything else is Jinja source, which must
+     * parse (IX_ERR_FORMAT / IX_ERR_UNSUPPORTED otherwise). Copied. */
+    const char *chat_template;
     /* Access log: one JSON object per answered HTTP request (ids, status,
      * token counts, timings, cost; never prompt or output text), as one
      * line ending in '\n'. Called from the server's threads, several at
@@ -80,6 +88,25 @@ uint16_t ix_server_port(const ix_server *s);
 void ix_server_shutdown(ix_server *s, int64_t drain_ms);
 /* Shuts down (drain 0 ms) if that was not done, then frees. NULL is a no-op. */
 void ix_server_destroy(ix_server *s);
+
+/* ---- chat prompts, as the server builds them (docs/server.md, "Chat
+ * templates"), for tools that are not a server (inferx run, info). Any
+ * thread. ---- */
+
+/* The built-in names a chat_template may be (NULL-terminated, static). */
+const char *const *ix_server_chat_builtins(void);
+/* One line saying which chat template a server of the model in g (its
+ * tokenizer t, or NULL) with this chat_template (as in ix_server_params)
+ * uses, and why, appended to out. Errors as ix_server_create's for a
+ * chat_template that does not parse. */
+ix_status ix_server_chat_describe(const ix_gguf *g, const ix_tokenizer *t, const char *chat_template, ix_buf *out,
+                                  ix_errbuf *err);
+/* The prompt tokens of a chat: messages_json is an OpenAI messages array
+ * (JSON text), rendered with the generation prompt as a chat request is.
+ * Appends to out. IX_ERR_INVALID with the reason for bad messages or a
+ * template that refuses them. */
+ix_status ix_server_chat_tokens(const ix_gguf *g, const ix_tokenizer *t, const char *chat_template,
+                                const char *messages_json, ix_token_vec *out, ix_errbuf *err);
 
 #ifdef __cplusplus
 }

@@ -75,6 +75,13 @@ ix_token_type ix_tokenizer_token_type(const ix_tokenizer *t, ix_token id);
 /* Exact lookup of a vocabulary entry; IX_TOKEN_NONE if absent. */
 ix_token ix_tokenizer_find(const ix_tokenizer *t, const char *piece, size_t len);
 
+/* The longest special token (control, user-defined or unknown, as
+ * IX_TOK_PARSE_SPECIAL recognises them) whose text starts at text[i] of
+ * text[0..len); IX_TOKEN_NONE if none does (or i >= len). For callers that
+ * decide themselves which occurrences count (the server accepts none inside
+ * message content). */
+ix_token ix_tokenizer_special_at(const ix_tokenizer *t, const char *text, size_t len, size_t i);
+
 /* For callers that put special tokens between pieces of text themselves:
  * the part of text[0..len) that encoding keeps between special tokens
  * `before` and `after` (IX_TOKEN_NONE: the start / end of the text). Some

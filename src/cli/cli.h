@@ -27,4 +27,9 @@ const char *ix_cli_default_model(void);
  * naming opt and returns false if it is not one. */
 bool ix_cli_parse_u64(const char *opt, const char *s, uint64_t *out);
 
+/* --chat-template ARG of `cmd`: a built-in name (copied) or the text of the
+ * file ARG; the caller frees it with ix_free. NULL, with the reason printed,
+ * when it is neither. */
+char *ix_cli_chat_template(const char *cmd, const char *arg);
+
 #endif

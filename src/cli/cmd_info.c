@@ -14,11 +14,13 @@
 #include "cli/cli.h"
 #include "inferx/gguf.h"
 #include "inferx/model.h"
+#include "inferx/server.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: inferx info [MODEL.gguf] [--ctx N] [--batch B]\n"
                "\n"
-               "Describes a GGUF file: format, metadata, tensors and KV cache sizes.\n"
+               "Describes a GGUF file: format, metadata, the chat template a server of it\n"
+               "uses, tensors and KV cache sizes.\n"
                "\n"
                "  MODEL.gguf  the file (default: $INFERX_MODEL, else the bundled model)\n"
                "  --ctx N     context length for the KV cache size (default: the model's)\n"
@@ -116,6 +118,20 @@ static void print_key_str(const ix_gguf *g, const char *key) {
         print_str(v);
     else
         printf("-");
+}
+
+/* The chat template a server of this file uses (the server's own words). */
+static void print_chat_template(const ix_gguf *g) {
+    ix_tokenizer *t = NULL;
+    ix_tokenizer_create(&t, g, NULL); /* NULL: no vocabulary, no bos/eos for the probe */
+    ix_buf desc = {0};
+    ix_errbuf err = {{0}};
+    if (ix_server_chat_describe(g, t, NULL, &desc, &err) == IX_OK)
+        printf("chat template: %s\n", desc.data);
+    else
+        printf("chat template: - (%s)\n", err.msg);
+    ix_buf_free(&desc);
+    ix_tokenizer_destroy(t);
 }
 
 /* ---- metadata ----------------------------------------------------------- */
@@ -338,6 +354,7 @@ static void print_info(const ix_gguf *g, const char *path, uint64_t ctx_opt, boo
     printf(" (pre: ");
     print_key_str(g, "tokenizer.ggml.pre");
     printf(")\n");
+    print_chat_template(g);
 
     print_tensors(g);
     uint64_t ctx = ctx_given ? ctx_opt : ctx_len.v;

@@ -12,7 +12,10 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include <jansson.h>
+
 #include "inferx/engine.h"
+#include "inferx/server.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -23,6 +26,12 @@ static void usage(FILE *f) {
             "\n"
             "  -m, --model FILE     GGUF model (default: the bundled model, %s)\n"
             "  -p, --prompt TEXT    the prompt (required; '-' reads it from stdin)\n"
+            "  --chat               PROMPT is a user message: render it with the model's chat template\n"
+            "                       (the server's; the template used goes to stderr)\n"
+            "  --chat-template NAME|FILE  --chat with this template: a built-in (chatml, llama3, llama2,\n"
+            "                       phi3, zephyr, mistral-v1, mistral-v3 = mistral, gemma, plain) or a\n"
+            "                       Jinja file\n"
+            "  --system TEXT        with --chat: a system message before PROMPT\n"
             "  -n, --n-predict N    tokens to generate at most (default 128)\n"
             "  --temp T             temperature, 0 = greedy (default 0.8)\n"
             "  --top-k K            keep the K most likely tokens, 0 = off (default 40)\n"
@@ -77,8 +86,30 @@ static char *read_stdin(void) {
     return b.data;
 }
 
+/* --chat: [system,] user as the server renders a chat request; which
+ * template did it goes to stderr. */
+static ix_status chat_tokens(const ix_model *m, const char *tmpl, const char *system, const char *prompt,
+                             ix_token_vec *ids, ix_errbuf *err) {
+    const ix_gguf *g = ix_model_gguf(m);
+    const ix_tokenizer *t = ix_model_tokenizer(m);
+    json_t *msgs = json_array();
+    if (system) json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "system", "content", system));
+    json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "user", "content", prompt));
+    char *text = json_dumps(msgs, JSON_COMPACT);
+    json_decref(msgs);
+    if (!text) return ix_errf(err, IX_ERR_INVALID, "the prompt is not valid UTF-8 (or out of memory)");
+    ix_buf desc = {0};
+    ix_status st = ix_server_chat_describe(g, t, tmpl, &desc, err);
+    if (st == IX_OK) fprintf(stderr, "inferx run: chat template: %s\n", desc.data);
+    if (st == IX_OK) st = ix_server_chat_tokens(g, t, tmpl, text, ids, err);
+    ix_buf_free(&desc);
+    free(text);
+    return st;
+}
+
 int ix_cli_run(int argc, char **argv) {
-    const char *model = NULL, *prompt = NULL;
+    const char *model = NULL, *prompt = NULL, *chat_template = NULL, *system = NULL;
+    bool chat = false;
     const char *stops[8];
     size_t n_stops = 0;
     uint64_t n_predict = 128, seed = 42, n_ctx = 0, threads = 0;
@@ -100,6 +131,9 @@ int ix_cli_run(int argc, char **argv) {
         } else if (!strcmp(a, "--kv-f32")) {
             kv_f32 = true;
             continue;
+        } else if (!strcmp(a, "--chat")) {
+            chat = true;
+            continue;
         }
         if (!v) {
             fprintf(stderr, "inferx run: %s needs a value (see --help)\n", a);
@@ -111,6 +145,11 @@ int ix_cli_run(int argc, char **argv) {
             model = v;
         } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
             prompt = v;
+        } else if (!strcmp(a, "--chat-template")) {
+            chat_template = v;
+            chat = true;
+        } else if (!strcmp(a, "--system")) {
+            system = v;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
             ok = ix_cli_parse_u64(a, v, &n_predict);
         } else if (!strcmp(a, "--temp")) {
@@ -146,6 +185,10 @@ int ix_cli_run(int argc, char **argv) {
         fprintf(stderr, "inferx run: -p PROMPT is required (see --help)\n");
         return 2;
     }
+    if (system && !chat) {
+        fprintf(stderr, "inferx run: --system needs --chat or --chat-template\n");
+        return 2;
+    }
     if (n_predict == 0) {
         fprintf(stderr, "inferx run: -n must be at least 1\n");
         return 2;
@@ -158,8 +201,12 @@ int ix_cli_run(int argc, char **argv) {
     ix_model *m = NULL;
     ix_engine *e = NULL;
     ix_token_vec ids = {0};
-    char *stdin_prompt = NULL;
+    char *stdin_prompt = NULL, *tmpl = NULL;
     if (!strcmp(prompt, "-")) prompt = stdin_prompt = read_stdin();
+    if (chat_template && !(tmpl = ix_cli_chat_template("run", chat_template))) {
+        rc = 2;
+        goto done;
+    }
 
     if (ix_model_load(&m, model, &err) != IX_OK) {
         fprintf(stderr, "inferx run: %s: %s\n", model, err.msg);
@@ -172,8 +219,9 @@ int ix_cli_run(int argc, char **argv) {
                     (unsigned long long)n_ctx, hp->n_ctx_train, hp->n_ctx_train);
         n_ctx = (uint64_t)hp->n_ctx_train;
     }
-    if (ix_tokenizer_encode(ix_model_tokenizer(m), prompt, strlen(prompt), IX_TOK_ADD_SPECIAL, &ids, &err) !=
-        IX_OK) {
+    if (chat ? chat_tokens(m, tmpl, system, prompt, &ids, &err) != IX_OK
+             : ix_tokenizer_encode(ix_model_tokenizer(m), prompt, strlen(prompt), IX_TOK_ADD_SPECIAL, &ids, &err) !=
+                   IX_OK) {
         fprintf(stderr, "inferx run: prompt: %s\n", err.msg);
         goto done;
     }
@@ -234,6 +282,7 @@ int ix_cli_run(int argc, char **argv) {
 done:
     ix_engine_destroy(e);
     ix_free(stdin_prompt);
+    ix_free(tmpl);
     ix_token_vec_free(&ids);
     ix_model_destroy(m);
     return rc;

@@ -32,6 +32,9 @@ static void usage(FILE *f) {
             "  --api-key-file FILE          read keys from FILE, one per line ('#' comments and blank\n"
             "                               lines skipped); adds to --api-key\n"
             "  --served-model-name NAME     the model's name in the API (default: file name without .gguf)\n"
+            "  --chat-template NAME|FILE    the chat template: a built-in (chatml, llama3, llama2, phi3,\n"
+            "                               zephyr, mistral-v1, mistral-v3 = mistral, gemma, plain) or a\n"
+            "                               Jinja file (default: the GGUF's tokenizer.chat_template)\n"
             "  --max-num-seqs N             sequences per engine step (default 64)\n"
             "  --max-num-batched-tokens N   tokens per engine step (default 512)\n"
             "  --kv-cache-mem BYTES         KV cache pool size, suffix K/M/G allowed (default 256M)\n"
@@ -159,7 +162,7 @@ static void write_access_line(void *user, const char *line, size_t len) {
 }
 
 int ix_cli_serve(int argc, char **argv) {
-    const char *model = NULL, *key_file = NULL, *name = NULL, *access_log = "-";
+    const char *model = NULL, *key_file = NULL, *name = NULL, *access_log = "-", *chat_template = NULL;
     key_list keys = {0};
     bool keys_given = false;
     ix_server_params sp = ix_server_default_params();
@@ -203,6 +206,8 @@ int ix_cli_serve(int argc, char **argv) {
             sp.cors_allow_origin = v;
         } else if (!strcmp(a, "--served-model-name")) {
             name = v;
+        } else if (!strcmp(a, "--chat-template")) {
+            chat_template = v;
         } else if (!strcmp(a, "--max-num-seqs")) {
             ok = ix_cli_parse_u64(a, v, &u) && u >= 1 && u <= 4096;
             ep.sched.max_num_seqs = (int32_t)u;
@@ -274,7 +279,12 @@ int ix_cli_serve(int argc, char **argv) {
     ix_engine *e = NULL;
     ix_server *srv = NULL;
     FILE *log = NULL;
+    char *tmpl = NULL;
     if (key_file && !read_key_file(key_file, &keys)) goto done;
+    if (chat_template && !(tmpl = ix_cli_chat_template("serve", chat_template))) {
+        rc = 2;
+        goto done;
+    }
     const char *env_key = getenv("INFERX_API_KEY");
     if (!keys_given && env_key && *env_key) {
         if (!key_ok(env_key, strlen(env_key))) {
@@ -312,6 +322,7 @@ int ix_cli_serve(int argc, char **argv) {
     sp.access_log_user = log;
     sp.model_name = name;
     sp.n_ctx = ep.n_ctx;
+    sp.chat_template = tmpl;
     if (ix_server_create(&srv, e, &sp, &err) != IX_OK) {
         fprintf(stderr, "inferx serve: %s\n", err.msg);
         goto done;
@@ -335,5 +346,6 @@ done:
     if (log && log != stderr) fclose(log);
     key_list_free(&keys);
     ix_free(default_name);
+    ix_free(tmpl);
     return rc;
 }

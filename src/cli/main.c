@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "inferx/server.h"
 
 typedef struct command {
     const char *name;
@@ -48,6 +49,33 @@ bool ix_cli_parse_u64(const char *opt, const char *s, uint64_t *out) {
 bad:
     fprintf(stderr, "inferx: %s expects a non-negative integer, got '%s'\n", opt, s ? s : "");
     return false;
+}
+
+char *ix_cli_chat_template(const char *cmd, const char *arg) {
+    for (const char *const *b = ix_server_chat_builtins(); *b; b++)
+        if (!strcmp(arg, *b)) return ix_strdup(arg);
+    FILE *f = fopen(arg, "rb");
+    if (!f) {
+        fprintf(stderr, "inferx %s: --chat-template: '%s' is neither a built-in (", cmd, arg);
+        for (const char *const *b = ix_server_chat_builtins(); *b; b++)
+            fprintf(stderr, "%s%s", b == ix_server_chat_builtins() ? "" : ", ", *b);
+        fprintf(stderr, ") nor a readable file: %s\n", strerror(errno));
+        return NULL;
+    }
+    ix_buf b = {0};
+    char chunk[16384];
+    size_t n;
+    bool ok = true;
+    while (ok && (n = fread(chunk, 1, sizeof chunk, f)) > 0) ok = ix_buf_append(&b, chunk, n) == IX_OK;
+    ok = ok && !ferror(f) && ix_buf_append(&b, "", 0) == IX_OK;
+    fclose(f);
+    if (!ok || strlen(b.data) != b.len) {
+        fprintf(stderr, "inferx %s: --chat-template: cannot read %s%s\n", cmd, arg,
+                ok ? " (it holds a NUL byte)" : "");
+        ix_buf_free(&b);
+        return NULL;
+    }
+    return b.data;
 }
 
 int main(int argc, char **argv) {

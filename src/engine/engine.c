@@ -10,6 +10,10 @@
  * list each (the engine thread holds the mutex only to splice them out), so
  * callers never wait on a step.
  *
+ * A constrained request holds a reference to a cached compiled grammar
+ * (gentry); its choices' matchers are cloned on the engine thread from the
+ * entry's template matcher, which only the engine thread touches.
+ *
  * One step: splice in submissions, apply cancellations, ask the scheduler for
  * a plan, append the planned KV slots, run one forward pass, commit K/V, then
  * sample every sequence whose tokens reached its end, and report.
@@ -20,6 +24,24 @@
 
 #include "engine/engine_int.h"
 #include "inferx/engine.h"
+
+/* A compiled constraint, cached by (kind, flags, text). refs counts the
+ * requests holding it; an entry out of the cache (evicted, or never cached
+ * because every slot was in use) is destroyed by its last request. */
+typedef struct gentry {
+    ix_constraint_kind kind;
+    unsigned flags;
+    char *text; /* (len) */
+    size_t len;
+    uint64_t hash;
+    ix_grammar *g;
+    ix_grammar_matcher *tmpl; /* start state; engine thread only, created on first use */
+    int32_t refs;
+    bool cached;
+    uint64_t last_use;
+} gentry;
+
+#define GCACHE_SLOTS 16
 
 typedef struct req {
     ix_sched_item it; /* it.user == this */
@@ -34,6 +56,8 @@ typedef struct req {
     ix_token_vec toks[IX_SCHED_MAX_SEQS]; /* prompt + generated, per choice */
     ix_sampler *smp[IX_SCHED_MAX_SEQS];
     ix__text_stream *text[IX_SCHED_MAX_SEQS];
+    gentry *gram;                           /* NULL: free decoding */
+    ix_grammar_matcher *gm[IX_SCHED_MAX_SEQS]; /* per choice, created at its first sample */
     ix_finish_reason reasons[IX_SCHED_MAX_SEQS];
     bool admitted_once;
     int32_t cached_prompt;
@@ -72,6 +96,14 @@ struct ix_engine {
     uint8_t *b_out;
     float *logits;   /* (max_out, n_vocab) */
     ix_buf text;     /* a token's text, on its way to on_token */
+    uint32_t *mask;  /* (mask_words) a constrained choice's allowed tokens */
+    size_t mask_words;
+
+    /* constrained decoding: gmu guards the cache slots, refs and the vocab */
+    pthread_mutex_t gmu;
+    ix_grammar_vocab *gvocab; /* built on the first constrained request */
+    gentry *gcache[GCACHE_SLOTS];
+    uint64_t gclock;
 };
 
 const char *ix_finish_reason_name(ix_finish_reason r) {
@@ -104,11 +136,136 @@ const ix_model *ix_engine_model(const ix_engine *e) { return e->m; }
 
 ix_pool *ix_engine_pool(ix_engine *e) { return ix_model_ctx_pool(e->ctx); }
 
+/* ---- constraints -------------------------------------------------------------- */
+
+static void gentry_destroy(gentry *ge) {
+    if (!ge) return;
+    ix_grammar_matcher_destroy(ge->tmpl);
+    ix_grammar_destroy(ge->g);
+    ix_free(ge->text);
+    ix_free(ge);
+}
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static bool gentry_is(const gentry *ge, const ix_constraint *c, uint64_t hash) {
+    return ge->hash == hash && ge->kind == c->kind && ge->flags == c->flags && ge->len == c->len &&
+           (c->len == 0 || memcmp(ge->text, c->text, c->len) == 0);
+}
+
+/* Drops a request's reference (any thread). */
+static void gentry_release(ix_engine *e, gentry *ge) {
+    if (!ge) return;
+    pthread_mutex_lock(&e->gmu);
+    bool dead = --ge->refs == 0 && !ge->cached;
+    pthread_mutex_unlock(&e->gmu);
+    if (dead) gentry_destroy(ge);
+}
+
+static ix_status compile(const ix_constraint *c, ix_grammar **out, ix_errbuf *err) {
+    switch (c->kind) {
+    case IX_CONSTRAINT_GRAMMAR: return ix_grammar_parse(out, c->text ? c->text : "", c->len, err);
+    case IX_CONSTRAINT_JSON_SCHEMA:
+        return ix_grammar_from_json_schema(out, c->text ? c->text : "", c->len, c->flags, err);
+    case IX_CONSTRAINT_JSON_OBJECT: return ix_grammar_json_object(out, c->flags, err);
+    case IX_CONSTRAINT_NONE: break;
+    }
+    return ix_errf(err, IX_ERR_INVALID, "constraint kind %d is not one of ix_constraint_kind", (int)c->kind);
+}
+
+/* A referenced entry for c (compiled, or from the cache). Any thread. */
+static ix_status gentry_get(ix_engine *e, const ix_constraint *c, gentry **out, ix_errbuf *err) {
+    *out = NULL;
+    if (c->kind == IX_CONSTRAINT_JSON_OBJECT && c->len) /* the text plays no part */
+        return ix_errf(err, IX_ERR_INVALID, "a JSON-object constraint takes no text");
+    if (c->len && !c->text) return ix_errf(err, IX_ERR_INVALID, "constraint text is NULL");
+    uint64_t hash = fnv1a(fnv1a(0xcbf29ce484222325ull, &c->kind, sizeof c->kind), c->text ? c->text : "", c->len);
+    pthread_mutex_lock(&e->gmu);
+    if (!e->gvocab) {
+        ix_status s = ix_grammar_vocab_create(&e->gvocab, ix_model_tokenizer(e->m), err);
+        if (s != IX_OK) {
+            pthread_mutex_unlock(&e->gmu);
+            return s;
+        }
+    }
+    for (int i = 0; i < GCACHE_SLOTS; i++) {
+        gentry *ge = e->gcache[i];
+        if (ge && gentry_is(ge, c, hash)) {
+            ge->refs++;
+            ge->last_use = ++e->gclock;
+            pthread_mutex_unlock(&e->gmu);
+            *out = ge;
+            return IX_OK;
+        }
+    }
+    pthread_mutex_unlock(&e->gmu);
+
+    /* Compile outside the lock: a large schema takes milliseconds. */
+    gentry *ge = ix_calloc(1, sizeof *ge);
+    if (!ge || (c->len && !(ge->text = ix_malloc(c->len)))) {
+        gentry_destroy(ge);
+        return ix_errf(err, IX_ERR_NOMEM, "out of memory");
+    }
+    if (c->len) memcpy(ge->text, c->text, c->len);
+    ge->kind = c->kind;
+    ge->flags = c->flags;
+    ge->len = c->len;
+    ge->hash = hash;
+    ge->refs = 1;
+    ix_status s = compile(c, &ge->g, err);
+    if (s != IX_OK) {
+        gentry_destroy(ge);
+        return s;
+    }
+    pthread_mutex_lock(&e->gmu);
+    int slot = -1;
+    for (int i = 0; i < GCACHE_SLOTS; i++) {
+        gentry *o = e->gcache[i];
+        if (o && gentry_is(o, c, hash)) { /* compiled meanwhile by another caller */
+            o->refs++;
+            o->last_use = ++e->gclock;
+            pthread_mutex_unlock(&e->gmu);
+            gentry_destroy(ge);
+            *out = o;
+            return IX_OK;
+        }
+        if (!o) {
+            if (slot < 0 || e->gcache[slot]) slot = i;
+        } else if (o->refs == 0 && (slot < 0 || (e->gcache[slot] && o->last_use < e->gcache[slot]->last_use))) {
+            slot = i;
+        }
+    }
+    gentry *evicted = NULL;
+    if (slot >= 0) {
+        evicted = e->gcache[slot]; /* unreferenced, or NULL */
+        e->gcache[slot] = ge;
+        ge->cached = true;
+        ge->last_use = ++e->gclock;
+    }
+    pthread_mutex_unlock(&e->gmu);
+    gentry_destroy(evicted);
+    *out = ge;
+    return IX_OK;
+}
+
+ix_status ix_engine_check_constraint(ix_engine *e, const ix_constraint *c, ix_errbuf *err) {
+    if (c->kind == IX_CONSTRAINT_NONE) return IX_OK;
+    gentry *ge;
+    ix_status s = gentry_get(e, c, &ge, err);
+    if (s == IX_OK) gentry_release(e, ge);
+    return s;
+}
+
 /* ---- requests ---------------------------------------------------------------- */
 
-static void req_free(req *r) {
+static void req_free(ix_engine *e, req *r) {
     if (!r) return;
     for (int i = 0; i < IX_SCHED_MAX_SEQS; i++) {
+        ix_grammar_matcher_destroy(r->gm[i]);
         ix_token_vec_free(&r->toks[i]);
         ix_sampler_destroy(r->smp[i]);
         ix__text_stream_destroy(r->text[i]);
@@ -117,6 +274,7 @@ static void req_free(req *r) {
     ix_free(r->stops);
     ix_free(r->stop_ids);
     ix_free(r->bias);
+    gentry_release(e, r->gram);
     ix_free(r);
 }
 
@@ -152,6 +310,9 @@ static ix_status req_build(ix_engine *e, const ix_request_params *rp, req **out,
 
     req *r = ix_calloc(1, sizeof *r);
     if (!r) return ix_errf(err, IX_ERR_NOMEM, "out of memory");
+    if (rp->constraint.kind != IX_CONSTRAINT_NONE &&
+        (s = gentry_get(e, &rp->constraint, &r->gram, err)) != IX_OK)
+        goto fail;
     s = IX_ERR_NOMEM;
     r->cb = rp->cb;
     r->sp = rp->sample;
@@ -200,7 +361,7 @@ static ix_status req_build(ix_engine *e, const ix_request_params *rp, req **out,
 oom:
     s = ix_errf(err, IX_ERR_NOMEM, "out of memory");
 fail:
-    req_free(r);
+    req_free(e, r);
     return s;
 }
 
@@ -249,7 +410,7 @@ static void req_finish(ix_engine *e, req *r, ix_finish_reason why, const char *m
     list_unlink(&e->active, r);
     publish(e); /* whoever waits on this finish sees the freed blocks */
     if (r->cb.on_finish) r->cb.on_finish(r->cb.user, &info);
-    req_free(r);
+    req_free(e, r);
 }
 
 /* ---- submission (any thread) -------------------------------------------------------- */
@@ -261,7 +422,7 @@ ix_status ix_engine_submit(ix_engine *e, const ix_request_params *rp, uint64_t *
     pthread_mutex_lock(&e->mu);
     if (e->stopping) {
         pthread_mutex_unlock(&e->mu);
-        req_free(r);
+        req_free(e, r);
         return ix_errf(err, IX_ERR_STATE, "the engine is shutting down");
     }
     r->it.id = ++e->next_id;
@@ -366,11 +527,60 @@ static bool is_stop_token(const ix_engine *e, const req *r, ix_token t) {
     return false;
 }
 
+static void choice_error(ix_engine *e, req *r, int32_t c, const char *msg) {
+    snprintf(r->errmsg, sizeof r->errmsg, "%s", msg);
+    finish_choice(e, r, c, IX_FINISH_ERROR);
+}
+
+/* Restricts choice c's next sample to what its grammar allows (engine
+ * thread). false: the choice was finished (complete, or an error). */
+static bool constrain(ix_engine *e, req *r, int32_t c) {
+    gentry *ge = r->gram;
+    char msg[256];
+    ix_errbuf err = {{0}};
+    if (!r->gm[c]) {
+        ix_status s = IX_OK;
+        if (!ge->tmpl) s = ix_grammar_matcher_create(&ge->tmpl, ge->g, e->gvocab, NULL, &err);
+        if (s == IX_OK) s = ix_grammar_matcher_clone(&r->gm[c], ge->tmpl);
+        if (s != IX_OK) {
+            snprintf(msg, sizeof msg, "grammar matcher: %.200s", err.msg[0] ? err.msg : ix_status_str(s));
+            choice_error(e, r, c, msg);
+            return false;
+        }
+    }
+    ix_grammar_matcher *gm = r->gm[c];
+    if (ix_grammar_matcher_must_end(gm)) { /* e.g. a grammar of the empty string */
+        finish_choice(e, r, c, IX_FINISH_STOP);
+        return false;
+    }
+    if (ix_grammar_matcher_fill_mask(gm, e->mask, e->mask_words) != IX_OK) {
+        snprintf(msg, sizeof msg, "grammar: %.200s", ix_grammar_matcher_errmsg(gm));
+        choice_error(e, r, c, msg);
+        return false;
+    }
+    ix_sampler_set_mask(r->smp[c], e->mask);
+    return true;
+}
+
 /* Samples choice c from a logits row and handles what the token means. */
 static void take_token(ix_engine *e, req *r, int32_t c, const float *logits, uint64_t now) {
     ix_sched_item *it = &r->it;
     ix_sample_result sr;
-    ix_sampler_sample(r->smp[c], logits, &sr);
+    ix_grammar_matcher *gm = NULL;
+    if (r->gram) {
+        if (!constrain(e, r, c)) return;
+        gm = r->gm[c];
+    }
+    if (ix_sampler_sample(r->smp[c], logits, &sr) != IX_OK) {
+        choice_error(e, r, c, "the grammar allows no token here (nesting deeper than the matcher's limit)");
+        return;
+    }
+    if (gm && ix_grammar_matcher_accept(gm, sr.id) != IX_OK) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "grammar: %.200s", ix_grammar_matcher_errmsg(gm));
+        choice_error(e, r, c, msg);
+        return;
+    }
     ix_sampler_accept(r->smp[c], sr.id);
     if (ix_token_vec_push(&r->toks[c], sr.id) != IX_OK) {
         finish_choice(e, r, c, IX_FINISH_ERROR);
@@ -380,7 +590,7 @@ static void take_token(ix_engine *e, req *r, int32_t c, const float *logits, uin
     it->n_generated[c]++;
     e->stats.n_generated_tokens++;
     if (!r->t_first) r->t_first = now;
-    if (is_stop_token(e, r, sr.id)) {
+    if (is_stop_token(e, r, sr.id) || (gm && ix_grammar_matcher_is_finished(gm))) {
         emit(e, r, c, sr.id, &sr, NULL, 0);
         finish_choice(e, r, c, IX_FINISH_STOP);
         return;
@@ -393,7 +603,7 @@ static void take_token(ix_engine *e, req *r, int32_t c, const float *logits, uin
         return;
     }
     emit(e, r, c, sr.id, &sr, e->text.data, e->text.len);
-    if (stopped) {
+    if (stopped || (gm && ix_grammar_matcher_must_end(gm))) {
         finish_choice(e, r, c, IX_FINISH_STOP);
     } else if (it->n_generated[c] >= it->max_new || (int32_t)r->toks[c].n >= e->n_ctx) {
         finish_choice(e, r, c, IX_FINISH_LENGTH);
@@ -637,6 +847,10 @@ void ix_engine_destroy(ix_engine *e) {
     ix_free(e->logits);
     ix_free(e->cancels);
     ix_buf_free(&e->text);
+    for (int i = 0; i < GCACHE_SLOTS; i++) gentry_destroy(e->gcache[i]); /* no request holds one now */
+    ix_grammar_vocab_destroy(e->gvocab);
+    ix_free(e->mask);
+    pthread_mutex_destroy(&e->gmu);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     ix_free(e);
@@ -648,6 +862,7 @@ ix_status ix_engine_create(ix_engine **out, const ix_model *m, const ix_engine_p
     if (!e) return ix_errf(err, IX_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
+    pthread_mutex_init(&e->gmu, NULL);
     e->m = m;
     e->p = *p;
     const ix_model_hparams *hp = ix_model_get_hparams(m);
@@ -691,7 +906,13 @@ ix_status ix_engine_create(ix_engine **out, const ix_model *m, const ix_engine_p
     e->b_seq = ix_malloc((size_t)e->max_batch * sizeof *e->b_seq);
     e->b_out = ix_malloc((size_t)e->max_batch);
     e->logits = ix_malloc((size_t)e->max_out * (size_t)e->n_vocab * sizeof(float));
-    if (!e->b_tok || !e->b_pos || !e->b_seq || !e->b_out || !e->logits) {
+    /* The sampler reads n_vocab bits; the grammar writes its vocabulary's
+     * words and zeroes the rest, so tokens past the tokenizer's are refused. */
+    e->mask_words = ((size_t)e->n_vocab + 31) / 32;
+    size_t tok_words = ((size_t)ix_tokenizer_n_vocab(ix_model_tokenizer(m)) + 31) / 32;
+    if (tok_words > e->mask_words) e->mask_words = tok_words;
+    e->mask = ix_calloc(e->mask_words, sizeof *e->mask);
+    if (!e->b_tok || !e->b_pos || !e->b_seq || !e->b_out || !e->logits || !e->mask) {
         s = ix_errf(err, IX_ERR_NOMEM, "out of memory for the step buffers");
         goto fail;
     }

@@ -487,7 +487,9 @@ static ix_status check_batch(ix_model_ctx *c, const ix_batch *b, int32_t *n_out)
 
 /* ---- the pass ------------------------------------------------------------------- */
 
-ix_status ix_model_forward(ix_model_ctx *c, const ix_batch *b, float *logits) {
+/* The pass; the output rows end either as logits or, for embeddings, as
+ * the final norm's hidden states (exactly one of the two is non-NULL). */
+static ix_status forward(ix_model_ctx *c, const ix_batch *b, float *logits, float *hidden) {
     const ix_model *m = c->m;
     const ix_model_hparams *hp = &m->hp;
     int32_t n_out;
@@ -541,6 +543,10 @@ ix_status ix_model_forward(ix_model_ctx *c, const ix_batch *b, float *logits) {
 
     if (n_out == 0) return IX_OK;
     if ((s = rows(c, b, ROW_OUT_NORM, hp->n_layer - 1, NULL, (size_t)n_out, E)) != IX_OK) return s;
+    if (hidden) {
+        memcpy(hidden, c->xo, (size_t)n_out * E * sizeof *hidden);
+        return IX_OK;
+    }
     if ((s = matmul(c, &m->output, c->xo, (size_t)n_out, logits)) != IX_OK) return s;
     size_t V = (size_t)hp->n_vocab;
     for (int32_t i = 0; i < n_out && (m->output_b || hp->final_softcap > 0); i++) {
@@ -549,4 +555,12 @@ ix_status ix_model_forward(ix_model_ctx *c, const ix_batch *b, float *logits) {
         if (hp->final_softcap > 0) ix_kernels_softcap(row, V, hp->final_softcap);
     }
     return IX_OK;
+}
+
+ix_status ix_model_forward(ix_model_ctx *c, const ix_batch *b, float *logits) {
+    return forward(c, b, logits, NULL);
+}
+
+ix_status ix_model_forward_hidden(ix_model_ctx *c, const ix_batch *b, float *hidden) {
+    return forward(c, b, NULL, hidden);
 }

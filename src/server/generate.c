@@ -80,6 +80,12 @@ struct ixs_job {
     pthread_mutex_t mu;
     /* What was asked. */
     bool chat, stream, include_usage, want_logprobs;
+    ixs_resp *resp;          /* a /v1/responses job (rendered by responses.c), else NULL */
+    /* Tool calling: answers are parsed for calls (streams hold each choice's
+     * text until it ends, then send content or tool_calls deltas). */
+    bool tools_on, parallel_calls;
+    ixs_tool_syntax tool_syntax;
+    json_t *tools;           /* a private deep copy of the request's tools */
     int32_t n, n_sub, n_logprobs;
     char id[64];
     int64_t created;
@@ -270,8 +276,10 @@ static void job_free(ixs_job *j) {
     ix_free(j->text);
     ix_free(j->text_off);
     ix_free(j->lp);
+    json_decref(j->tools);
     ix_buf_free(&j->out);
     ix_buf_free(&j->scratch);
+    ix__resp_free(j->resp);
     pthread_mutex_destroy(&j->mu);
     ix_free(j);
     atomic_fetch_sub(&s->n_inflight, 1); /* last: shutdown may free s once this reaches 0 */
@@ -540,7 +548,50 @@ static json_t *envelope(ixs_job *j, bool chunk) {
 
 static const char *reason_name(ix_finish_reason r) { return ix_finish_reason_name(r); }
 
+/* ---- tool calls ---------------------------------------------------------- */
+
+/* Choice gi's content (a string, or null when the answer is only calls);
+ * *calls gets its tool_calls array in OpenAI's shape (id, type, function
+ * {name, arguments}) or NULL, and *why becomes "tool_calls" when calls end
+ * an answer that stopped by itself. */
+static json_t *choice_content(ixs_job *j, int gi, ix_finish_reason r, json_t **calls, const char **why) {
+    *calls = NULL;
+    if (!j->chat || !j->tools_on) return ix__json_text(j->text[gi].data, j->text[gi].len);
+    json_t *parsed = NULL;
+    ix_buf_clear(&j->scratch);
+    if (ix__tools_parse_output(j->text[gi].data ? j->text[gi].data : "", j->text[gi].len, j->tool_syntax, j->tools,
+                               &parsed, &j->scratch) != IX_OK) {
+        j->oom = true;
+        return json_null();
+    }
+    if (!parsed) return ix__json_text(j->scratch.data, j->scratch.len);
+    json_t *out = json_array();
+    size_t k;
+    json_t *c;
+    json_array_foreach(parsed, k, c) {
+        if (!j->parallel_calls && k > 0) break; /* at most one call when parallel calls are off */
+        char id[40];
+        ix__srv_new_id(j->s, "call_", id, sizeof id);
+        json_array_append_new(out, json_pack("{s:s, s:s, s:{s:O, s:O}}", "id", id, "type", "function", "function",
+                                             "name", json_object_get(c, "name"), "arguments",
+                                             json_object_get(c, "arguments")));
+    }
+    json_decref(parsed);
+    *calls = out;
+    if (r == IX_FINISH_STOP) *why = "tool_calls";
+    return j->scratch.len ? ix__json_text(j->scratch.data, j->scratch.len) : json_null();
+}
+
 /* ---- non-streaming ------------------------------------------------------- */
+
+/* Choice 0 of sub 0 as responses.c sees it (a responses job has one). */
+static ixs_gen_result gen_result(ixs_job *j) {
+    const ix_finish_info *fi = &j->fin[0];
+    ixs_gen_result g = {j->text[0].data ? j->text[0].data : "", j->text[0].len, fi->reason,
+                        fi->reason == IX_FINISH_ERROR ? fi->message : NULL, j->usage,
+                        j->s->p.cost_per_hour_usd > 0 ? j->cost_usd : -1.0};
+    return g;
+}
 
 static void absorb(ixs_job *j) {
     ixs_queue *t = &j->taken;
@@ -590,18 +641,28 @@ static enum MHD_Result answer_whole(ixs_job *j, ixs_conn *cc) {
         job_log(j, 500);
         return ix__srv_reply_json(cc, 500, NULL);
     }
+    if (j->resp) {
+        ixs_gen_result g = gen_result(j);
+        json_t *obj = ix__resp_whole(j->resp, &g);
+        job_log(j, obj ? 200 : 500);
+        return ix__srv_reply_json(cc, obj ? 200 : 500, obj);
+    }
     json_t *root = envelope(j, false);
     json_t *choices = json_object_get(root, "choices");
     for (int gi = 0; root && gi < j->n_choices; gi++) {
         const ix_finish_info *fi = &j->fin[gi / j->n];
         int c_in = gi % j->n;
         ix_finish_reason r = c_in < fi->n_choices ? fi->reasons[c_in] : fi->reason;
-        json_t *text = ix__json_text(j->text[gi].data, j->text[gi].len);
+        json_t *calls = NULL;
+        const char *why = reason_name(r);
+        json_t *text = choice_content(j, gi, r, &calls, &why);
         json_t *lp = j->want_logprobs ? json_incref(j->lp[gi]) : json_null();
         json_t *ch = j->chat ? json_pack("{s:i, s:{s:s, s:o}, s:o, s:s}", "index", gi, "message", "role", "assistant",
-                                         "content", text, "logprobs", lp, "finish_reason", reason_name(r))
+                                         "content", text, "logprobs", lp, "finish_reason", why)
                              : json_pack("{s:i, s:o, s:o, s:s}", "index", gi, "text", text, "logprobs", lp,
                                          "finish_reason", reason_name(r));
+        if (ch && calls) json_object_set_new(json_object_get(ch, "message"), "tool_calls", calls);
+        else json_decref(calls);
         json_array_append_new(choices, ch);
     }
     if (root) json_object_set_new(root, "usage", usage_json(j));
@@ -632,12 +693,65 @@ static json_t *chunk_choice(ixs_job *j, json_t **choice_out, int gi) {
     return root;
 }
 
+/* A chunk of choice gi whose delta carries one tool_calls entry. */
+static void sse_call_delta(ixs_job *j, int gi, json_t *entry /* stolen */) {
+    json_t *ch, *root = chunk_choice(j, &ch, gi);
+    if (root && entry) json_object_set_new(json_object_get(ch, "delta"), "tool_calls", json_pack("[o]", entry));
+    else json_decref(entry);
+    sse(j, root);
+}
+
+/* A held choice (tools on) has ended: its content as one delta, then each
+ * call as OpenAI streams them -- a first delta with index, id, type and
+ * function.name (arguments ""), then the arguments in fragments -- then the
+ * finish. */
+static void stream_held(ixs_job *j, int gi, ix_finish_reason r) {
+    json_t *calls = NULL;
+    const char *why = reason_name(r);
+    json_t *content = choice_content(j, gi, r, &calls, &why);
+    if (json_is_string(content) && json_string_length(content)) {
+        json_t *ch, *root = chunk_choice(j, &ch, gi);
+        if (root) json_object_set_new(json_object_get(ch, "delta"), "content", json_incref(content));
+        if (root && j->want_logprobs) json_object_set(ch, "logprobs", j->lp[gi]);
+        sse(j, root);
+    }
+    json_decref(content);
+    size_t k;
+    json_t *c;
+    json_array_foreach(calls, k, c) {
+        json_t *fn = json_object_get(c, "function");
+        sse_call_delta(j, gi, json_pack("{s:I, s:O, s:s, s:{s:O, s:s}}", "index", (json_int_t)k, "id",
+                                        json_object_get(c, "id"), "type", "function", "function", "name",
+                                        json_object_get(fn, "name"), "arguments", ""));
+        const char *args = json_string_value(json_object_get(fn, "arguments"));
+        size_t n = args ? strlen(args) : 0;
+        for (size_t off = 0; off < n;) {
+            size_t len = n - off < 24 ? n - off : 24;
+            while (off + len < n && ((unsigned char)args[off + len] & 0xC0) == 0x80) len++; /* whole characters */
+            sse_call_delta(j, gi, json_pack("{s:I, s:{s:s%}}", "index", (json_int_t)k, "function", "arguments",
+                                            args + off, len));
+            off += len;
+        }
+    }
+    json_decref(calls);
+    json_t *ch, *root = chunk_choice(j, &ch, gi);
+    if (root) json_object_set_new(ch, "finish_reason", json_string(why));
+    sse(j, root);
+}
+
 static void stream_events(ixs_job *j, const bool newly[IXS_MAX_PROMPTS]) {
     ixs_queue *t = &j->taken;
+    if (j->tools_on && j->chat) absorb(j); /* held until each choice ends */
     for (size_t i = 0; i < t->n; i++) {
         const ixs_event *e = &t->ev[i];
         if (e->choice < 0 || e->choice >= j->n || (!e->len && !e->has_sample)) continue;
         int gi = e->sub * j->n + e->choice;
+        if (j->resp) {
+            if (ix_buf_append(&j->text[gi], t->text.data + e->off, e->len) != IX_OK ||
+                (e->len && !ix__resp_stream_delta(j->resp, &j->out, t->text.data + e->off, e->len)))
+                j->oom = true;
+            continue;
+        }
         json_t *ch, *root = chunk_choice(j, &ch, gi);
         if (!root) {
             j->oom = true;
@@ -661,11 +775,15 @@ static void stream_events(ixs_job *j, const bool newly[IXS_MAX_PROMPTS]) {
     }
     t->n = 0;
     ix_buf_clear(&t->text);
-    for (int s = 0; s < j->n_sub; s++) {
+    for (int s = 0; s < j->n_sub && !j->resp; s++) {
         if (!newly[s]) continue;
         const ix_finish_info *fi = &j->fin[s];
         for (int c = 0; c < j->n; c++) {
             ix_finish_reason r = c < fi->n_choices ? fi->reasons[c] : fi->reason;
+            if (j->tools_on && j->chat && r != IX_FINISH_ERROR) {
+                stream_held(j, s * j->n + c, r);
+                continue;
+            }
             json_t *ch, *root = chunk_choice(j, &ch, s * j->n + c);
             if (root) json_object_set_new(ch, "finish_reason", json_string(reason_name(r)));
             if (root && r == IX_FINISH_ERROR) json_object_set_new(root, "error", json_pack("{s:s, s:s}", "message", fi->message, "type", "server_error"));
@@ -695,7 +813,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (atomic_load(&j->disconnected)) return MHD_CONTENT_READER_END_WITH_ERROR;
         if (j->phase == 0) {
             j->phase = 1;
-            if (j->chat)
+            if (j->resp && !ix__resp_stream_begin(j->resp, &j->out)) return MHD_CONTENT_READER_END_WITH_ERROR;
+            if (j->chat && !j->resp)
                 for (int gi = 0; gi < j->n_choices; gi++) {
                     json_t *ch, *root = chunk_choice(j, &ch, gi);
                     if (root) json_object_set_new(json_object_get(ch, "delta"), "role", json_string("assistant"));
@@ -710,6 +829,12 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (all) {
             job_finalize(j);
             job_log(j, 200);
+            if (j->resp) { /* the Responses API ends with its last event, no [DONE] */
+                ixs_gen_result g = gen_result(j);
+                if (!ix__resp_stream_end(j->resp, &j->out, &g)) return MHD_CONTENT_READER_END_WITH_ERROR;
+                j->phase = 2;
+                continue;
+            }
             if (j->include_usage) {
                 json_t *root = envelope(j, true);
                 if (root) json_object_set_new(root, "usage", usage_json(j));
@@ -767,12 +892,17 @@ typedef struct parsed {
     ix_logit_bias *bias;
     ix_token *stop_ids;
     bool max_tokens_given;
+    ixs_constraint_req con;
+    ixs_tools_req tools;
+    ix_buf tool_gbnf; /* the forced-call grammar */
 } parsed;
 
 static void parsed_free(parsed *p) {
     for (int i = 0; i < IXS_MAX_PROMPTS; i++) ix_token_vec_free(&p->prompts[i]);
     ix_free(p->bias);
     ix_free(p->stop_ids);
+    ix__srv_constraint_free(&p->con);
+    ix_buf_free(&p->tool_gbnf);
 }
 
 static int parse_token_array(ix_server *s, json_t *arr, const char *param, ix_token_vec *out, ixs_err *e) {
@@ -830,13 +960,17 @@ static int parse_request(ix_server *s, json_t *req, bool chat, parsed *p, ixs_jo
     int64_t i64;
     bool b = false;
     int got;
+    if (ix__srv_check_fields(req, chat, e)) return -1;
     /* prompt */
     if (chat) {
         json_t *msgs = json_object_get(req, "messages");
         if (ix__chat_validate(msgs, e)) return -1;
         ix_errbuf err = {{0}};
-        ix_status st = ix__chat_render(s->chat_format, s->tok, msgs, &p->prompts[0], &err);
-        if (st != IX_OK) return IXS_BAD(e, "messages", "messages: %s", err.msg);
+        if (ix__tools_parse_request(req, &p->tools, e)) return -1;
+        /* tool_choice none: the model is not shown the tools */
+        json_t *tools = p->tools.choice != IXS_TOOL_CHOICE_NONE ? p->tools.tools : NULL;
+        ix_status st = ix__chat_render(&s->chat, s->tok, msgs, tools, &p->prompts[0], &err);
+        if (st != IX_OK) return ix__chat_error(e, st, err.msg);
         p->n_prompts = 1;
     } else if (parse_prompt(s, req, p, e)) {
         return -1;
@@ -971,6 +1105,27 @@ static int parse_request(ix_server *s, json_t *req, bool chat, parsed *p, ixs_jo
         }
         j->include_usage = inc;
     }
+    /* constrained output */
+    if (ix__srv_parse_constraint(s, req, &p->con, e)) return -1;
+    r->constraint = p->con.c;
+    if (chat && p->tools.choice != IXS_TOOL_CHOICE_NONE) {
+        if (p->con.c.kind != IX_CONSTRAINT_NONE)
+            return IXS_BAD(e, p->con.param[0] == 'g' ? "grammar" : "response_format",
+                           "a JSON 'response_format' or a 'grammar' cannot be combined with tools "
+                           "(unless tool_choice is none)");
+        j->tools_on = true;
+        j->parallel_calls = p->tools.parallel;
+        j->tool_syntax = s->chat.tool_syntax;
+        if (!(j->tools = json_deep_copy(p->tools.tools))) return ix__srv_errf(e, 500, "server_error", NULL, "out of memory");
+        if (p->tools.choice == IXS_TOOL_CHOICE_REQUIRED || p->tools.choice == IXS_TOOL_CHOICE_NAMED) {
+            ix_errbuf err = {{0}};
+            ix_status st = ix__tools_grammar(&p->tools, j->tool_syntax, &p->tool_gbnf, &err);
+            if (st == IX_ERR_NOMEM) return ix__srv_errf(e, 500, "server_error", NULL, "out of memory");
+            if (st != IX_OK) return IXS_BAD(e, "tools", "tools: %s", err.msg);
+            r->constraint = (ix_constraint){IX_CONSTRAINT_GRAMMAR, p->tool_gbnf.data, p->tool_gbnf.len, 0};
+            if (ix__srv_check_constraint(s, &r->constraint, "tools", e)) return -1;
+        }
+    }
     /* context */
     for (int i = 0; i < p->n_prompts; i++) {
         size_t np = p->prompts[i].n;
@@ -1009,16 +1164,23 @@ enum MHD_Result ix__srv_generate_again(ixs_conn *cc) {
     return ret;
 }
 
-enum MHD_Result ix__srv_generate(ixs_conn *cc, bool chat, json_t *req) {
+static enum MHD_Result generate(ixs_conn *cc, bool chat, json_t *req, ixs_resp *rsp) {
     ix_server *s = cc->s;
     struct MHD_Connection *c = cc->c;
     const char *ep = cc->ep;
     ixs_err e;
     ixs_job *j = job_new(cc);
-    if (!j) return ix__srv_reply_json(cc, 500, NULL);
+    if (!j) {
+        ix__resp_free(rsp);
+        return ix__srv_reply_json(cc, 500, NULL);
+    }
     j->chat = chat;
+    j->resp = rsp;
     j->created = (int64_t)time(NULL);
-    ix__srv_new_id(s, chat ? "chatcmpl-" : "cmpl-", j->id, sizeof j->id);
+    if (rsp)
+        snprintf(j->id, sizeof j->id, "%s", ix__resp_id(rsp));
+    else
+        ix__srv_new_id(s, chat ? "chatcmpl-" : "cmpl-", j->id, sizeof j->id);
     parsed p;
     memset(&p, 0, sizeof p);
     p.r = ix_request_default_params();
@@ -1043,7 +1205,7 @@ enum MHD_Result ix__srv_generate(ixs_conn *cc, bool chat, json_t *req) {
         ix__srv_errf(&e, 500, "server_error", NULL, "out of memory");
         goto fail;
     }
-    for (int i = 0; i < j->n_choices && j->want_logprobs && !j->stream; i++)
+    for (int i = 0; i < j->n_choices && j->want_logprobs && (!j->stream || j->tools_on); i++)
         if (!(j->lp[i] = lp_new(chat))) {
             ix__srv_errf(&e, 500, "server_error", NULL, "out of memory");
             goto fail;
@@ -1099,5 +1261,12 @@ fail:
     parsed_free(&p);
     j->failed = true;
     ix__srv_job_release(j); /* cancels what was submitted */
+    if (rsp) ix__resp_map_param(&e);
     return ix__srv_reply_err(cc, &e);
+}
+
+enum MHD_Result ix__srv_generate(ixs_conn *cc, bool chat, json_t *req) { return generate(cc, chat, req, NULL); }
+
+enum MHD_Result ix__srv_generate_resp(ixs_conn *cc, json_t *chat_req, ixs_resp *resp) {
+    return generate(cc, true, chat_req, resp);
 }

@@ -211,12 +211,27 @@ static enum MHD_Result reply_errf(ixs_conn *cc, int http, const char *type, cons
 
 /* ---- small endpoints -------------------------------------------------------- */
 
+static json_t *model_json(ix_server *s) {
+    return json_pack("{s:s, s:s, s:I, s:s, s:i}", "id", s->model_name, "object", "model", "created",
+                     (json_int_t)s->created, "owned_by", "inferx", "max_model_len", (int)s->n_ctx);
+}
+
 static enum MHD_Result do_models(ixs_conn *cc) {
     ix_server *s = cc->s;
-    json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:i}", "id", s->model_name, "object", "model", "created",
-                          (json_int_t)s->created, "owned_by", "inferx", "max_model_len", (int)s->n_ctx);
+    json_t *m = model_json(s);
     json_t *root = m ? json_pack("{s:s, s:[o]}", "object", "list", "data", m) : NULL;
     return ix__srv_reply_json(cc, 200, root);
+}
+
+/* GET /v1/models/{id}: the served model's object, 404 for any other id. */
+static enum MHD_Result do_model_one(ixs_conn *cc, const char *id) {
+    ix_server *s = cc->s;
+    if (strcmp(id, s->model_name)) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "The model `%.120s` does not exist.", id);
+        return reply_errf(cc, 404, "invalid_request_error", "model_not_found", "model", msg);
+    }
+    return ix__srv_reply_json(cc, 200, model_json(s));
 }
 
 /* The "model" field: absent, or the served name (404 otherwise). */
@@ -253,9 +268,16 @@ static enum MHD_Result do_tokenize(ixs_conn *cc, json_t *req) {
         }
     } else if (!prompt && msgs) {
         if (ix__chat_validate(msgs, &e)) return ix__srv_reply_err(cc, &e);
-        if (ix__chat_render(s->chat_format, s->tok, msgs, &ids, &err) != IX_OK) {
+        json_t *tools = json_object_get(req, "tools");
+        if (tools && !json_is_null(tools) && !json_is_array(tools)) {
+            IXS_BAD(&e, "tools", "'tools' must be an array");
+            return ix__srv_reply_err(cc, &e);
+        }
+        ix_status st = ix__chat_render(&s->chat, s->tok, msgs, json_is_array(tools) ? tools : NULL, &ids, &err);
+        if (st != IX_OK) {
             ix_token_vec_free(&ids);
-            return reply_errf(cc, 400, "invalid_request_error", NULL, "messages", err.msg);
+            ix__chat_error(&e, st, err.msg);
+            return ix__srv_reply_err(cc, &e);
         }
     } else {
         return reply_errf(cc, 400, "invalid_request_error", NULL, "prompt",
@@ -318,7 +340,8 @@ static enum MHD_Result do_metrics(ixs_conn *cc) {
 /* ---- routing ---------------------------------------------------------------- */
 
 typedef enum route_id {
-    R_HEALTH, R_READY, R_METRICS, R_MODELS, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT, R_WEB,
+    R_HEALTH, R_READY, R_METRICS, R_MODELS, R_MODEL_ONE, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT,
+    R_EMBEDDINGS, R_RESPONSES, R_WEB,
 } route_id;
 
 static const struct route {
@@ -336,8 +359,20 @@ static const struct route {
     {"/detokenize", "POST", R_DETOKENIZE, true, true},
     {"/v1/completions", "POST", R_COMPLETIONS, true, true},
     {"/v1/chat/completions", "POST", R_CHAT, true, true},
+    {"/v1/models/", "GET", R_MODEL_ONE, true, false},
+    {"/v1/embeddings", "POST", R_EMBEDDINGS, true, true},
+    {"/v1/responses", "POST", R_RESPONSES, true, true},
     {"/", "GET", R_WEB, false, false},
 };
+
+/* Whether url names route rt: equal to its path, or for a path ending in
+ * '/' that path followed by a non-empty argument (a model id may hold
+ * slashes). */
+static bool route_matches(const struct route *rt, const char *url) {
+    size_t n = strlen(rt->path);
+    if (n == 1 || rt->path[n - 1] != '/') return !strcmp(url, rt->path); /* "/" is the page alone */
+    return !strncmp(url, rt->path, n) && url[n];
+}
 
 /* The index of the API key the request presents, -1 when it presents none
  * of them. Every key is compared in full whatever matched before, each in
@@ -365,7 +400,7 @@ static enum MHD_Result dispatch(ixs_conn *cc) {
     const struct route *rt = NULL;
     bool path_known = false;
     for (size_t i = 0; i < IX_ARRAY_LEN(k_routes); i++) {
-        if (strcmp(url, k_routes[i].path)) continue;
+        if (!route_matches(&k_routes[i], url)) continue;
         path_known = true;
         if (!strcmp(method, k_routes[i].method) ||
             (!strcmp(k_routes[i].method, "GET") && !strcmp(method, "HEAD"))) {
@@ -376,7 +411,7 @@ static enum MHD_Result dispatch(ixs_conn *cc) {
     if (!rt && path_known && !strcmp(method, "OPTIONS")) { /* a CORS preflight */
         const char *allowed = "";
         for (size_t i = 0; i < IX_ARRAY_LEN(k_routes); i++)
-            if (!strcmp(url, k_routes[i].path)) allowed = k_routes[i].method, cc->ep = k_routes[i].path;
+            if (route_matches(&k_routes[i], url)) allowed = k_routes[i].method, cc->ep = k_routes[i].path;
         return ix__srv_preflight(cc, allowed);
     }
     if (!rt) {
@@ -384,7 +419,7 @@ static enum MHD_Result dispatch(ixs_conn *cc) {
             char msg[128];
             const char *allowed = "";
             for (size_t i = 0; i < IX_ARRAY_LEN(k_routes); i++)
-                if (!strcmp(url, k_routes[i].path)) allowed = k_routes[i].method, cc->ep = k_routes[i].path;
+                if (route_matches(&k_routes[i], url)) allowed = k_routes[i].method, cc->ep = k_routes[i].path;
             snprintf(msg, sizeof msg, "method %.16s is not allowed on %.64s (use %s)", method, url, allowed);
             return reply_errf(cc, 405, "invalid_request_error", "method_not_allowed", NULL, msg);
         }
@@ -414,6 +449,8 @@ static enum MHD_Result dispatch(ixs_conn *cc) {
         return ix__srv_web_page(cc);
     case R_MODELS:
         return do_models(cc);
+    case R_MODEL_ONE:
+        return do_model_one(cc, url + strlen(rt->path));
     default:
         break;
     }
@@ -442,6 +479,10 @@ static enum MHD_Result dispatch(ixs_conn *cc) {
         r = do_tokenize(cc, req);
     else if (rt->id == R_DETOKENIZE)
         r = do_detokenize(cc, req);
+    else if (rt->id == R_EMBEDDINGS)
+        r = ix__srv_embeddings(cc, req);
+    else if (rt->id == R_RESPONSES)
+        r = ix__srv_responses(cc, req);
     else
         r = ix__srv_generate(cc, rt->id == R_CHAT, req);
     json_decref(req);
@@ -563,6 +604,7 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
     s->p.api_keys = NULL;
     s->p.n_api_keys = 0;
     s->p.model_name = NULL;
+    s->p.chat_template = NULL;
     const ix_model_hparams *hp = ix_model_get_hparams(s->model);
     s->n_ctx = p->n_ctx > 0 && p->n_ctx < hp->n_ctx_train ? p->n_ctx : hp->n_ctx_train;
     s->n_vocab = hp->n_vocab;
@@ -585,14 +627,20 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
         return ix_errf(err, IX_ERR_INVALID, "the model name is not valid UTF-8 (byte %zu)", bad);
     }
     ix_status st = copy_keys(s, p);
+    if (st == IX_OK) st = ix__embed_create(s);
     if (st != IX_OK) {
         ix_server_destroy(s);
         return ix_errf(err, st, st == IX_ERR_NOMEM ? "out of memory" : "an API key is empty");
     }
-    ix_str tmpl;
-    s->chat_format = IXS_CHAT_PLAIN;
-    if (ix_gguf_get_str(ix_model_gguf(s->model), "tokenizer.chat_template", &tmpl, NULL) == IX_OK)
-        s->chat_format = ix__chat_detect(tmpl.ptr, tmpl.len);
+    ix_str tmpl = {NULL, 0};
+    ix_gguf_get_str(ix_model_gguf(s->model), "tokenizer.chat_template", &tmpl, NULL);
+    st = ix__chat_init(&s->chat, s->tok, tmpl.ptr, tmpl.len, p->chat_template, err);
+    if (st != IX_OK) {
+        ix_server_destroy(s);
+        return st;
+    }
+    if (s->chat.tmpl || !tmpl.ptr || p->chat_template) IX_LOGI("server: chat template: %s", s->chat.desc);
+    else IX_LOGW("server: chat template: %s", s->chat.desc);
 
     const char *host = p->host && *p->host ? p->host : "127.0.0.1";
     struct sockaddr_storage ss;
@@ -680,10 +728,12 @@ void ix_server_destroy(ix_server *s) {
     for (int i = 0; i < 1000 && atomic_load(&s->n_inflight) > 0; i++) sleep_ms(10);
     pthread_mutex_destroy(&s->jobs_mu);
     ix__metrics_free(&s->metrics);
+    ix__embed_destroy(s);
     for (size_t i = 0; i < s->n_api_keys; i++) ix_free(s->api_keys[i]);
     ix_free(s->api_keys);
     ix_free(s->key_ns);
     ix_free(s->model_name);
     ix_free(s->cors);
+    ix__chat_free(&s->chat);
     ix_free(s);
 }

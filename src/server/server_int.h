@@ -4,7 +4,11 @@
  *   generate.c /v1/completions and /v1/chat/completions (parse, submit,
  *              suspend until the engine resumes, answer or stream; the
  *              watcher thread)
- *   chat.c     chat template recognition and rendering
+ *   chat.c     messages validation, the fixed chat renderers
+ *   chat_template.c  choosing the chat template, the Jinja path, tokenizing
+ *              rendered prompts (template markers special, message text never)
+ *   embed.c    /v1/embeddings (a model context of its own, under a mutex)
+ *   responses.c /v1/responses (OpenAI's Responses API over the chat job)
  *   metrics.c  counters, histograms, Prometheus text, cost accounting
  *   web.c      the chat page at / (web/chat.html, compiled in), CORS headers
  *              and preflights */
@@ -18,6 +22,7 @@
 #include <microhttpd.h>
 
 #include "inferx/server.h"
+#include "inferx/template.h"
 #include "inferx/tokenizer.h"
 
 /* ---- errors ----------------------------------------------------------- */
@@ -70,7 +75,8 @@ void ix__metrics_cost(ixs_metrics *m, double usd);
 /* Prometheus text of the server's and the engine's numbers. */
 ix_status ix__metrics_render(ix_server *s, ix_buf *out);
 
-/* ---- chat templates --------------------------------------------------- */
+/* ---- chat templates (chat.c: fixed renderers, validation; chat_template.c:
+ * choosing the template, the Jinja path, tokenizing its output) ------------ */
 typedef enum ixs_chat_format {
     IXS_CHAT_PLAIN = 0, /* "System: ...\nUser: ...\nAssistant:" (no template / unknown) */
     IXS_CHAT_CHATML,
@@ -84,22 +90,147 @@ typedef enum ixs_chat_format {
     IXS_CHAT_N_FORMATS
 } ixs_chat_format;
 
+/* How the model writes a tool call, read from its template's text (or the
+ * fixed renderer's choice): what the tool-call parser of the answer looks
+ * for, and how the fixed renderers write past calls into the prompt. */
+typedef enum ixs_tool_syntax {
+    IXS_TOOLS_GENERIC = 0, /* a JSON object {"name": ..., "arguments": {...}} (one per line) */
+    IXS_TOOLS_LLAMA3,      /* Llama 3.x: {"name": ..., "parameters": {...}} as the whole answer
+                              (or "<|python_tag|>" then that object) */
+    IXS_TOOLS_HERMES,      /* Hermes / Qwen 2.5+: "<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>" */
+    IXS_TOOLS_MISTRAL,     /* Mistral v0.3+: "[TOOL_CALLS] [{"name": ..., "arguments": {...}}, ...]" */
+    IXS_TOOLS_N_SYNTAXES
+} ixs_tool_syntax;
+
+/* A model's chat prompt builder, fixed at server start; read-only afterwards
+ * (HTTP threads render concurrently). */
+typedef struct ixs_chat {
+    ix_template *tmpl;           /* the Jinja template; NULL: the fixed renderer `format` */
+    ixs_chat_format format;      /* the fixed renderer (the fallback), or the family the
+                                    template looks like (informative) */
+    ixs_tool_syntax tool_syntax; /* how this model writes tool calls */
+    bool args_as_object;         /* the template wants tool call arguments as objects
+                                    (most do: `| tojson`, `| items`), not JSON strings */
+    bool mentions_tools;         /* the template reads `tools` (else the fixed tools
+                                    preamble is put into the system message) */
+    char *bos, *eos;             /* the vocabulary's BOS / EOS text (bos_token,
+                                    eos_token); NULL: none */
+    int64_t now_unix_s;          /* > 0: strftime_now's instant (tests); 0: the clock */
+    char desc[512];              /* one line: which template, from where, why (the log line) */
+} ixs_chat;
+
+/* Chooses the template: `override` (NULL: none) is a built-in name
+ * (ix__chat_format_from_name) or Jinja source that must parse (else
+ * IX_ERR_INVALID / the parse error); without it the GGUF's
+ * tokenizer.chat_template (gguf_tmpl, NULL if absent) when it parses, else the
+ * fixed renderer its markers name (the reason in desc, logged by the caller). */
+ix_status ix__chat_init(ixs_chat *c, const ix_tokenizer *t, const char *gguf_tmpl, size_t gguf_len,
+                        const char *override, ix_errbuf *err);
+/* A chat for a fixed renderer (tests; --chat-template NAME). */
+void ix__chat_init_format(ixs_chat *c, ixs_chat_format f);
+void ix__chat_free(ixs_chat *c);
+
 ixs_chat_format ix__chat_detect(const char *tmpl, size_t len);
+ixs_tool_syntax ix__chat_detect_tools(const char *tmpl, size_t len);
 const char *ix__chat_format_name(ixs_chat_format f);
-/* Renders a validated messages array (objects with string "role" and string
- * "content") into tokens: the template's markers become special tokens when
- * the vocabulary has them as such, message content never does. BOS first as
- * the vocabulary says. */
-ix_status ix__chat_render(ixs_chat_format f, const ix_tokenizer *t, json_t *messages,
+const char *ix__tool_syntax_name(ixs_tool_syntax s);
+/* The built-in format a --chat-template NAME selects ("mistral" is v3);
+ * IXS_CHAT_N_FORMATS if none. */
+ixs_chat_format ix__chat_format_from_name(const char *name);
+
+/* Renders a validated messages array (ix__chat_validate) and the request's
+ * `tools` array (NULL, or an empty array: none) into tokens. With a Jinja
+ * template: messages, tools, add_generation_prompt, bos_token, eos_token and
+ * strftime_now go to the template; the template's text becomes special tokens
+ * where the vocabulary has them, text copied from messages or tools never
+ * does. With a fixed renderer: the same guarantee, markers only. BOS first as
+ * the vocabulary says, unless the text starts with it. Errors: IX_ERR_INVALID
+ * (the template's raise_exception, message in err), IX_ERR_TYPE, IX_ERR_RANGE,
+ * IX_ERR_TOO_LONG, IX_ERR_UTF8 (all the request's fault: 400), IX_ERR_NOMEM. */
+ix_status ix__chat_render(const ixs_chat *c, const ix_tokenizer *t, json_t *messages, json_t *tools,
                           ix_token_vec *out, ix_errbuf *err);
-/* The same prompt as text (without BOS), appended to out (tests, debugging). */
-ix_status ix__chat_render_text(ixs_chat_format f, json_t *messages, ix_buf *out);
-/* Checks the shape of messages and flattens array-of-parts content into
- * strings (in place). 0, or -1 with e filled. */
+/* The same prompt as text (without an added BOS), appended to out. */
+ix_status ix__chat_render_text(const ixs_chat *c, json_t *messages, json_t *tools, ix_buf *out, ix_errbuf *err);
+/* chat.c's side: the fixed renderer f as text with everything but its
+ * markers as data ranges (freed with ix_template_result_free). */
+ix_status ix__chat_render_fixed(ixs_chat_format f, ixs_tool_syntax ts, json_t *messages, json_t *tools,
+                                ix_template_result *out);
+/* messages with a description of tools (and how to call them in syntax ts)
+ * at the end of the first system message, or in a new first one; a new
+ * reference (messages itself when tools is NULL or empty), NULL on out of
+ * memory. For templates that do not read `tools`, and the fixed renderers. */
+json_t *ix__chat_with_tools(json_t *messages, json_t *tools, ixs_tool_syntax ts);
+/* Checks the shape of messages (roles; content; assistant tool_calls with
+ * id, type "function", function.name and function.arguments; tool messages'
+ * tool_call_id) and flattens array-of-parts content into strings (in place).
+ * 0, or -1 with e filled (400 naming messages[i]...). */
 int ix__chat_validate(json_t *messages, ixs_err *e);
+/* Maps a render status to the HTTP error (400 naming "messages", 500 for
+ * out of memory). Returns -1. */
+int ix__chat_error(ixs_err *e, ix_status st, const char *msg);
+
+/* ---- request fields (fields.c) ------------------------------------------ */
+/* Every top-level field of a generation request must be one this server
+ * implements or accepts as metadata (the table in fields.c, the same as
+ * docs/server.md): 0, or -1 with a 400 naming the first one that is not. */
+int ix__srv_check_fields(json_t *req, bool chat, ixs_err *e);
+
+/* ---- constraints (constrain.c) ------------------------------------------ */
+/* A request's constraint: the engine's view, the text it points into (when
+ * the server had to write it), and the field that set it (for errors). */
+typedef struct ixs_constraint_req {
+    ix_constraint c;
+    char *text;      /* NULL, or c.text (malloc'd by jansson) */
+    char param[64];  /* "response_format", "grammar", ... */
+} ixs_constraint_req;
+
+/* Reads response_format and grammar into out (kind NONE when neither
+ * constrains), compiling the constraint through the engine: 0, or -1 with e
+ * filled (400 naming the field). Free out with ix__srv_constraint_free. */
+int ix__srv_parse_constraint(ix_server *s, json_t *req, ixs_constraint_req *out, ixs_err *e);
+void ix__srv_constraint_free(ixs_constraint_req *c);
+/* Compiles c through the engine's cache: 0, or -1 with a 400 naming param. */
+int ix__srv_check_constraint(ix_server *s, const ix_constraint *c, const char *param, ixs_err *e);
+
+/* ---- tool calling (tools.c) ---------------------------------------------- */
+#define IXS_MAX_TOOLS 128
+
+typedef enum ixs_tool_choice {
+    IXS_TOOL_CHOICE_NONE = 0, /* no tools, or "none": no calls are parsed */
+    IXS_TOOL_CHOICE_AUTO,     /* the model decides; calls are parsed from its answer */
+    IXS_TOOL_CHOICE_REQUIRED, /* at least one call, forced by a grammar */
+    IXS_TOOL_CHOICE_NAMED,    /* one call of `named`, forced by a grammar */
+} ixs_tool_choice;
+
+/* The request's tool fields; pointers borrow the request's JSON. */
+typedef struct ixs_tools_req {
+    json_t *tools;        /* validated non-empty array of function tools, or NULL */
+    ixs_tool_choice choice;
+    const char *named;    /* IXS_TOOL_CHOICE_NAMED: the function */
+    bool parallel;        /* parallel_tool_calls (default true) */
+} ixs_tools_req;
+
+/* Reads and checks tools, tool_choice and parallel_tool_calls: 0, or -1 with
+ * a 400 naming the field. */
+int ix__tools_parse_request(json_t *req, ixs_tools_req *out, ixs_err *e);
+/* A GBNF grammar (appended to out) whose sentences are the calls a forcing
+ * tool_choice allows, in syntax ts's JSON shape: {"name": ..., "arguments"
+ * (Llama 3: "parameters"): <the function's parameters schema>}; one call, or
+ * a JSON array of calls when parallel calls are allowed (Mistral: always an
+ * array). A parameters schema the grammar module refuses: its error, naming
+ * the function. */
+ix_status ix__tools_grammar(const ixs_tools_req *t, ixs_tool_syntax ts, ix_buf *out, ix_errbuf *err);
+/* Parses an answer: in syntax ts, then the generic fallback (the whole answer
+ * is call objects or an array of them). *calls gets a new array of
+ * {"name", "arguments" (a JSON text)} of functions in tools, and content the
+ * rest of the text (empty when only whitespace); or, when the answer holds no
+ * call that parses, *calls NULL and content the whole text. IX_ERR_NOMEM. */
+ix_status ix__tools_parse_output(const char *text, size_t len, ixs_tool_syntax ts, json_t *tools, json_t **calls,
+                                 ix_buf *content);
 
 /* ---- the server ------------------------------------------------------- */
 typedef struct ixs_job ixs_job; /* one generation request (generate.c) */
+typedef struct ixs_embedder ixs_embedder; /* embeddings' model context (embed.c) */
 
 struct ix_server {
     ix_engine *engine;
@@ -112,7 +243,7 @@ struct ix_server {
     char *model_name;
     char *cors;              /* cors_allow_origin (copied); NULL: none */
     int32_t n_ctx, n_vocab;
-    ixs_chat_format chat_format;
+    ixs_chat chat;           /* the chat template (ix__chat_init) */
     struct MHD_Daemon *daemon;
     MHD_socket listen_fd;
     uint16_t port;
@@ -128,6 +259,7 @@ struct ix_server {
     atomic_bool aborting;    /* cancel requests in flight */
     bool shut_down;
     ixs_metrics metrics;
+    ixs_embedder *embed;
 };
 
 /* One HTTP request being answered (MHD's con_cls): what the replies, the
@@ -182,6 +314,42 @@ enum MHD_Result ix__srv_web_page(ixs_conn *cc);
 enum MHD_Result ix__srv_generate(ixs_conn *cc, bool chat, json_t *req);
 enum MHD_Result ix__srv_generate_again(ixs_conn *cc);
 void ix__srv_job_release(ixs_job *j);
+/* POST /v1/responses: the request becomes a chat job (generate.c) whose
+ * answer, whole or streamed, responses.c renders as a Response object and
+ * its events. */
+typedef struct ixs_resp ixs_resp;
+enum MHD_Result ix__srv_responses(ixs_conn *cc, json_t *req);
+/* A chat job answered as /v1/responses (resp owned by the job from here,
+ * also on failure). */
+enum MHD_Result ix__srv_generate_resp(ixs_conn *cc, json_t *chat_req, ixs_resp *resp);
+void ix__resp_free(ixs_resp *r);
+const char *ix__resp_id(const ixs_resp *r); /* "resp_<hex>" */
+/* What the job produced for the renderers: choice 0's text so far, how it
+ * finished, and the job's usage. */
+typedef struct ixs_gen_result {
+    const char *text;
+    size_t len;
+    ix_finish_reason reason;
+    const char *error;  /* the engine's message when reason is IX_FINISH_ERROR */
+    ix_usage usage;
+    double cost_usd;    /* < 0: not reported */
+} ixs_gen_result;
+/* The whole Response object (non-streaming). NULL when out of memory. */
+json_t *ix__resp_whole(ixs_resp *r, const ixs_gen_result *g);
+/* Streaming: the events before the first token, one per text delta, and
+ * the closing ones (the last is response.completed / incomplete / failed),
+ * appended to out as SSE. Return false when out of memory. */
+bool ix__resp_stream_begin(ixs_resp *r, ix_buf *out);
+bool ix__resp_stream_delta(ixs_resp *r, ix_buf *out, const char *text, size_t len);
+bool ix__resp_stream_end(ixs_resp *r, ix_buf *out, const ixs_gen_result *g);
+/* Chat's name for a field in an error -> the Responses API's. */
+void ix__resp_map_param(ixs_err *e);
+
+/* POST /v1/embeddings: answered at once (the pass runs on this thread). */
+enum MHD_Result ix__srv_embeddings(ixs_conn *cc, json_t *req);
+/* The embedder's state (its model context is made on the first request). */
+ix_status ix__embed_create(ix_server *s);
+void ix__embed_destroy(ix_server *s);
 /* The watcher thread's body (arg: the server): cancels the jobs of suspended
  * connections whose peer closed, and every job while s->aborting; closes the
  * jobs whose client left once the engine has finished them. */

@@ -550,6 +550,11 @@ static ix_token match_special(const ix_tokenizer *t, const char *text, size_t le
     return IX_TOKEN_NONE;
 }
 
+ix_token ix_tokenizer_special_at(const ix_tokenizer *t, const char *text, size_t len, size_t i) {
+    if (!t || !text || i >= len || !t->n_special) return IX_TOKEN_NONE;
+    return match_special(t, text, len, i, true);
+}
+
 static ix_status encode_fragment(const ix_tokenizer *t, const char *text, size_t len,
                                  ix_token_vec *out) {
     if (len == 0) return IX_OK;

@@ -1,6 +1,8 @@
 #!/bin/sh
-# Runs tests/js/sdk_test.mjs (the official OpenAI Node SDK) against a real
-# `inferx serve` on 127.0.0.1. Exit 77 (skip) without node or node_modules.
+# Runs the client-library tests of tests/js -- sdk_test.mjs (the official
+# OpenAI Node SDK), ai_sdk_test.mjs (the Vercel AI SDK), langchain_test.mjs
+# (LangChain JS) -- against one real `inferx serve` on 127.0.0.1, each in
+# turn; fails when any fails. Exit 77 (skip) without node or node_modules.
 # usage: run_sdk_test.sh INFERX_BINARY TESTS_JS_DIR
 set -u
 bin=$1
@@ -9,7 +11,8 @@ if ! command -v node >/dev/null 2>&1; then
     echo "skip: node is not installed"
     exit 77
 fi
-if [ ! -d "$dir/node_modules/openai" ]; then
+if [ ! -d "$dir/node_modules/openai" ] || [ ! -d "$dir/node_modules/ai" ] ||
+   [ ! -d "$dir/node_modules/@langchain/openai" ]; then
     echo "skip: $dir/node_modules is absent (run: npm ci --prefix $dir)"
     exit 77
 fi
@@ -28,8 +31,10 @@ done
 if [ -z "$port" ]; then
     echo "inferx serve did not start:"; cat "$log"; kill $pid 2>/dev/null; rm -f "$log"; exit 1
 fi
-timeout 90 node "$dir/sdk_test.mjs" "http://127.0.0.1:$port/v1" "$key"
-rc=$?
+rc=0
+for t in sdk_test.mjs ai_sdk_test.mjs langchain_test.mjs; do
+    timeout 90 node "$dir/$t" "http://127.0.0.1:$port/v1" "$key" || { echo "FAILED: $t"; rc=1; }
+done
 kill -TERM $pid
 wait $pid
 src=$?
