@@ -36,11 +36,13 @@ int main(void) {
         F(ix_token_event, text), F(ix_token_event, text_len), F(ix_token_event, sample), E();
     S(ix_request_callbacks), F(ix_request_callbacks, on_token), F(ix_request_callbacks, on_finish),
         F(ix_request_callbacks, user), E();
+    S(ix_constraint), F(ix_constraint, kind), F(ix_constraint, text), F(ix_constraint, len), F(ix_constraint, flags),
+        E();
     S(ix_request_params), F(ix_request_params, prompt), F(ix_request_params, n_prompt), F(ix_request_params, sample),
         F(ix_request_params, max_tokens), F(ix_request_params, stop), F(ix_request_params, n_stop),
         F(ix_request_params, stop_token_ids), F(ix_request_params, n_stop_token_ids), F(ix_request_params, ignore_eos),
         F(ix_request_params, priority), F(ix_request_params, deadline_ms), F(ix_request_params, cache_ns),
-        F(ix_request_params, n), F(ix_request_params, cb), E();
+        F(ix_request_params, n), F(ix_request_params, constraint), F(ix_request_params, cb), E();
     S(ix_sched_params), F(ix_sched_params, policy), F(ix_sched_params, preempt), F(ix_sched_params, max_num_seqs),
         F(ix_sched_params, max_num_batched_tokens), E();
     S(ix_engine_params), F(ix_engine_params, sched), F(ix_engine_params, kv_dtype), F(ix_engine_params, kv_mem_bytes),

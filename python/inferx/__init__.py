@@ -14,6 +14,7 @@ loader's search (an installed libinferx.so.0, LD_LIBRARY_PATH), then the
 build/lib folder of the source tree this package sits in.
 """
 import ctypes as C
+import json
 import os
 import queue
 import threading
@@ -251,8 +252,11 @@ class Engine(_Handle):
         """Stops the engine thread; requests in flight finish with 'abort'."""
         library().ix_engine_destroy(h)
 
-    def _request(self, prompt, keep, max_tokens=128, stop=None, n=1, priority=0, ignore_eos=False, **sampling):
+    def _request(self, prompt, keep, max_tokens=128, stop=None, n=1, priority=0, ignore_eos=False, json_schema=None,
+                 json_object=False, grammar=None, **sampling):
         """Fills a request (keep collects the ctypes buffers it points to)."""
+        if sum(x is not None and x is not False for x in (json_schema, grammar, json_object)) > 1:
+            raise TypeError("json_schema, json_object and grammar exclude each other")
         for k in sampling:
             if k not in _SAMPLING:
                 raise TypeError(f"unknown sampling parameter {k!r}")
@@ -264,6 +268,18 @@ class Engine(_Handle):
         r.max_tokens, r.n, r.priority, r.ignore_eos = max_tokens, n, priority, ignore_eos
         for k, v in sampling.items():
             setattr(r.sample, k, v)
+        if json_schema is not None or grammar is not None or json_object:
+            if grammar is not None:
+                kind, text = A.CONSTRAINT_GRAMMAR, grammar.encode()
+            elif json_schema is not None:
+                schema = json_schema if isinstance(json_schema, str) else json.dumps(json_schema)
+                kind, text = A.CONSTRAINT_JSON_SCHEMA, schema.encode()
+            else:
+                kind, text = A.CONSTRAINT_JSON_OBJECT, b""
+            buf = C.create_string_buffer(text, len(text) + 1)
+            keep.append(buf)
+            r.constraint.kind, r.constraint.len = kind, len(text)
+            r.constraint.text = C.cast(buf, C.c_char_p)
         if stop:
             stops = [stop] if isinstance(stop, str) else list(stop)
             sarr = (C.c_char_p * len(stops))(*[s.encode() for s in stops])
@@ -275,7 +291,9 @@ class Engine(_Handle):
         """Runs every prompt (a string or token ids; a list of them) through
         the engine at once (continuous batching) and returns a Completion per
         prompt (one, for a single prompt). Keyword arguments: max_tokens,
-        stop, n, priority, ignore_eos, and the sampling parameters
+        stop, n, priority, ignore_eos; json_schema (a dict or JSON text),
+        json_object=True or grammar (GBNF text, docs/grammar.md) to constrain
+        the output; and the sampling parameters
         temperature, top_k, top_p, min_p, repetition_penalty,
         presence_penalty, frequency_penalty, seed."""
         single = isinstance(prompts, str) or (prompts and isinstance(prompts[0], int))

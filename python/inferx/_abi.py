@@ -107,6 +107,13 @@ class RequestCallbacks(C.Structure):
     _fields_ = [("on_token", ON_TOKEN), ("on_finish", ON_FINISH), ("user", C.c_void_p)]
 
 
+class Constraint(C.Structure):
+    _fields_ = [("kind", C.c_int), ("text", C.c_char_p), ("len", C.c_size_t), ("flags", C.c_uint)]
+
+
+CONSTRAINT_GRAMMAR, CONSTRAINT_JSON_SCHEMA, CONSTRAINT_JSON_OBJECT = 1, 2, 3
+
+
 class RequestParams(C.Structure):
     _fields_ = [
         ("prompt", C.POINTER(token_t)),
@@ -122,6 +129,7 @@ class RequestParams(C.Structure):
         ("deadline_ms", C.c_int64),
         ("cache_ns", C.c_uint64),
         ("n", C.c_int32),
+        ("constraint", Constraint),
         ("cb", RequestCallbacks),
     ]
 
@@ -212,6 +220,7 @@ MIRRORED = {
     "ix_finish_info": FinishInfo,
     "ix_token_event": TokenEvent,
     "ix_request_callbacks": RequestCallbacks,
+    "ix_constraint": Constraint,
     "ix_request_params": RequestParams,
     "ix_sched_params": SchedParams,
     "ix_engine_params": EngineParams,

@@ -96,6 +96,25 @@ class ModelTests(unittest.TestCase):
             with self.assertRaises(inferx.InferxError):
                 e.generate(PROMPT, temperature=-1)
 
+    def test_constrained_outputs(self):
+        schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+                                                   "age": {"type": "integer"}},
+                  "required": ["name", "age"], "additionalProperties": False}
+        with inferx.Engine(self.model, kv_mem_mb=32) as e:
+            for seed in range(3):
+                r = e.generate("Emma was", max_tokens=200, temperature=1.0, seed=seed, json_schema=schema)
+                obj = json.loads(r.text)
+                self.assertEqual(set(obj), {"name", "age"})
+                self.assertIsInstance(obj["age"], int)
+            r = e.generate("Emma was", max_tokens=50, temperature=0.8, seed=1, grammar='root ::= ("yes" | "no") "!"')
+            self.assertIn(r.text, ("yes!", "no!"))
+            r = e.generate("x", max_tokens=300, json_object=True, seed=2)
+            self.assertTrue(r.text.lstrip().startswith("{"), r.text)
+            if r.finish_reasons == ["stop"]:  # else max_tokens cut it
+                self.assertIsInstance(json.loads(r.text), dict)
+            with self.assertRaises(inferx.InferxError):
+                e.generate("x", grammar="root ::= (")
+
     def test_stream_closed_early_cancels(self):
         with inferx.Engine(self.model, kv_mem_mb=32) as e:
             g = e.stream(PROMPT, max_tokens=200, temperature=0)
