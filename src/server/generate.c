@@ -80,7 +80,7 @@ struct ixs_job {
     pthread_mutex_t mu;
     /* What was asked. */
     bool chat, stream, include_usage, want_logprobs;
-    ixs_resp *resp;          /* a /v1/responses job (rendered by responses.c), else NULL */
+    ixs_render rnd;          /* another API's answer (rnd.ctx set: /v1/responses, Ollama), else zero */
     /* Tool calling: answers are parsed for calls (streams hold each choice's
      * text until it ends, then send content or tool_calls deltas). */
     bool tools_on, parallel_calls;
@@ -279,7 +279,7 @@ static void job_free(ixs_job *j) {
     json_decref(j->tools);
     ix_buf_free(&j->out);
     ix_buf_free(&j->scratch);
-    ix__resp_free(j->resp);
+    if (j->rnd.ctx) j->rnd.free(j->rnd.ctx);
     pthread_mutex_destroy(&j->mu);
     ix_free(j);
     atomic_fetch_sub(&s->n_inflight, 1); /* last: shutdown may free s once this reaches 0 */
@@ -589,7 +589,7 @@ static ixs_gen_result gen_result(ixs_job *j) {
     const ix_finish_info *fi = &j->fin[0];
     ixs_gen_result g = {j->text[0].data ? j->text[0].data : "", j->text[0].len, fi->reason,
                         fi->reason == IX_FINISH_ERROR ? fi->message : NULL, j->usage,
-                        j->s->p.cost_per_hour_usd > 0 ? j->cost_usd : -1.0};
+                        j->s->p.cost_per_hour_usd > 0 ? j->cost_usd : -1.0, fi->timings};
     return g;
 }
 
@@ -641,9 +641,9 @@ static enum MHD_Result answer_whole(ixs_job *j, ixs_conn *cc) {
         job_log(j, 500);
         return ix__srv_reply_json(cc, 500, NULL);
     }
-    if (j->resp) {
+    if (j->rnd.ctx) {
         ixs_gen_result g = gen_result(j);
-        json_t *obj = ix__resp_whole(j->resp, &g);
+        json_t *obj = j->rnd.whole(j->rnd.ctx, &g);
         job_log(j, obj ? 200 : 500);
         return ix__srv_reply_json(cc, obj ? 200 : 500, obj);
     }
@@ -746,9 +746,9 @@ static void stream_events(ixs_job *j, const bool newly[IXS_MAX_PROMPTS]) {
         const ixs_event *e = &t->ev[i];
         if (e->choice < 0 || e->choice >= j->n || (!e->len && !e->has_sample)) continue;
         int gi = e->sub * j->n + e->choice;
-        if (j->resp) {
+        if (j->rnd.ctx) {
             if (ix_buf_append(&j->text[gi], t->text.data + e->off, e->len) != IX_OK ||
-                (e->len && !ix__resp_stream_delta(j->resp, &j->out, t->text.data + e->off, e->len)))
+                (e->len && !j->rnd.delta(j->rnd.ctx, &j->out, t->text.data + e->off, e->len)))
                 j->oom = true;
             continue;
         }
@@ -775,7 +775,7 @@ static void stream_events(ixs_job *j, const bool newly[IXS_MAX_PROMPTS]) {
     }
     t->n = 0;
     ix_buf_clear(&t->text);
-    for (int s = 0; s < j->n_sub && !j->resp; s++) {
+    for (int s = 0; s < j->n_sub && !j->rnd.ctx; s++) {
         if (!newly[s]) continue;
         const ix_finish_info *fi = &j->fin[s];
         for (int c = 0; c < j->n; c++) {
@@ -813,8 +813,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (atomic_load(&j->disconnected)) return MHD_CONTENT_READER_END_WITH_ERROR;
         if (j->phase == 0) {
             j->phase = 1;
-            if (j->resp && !ix__resp_stream_begin(j->resp, &j->out)) return MHD_CONTENT_READER_END_WITH_ERROR;
-            if (j->chat && !j->resp)
+            if (j->rnd.ctx && !j->rnd.begin(j->rnd.ctx, &j->out)) return MHD_CONTENT_READER_END_WITH_ERROR;
+            if (j->chat && !j->rnd.ctx)
                 for (int gi = 0; gi < j->n_choices; gi++) {
                     json_t *ch, *root = chunk_choice(j, &ch, gi);
                     if (root) json_object_set_new(json_object_get(ch, "delta"), "role", json_string("assistant"));
@@ -829,9 +829,9 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (all) {
             job_finalize(j);
             job_log(j, 200);
-            if (j->resp) { /* the Responses API ends with its last event, no [DONE] */
+            if (j->rnd.ctx) { /* the renderer's own end (the Responses API has no [DONE]) */
                 ixs_gen_result g = gen_result(j);
-                if (!ix__resp_stream_end(j->resp, &j->out, &g)) return MHD_CONTENT_READER_END_WITH_ERROR;
+                if (!j->rnd.end(j->rnd.ctx, &j->out, &g)) return MHD_CONTENT_READER_END_WITH_ERROR;
                 j->phase = 2;
                 continue;
             }
@@ -1164,21 +1164,21 @@ enum MHD_Result ix__srv_generate_again(ixs_conn *cc) {
     return ret;
 }
 
-static enum MHD_Result generate(ixs_conn *cc, bool chat, json_t *req, ixs_resp *rsp) {
+static enum MHD_Result generate(ixs_conn *cc, bool chat, json_t *req, const ixs_render *rnd) {
     ix_server *s = cc->s;
     struct MHD_Connection *c = cc->c;
     const char *ep = cc->ep;
     ixs_err e;
     ixs_job *j = job_new(cc);
     if (!j) {
-        ix__resp_free(rsp);
+        if (rnd) rnd->free(rnd->ctx);
         return ix__srv_reply_json(cc, 500, NULL);
     }
     j->chat = chat;
-    j->resp = rsp;
+    if (rnd) j->rnd = *rnd;
     j->created = (int64_t)time(NULL);
-    if (rsp)
-        snprintf(j->id, sizeof j->id, "%s", ix__resp_id(rsp));
+    if (rnd)
+        snprintf(j->id, sizeof j->id, "%s", rnd->id);
     else
         ix__srv_new_id(s, chat ? "chatcmpl-" : "cmpl-", j->id, sizeof j->id);
     parsed p;
@@ -1250,7 +1250,7 @@ static enum MHD_Result generate(ixs_conn *cc, bool chat, json_t *req, ixs_resp *
         ix__srv_job_release(j);
         return MHD_NO;
     }
-    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    MHD_add_response_header(resp, "Content-Type", rnd ? rnd->stream_ctype : "text/event-stream");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     ix__srv_cors_headers(cc, resp);
     enum MHD_Result ret = MHD_queue_response(c, 200, resp);
@@ -1261,12 +1261,12 @@ fail:
     parsed_free(&p);
     j->failed = true;
     ix__srv_job_release(j); /* cancels what was submitted */
-    if (rsp) ix__resp_map_param(&e);
+    if (rnd && rnd->map_param) rnd->map_param(&e);
     return ix__srv_reply_err(cc, &e);
 }
 
 enum MHD_Result ix__srv_generate(ixs_conn *cc, bool chat, json_t *req) { return generate(cc, chat, req, NULL); }
 
-enum MHD_Result ix__srv_generate_resp(ixs_conn *cc, json_t *chat_req, ixs_resp *resp) {
-    return generate(cc, true, chat_req, resp);
+enum MHD_Result ix__srv_generate_as(ixs_conn *cc, bool chat, json_t *req, const ixs_render *r) {
+    return generate(cc, chat, req, r);
 }

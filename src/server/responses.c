@@ -345,6 +345,13 @@ static int to_chat(json_t *req, json_t *chat, ixs_resp *r, ixs_err *e) {
     return 0;
 }
 
+/* The renderer's callbacks (ixs_render) over the functions below. */
+static json_t *resp_whole(void *r, const ixs_gen_result *g) { return ix__resp_whole(r, g); }
+static bool resp_begin(void *r, ix_buf *out) { return ix__resp_stream_begin(r, out); }
+static bool resp_delta(void *r, ix_buf *out, const char *t, size_t n) { return ix__resp_stream_delta(r, out, t, n); }
+static bool resp_end(void *r, ix_buf *out, const ixs_gen_result *g) { return ix__resp_stream_end(r, out, g); }
+static void resp_free(void *r) { ix__resp_free(r); }
+
 enum MHD_Result ix__srv_responses(ixs_conn *cc, json_t *req) {
     ix_server *s = cc->s;
     ixs_err e;
@@ -365,7 +372,9 @@ enum MHD_Result ix__srv_responses(ixs_conn *cc, json_t *req) {
         json_decref(chat);
         return ix__srv_reply_err(cc, &e);
     }
-    enum MHD_Result ret = ix__srv_generate_resp(cc, chat, r);
+    const ixs_render rnd = {r, r->id, "text/event-stream", resp_whole, resp_begin, resp_delta, resp_end,
+                            ix__resp_map_param, resp_free};
+    enum MHD_Result ret = ix__srv_generate_as(cc, true, chat, &rnd);
     json_decref(chat);
     return ret;
 }

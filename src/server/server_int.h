@@ -314,18 +314,8 @@ enum MHD_Result ix__srv_web_page(ixs_conn *cc);
 enum MHD_Result ix__srv_generate(ixs_conn *cc, bool chat, json_t *req);
 enum MHD_Result ix__srv_generate_again(ixs_conn *cc);
 void ix__srv_job_release(ixs_job *j);
-/* POST /v1/responses: the request becomes a chat job (generate.c) whose
- * answer, whole or streamed, responses.c renders as a Response object and
- * its events. */
-typedef struct ixs_resp ixs_resp;
-enum MHD_Result ix__srv_responses(ixs_conn *cc, json_t *req);
-/* A chat job answered as /v1/responses (resp owned by the job from here,
- * also on failure). */
-enum MHD_Result ix__srv_generate_resp(ixs_conn *cc, json_t *chat_req, ixs_resp *resp);
-void ix__resp_free(ixs_resp *r);
-const char *ix__resp_id(const ixs_resp *r); /* "resp_<hex>" */
 /* What the job produced for the renderers: choice 0's text so far, how it
- * finished, and the job's usage. */
+ * finished, and the job's usage and timings. */
 typedef struct ixs_gen_result {
     const char *text;
     size_t len;
@@ -333,7 +323,33 @@ typedef struct ixs_gen_result {
     const char *error;  /* the engine's message when reason is IX_FINISH_ERROR */
     ix_usage usage;
     double cost_usd;    /* < 0: not reported */
+    ix_timings timings; /* of the first prompt */
 } ixs_gen_result;
+
+/* Another API's answer over a generation job (/v1/responses, Ollama's
+ * /api/chat and /api/generate): the request is translated into a chat or
+ * completions request and runs as any job (same validation, engine requests,
+ * cancellation, metrics); only the answer is rendered by these callbacks --
+ * the whole object, or a stream (begin, one delta per text piece of choice
+ * 0, end) appended to out. Such a job has one prompt and one choice. */
+typedef struct ixs_render {
+    void *ctx;                /* the renderer's state; the job owns it (free) from generate_as on */
+    const char *id;           /* the job's id; points into ctx */
+    const char *stream_ctype; /* Content-Type of a streamed answer */
+    json_t *(*whole)(void *ctx, const ixs_gen_result *g); /* NULL when out of memory */
+    bool (*begin)(void *ctx, ix_buf *out);                /* false when out of memory */
+    bool (*delta)(void *ctx, ix_buf *out, const char *text, size_t len);
+    bool (*end)(void *ctx, ix_buf *out, const ixs_gen_result *g);
+    void (*map_param)(ixs_err *e); /* renames a chat field in an error to this API's; may be NULL */
+    void (*free)(void *ctx);
+} ixs_render;
+enum MHD_Result ix__srv_generate_as(ixs_conn *cc, bool chat, json_t *req, const ixs_render *r);
+
+/* POST /v1/responses (responses.c). */
+typedef struct ixs_resp ixs_resp;
+enum MHD_Result ix__srv_responses(ixs_conn *cc, json_t *req);
+void ix__resp_free(ixs_resp *r);
+const char *ix__resp_id(const ixs_resp *r); /* "resp_<hex>" */
 /* The whole Response object (non-streaming). NULL when out of memory. */
 json_t *ix__resp_whole(ixs_resp *r, const ixs_gen_result *g);
 /* Streaming: the events before the first token, one per text delta, and
