@@ -193,6 +193,11 @@ enum MHD_Result ix__srv_reply_err(ixs_conn *cc, const ixs_err *e) {
         return ix__srv_reply_json(cc, 500, NULL);
     }
     const char *type = e->type ? e->type : "server_error";
+    if (cc->ollama) { /* Ollama's shape: the message alone, the parameter named in it */
+        json_decref(err);
+        json_object_set_new(root, "error", ix__json_text(e->msg, strlen(e->msg)));
+        return reply_json(cc, e->http, root, e->code ? e->code : type);
+    }
     json_object_set_new(err, "message", ix__json_text(e->msg, strlen(e->msg)));
     json_object_set_new(err, "type", json_string(type));
     json_object_set_new(err, "param", e->param[0] ? json_string(e->param) : json_null());
@@ -341,7 +346,7 @@ static enum MHD_Result do_metrics(ixs_conn *cc) {
 
 typedef enum route_id {
     R_HEALTH, R_READY, R_METRICS, R_MODELS, R_MODEL_ONE, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT,
-    R_EMBEDDINGS, R_RESPONSES, R_WEB,
+    R_EMBEDDINGS, R_RESPONSES, R_WEB, R_OLLAMA,
 } route_id;
 
 static const struct route {
@@ -350,19 +355,26 @@ static const struct route {
     route_id id;
     bool auth; /* needs the API key when one is set */
     bool json; /* takes a JSON body */
+    int sub;   /* R_OLLAMA: which (ixs_ollama_ep) */
 } k_routes[] = {
-    {"/health", "GET", R_HEALTH, false, false},
-    {"/ready", "GET", R_READY, false, false},
-    {"/metrics", "GET", R_METRICS, false, false},
-    {"/v1/models", "GET", R_MODELS, true, false},
-    {"/tokenize", "POST", R_TOKENIZE, true, true},
-    {"/detokenize", "POST", R_DETOKENIZE, true, true},
-    {"/v1/completions", "POST", R_COMPLETIONS, true, true},
-    {"/v1/chat/completions", "POST", R_CHAT, true, true},
-    {"/v1/models/", "GET", R_MODEL_ONE, true, false},
-    {"/v1/embeddings", "POST", R_EMBEDDINGS, true, true},
-    {"/v1/responses", "POST", R_RESPONSES, true, true},
-    {"/", "GET", R_WEB, false, false},
+    {"/health", "GET", R_HEALTH, false, false, 0},
+    {"/ready", "GET", R_READY, false, false, 0},
+    {"/metrics", "GET", R_METRICS, false, false, 0},
+    {"/v1/models", "GET", R_MODELS, true, false, 0},
+    {"/tokenize", "POST", R_TOKENIZE, true, true, 0},
+    {"/detokenize", "POST", R_DETOKENIZE, true, true, 0},
+    {"/v1/completions", "POST", R_COMPLETIONS, true, true, 0},
+    {"/v1/chat/completions", "POST", R_CHAT, true, true, 0},
+    {"/v1/models/", "GET", R_MODEL_ONE, true, false, 0},
+    {"/v1/embeddings", "POST", R_EMBEDDINGS, true, true, 0},
+    {"/v1/responses", "POST", R_RESPONSES, true, true, 0},
+    {"/", "GET", R_WEB, false, false, 0},
+    {"/api/version", "GET", R_OLLAMA, true, false, IXS_OLLAMA_VERSION},
+    {"/api/tags", "GET", R_OLLAMA, true, false, IXS_OLLAMA_TAGS},
+    {"/api/ps", "GET", R_OLLAMA, true, false, IXS_OLLAMA_PS},
+    {"/api/show", "POST", R_OLLAMA, true, true, IXS_OLLAMA_SHOW},
+    {"/api/chat", "POST", R_OLLAMA, true, true, IXS_OLLAMA_CHAT},
+    {"/api/generate", "POST", R_OLLAMA, true, true, IXS_OLLAMA_GENERATE},
 };
 
 /* Whether url names route rt: equal to its path, or for a path ending in
@@ -428,6 +440,7 @@ static enum MHD_Result dispatch(ixs_conn *cc) {
         return reply_errf(cc, 404, "invalid_request_error", "not_found", NULL, msg);
     }
     cc->ep = rt->path;
+    cc->ollama = rt->id == R_OLLAMA;
     if (rt->auth && s->n_api_keys && (cc->key = auth_key(s, cc->c)) < 0)
         return reply_errf(cc, 401, "invalid_request_error", "invalid_api_key", NULL,
                           "Incorrect or missing API key: send 'Authorization: Bearer <key>'.");
@@ -447,6 +460,9 @@ static enum MHD_Result dispatch(ixs_conn *cc) {
         return do_metrics(cc);
     case R_WEB:
         return ix__srv_web_page(cc);
+    case R_OLLAMA:
+        if (!rt->json) return ix__srv_ollama(cc, (ixs_ollama_ep)rt->sub, NULL);
+        break;
     case R_MODELS:
         return do_models(cc);
     case R_MODEL_ONE:
@@ -473,7 +489,9 @@ static enum MHD_Result dispatch(ixs_conn *cc) {
     }
     ixs_err e;
     enum MHD_Result r;
-    if (check_model(s, req, &e))
+    if (rt->id == R_OLLAMA) /* names the model its own way */
+        r = ix__srv_ollama(cc, (ixs_ollama_ep)rt->sub, req);
+    else if (check_model(s, req, &e))
         r = ix__srv_reply_err(cc, &e);
     else if (rt->id == R_TOKENIZE)
         r = do_tokenize(cc, req);

@@ -10,6 +10,7 @@
  *   embed.c    /v1/embeddings (a model context of its own, under a mutex)
  *   responses.c /v1/responses (OpenAI's Responses API over the chat job)
  *   metrics.c  counters, histograms, Prometheus text, cost accounting
+ *   ollama.c   Ollama's /api/... (tags, show, ps, version, chat, generate)
  *   web.c      the chat page at / (web/chat.html, compiled in), CORS headers
  *              and preflights */
 #ifndef IX_SERVER_INT_H
@@ -277,6 +278,7 @@ typedef struct ixs_conn {
     bool too_big;
     bool started;
     ixs_job *job; /* a non-streaming generation waiting for its finish (a reference) */
+    bool ollama;  /* an /api/... route: errors are Ollama's {"error": "..."} */
 } ixs_conn;
 
 /* Replies: status + JSON body. Each counts in the metrics and writes the
@@ -344,6 +346,14 @@ typedef struct ixs_render {
     void (*free)(void *ctx);
 } ixs_render;
 enum MHD_Result ix__srv_generate_as(ixs_conn *cc, bool chat, json_t *req, const ixs_render *r);
+
+/* Ollama's API (ollama.c); req is NULL for the GET routes. */
+typedef enum ixs_ollama_ep {
+    IXS_OLLAMA_VERSION, IXS_OLLAMA_TAGS, IXS_OLLAMA_PS, IXS_OLLAMA_SHOW, IXS_OLLAMA_CHAT, IXS_OLLAMA_GENERATE,
+} ixs_ollama_ep;
+/* The Ollama version /api/version reports: the API level implemented. */
+#define IX_OLLAMA_VERSION "0.6.0"
+enum MHD_Result ix__srv_ollama(ixs_conn *cc, ixs_ollama_ep ep, json_t *req);
 
 /* POST /v1/responses (responses.c). */
 typedef struct ixs_resp ixs_resp;

@@ -32,7 +32,7 @@ if [ -z "$port" ]; then
     echo "inferx serve did not start:"; cat "$log"; kill $pid 2>/dev/null; rm -f "$log"; exit 1
 fi
 rc=0
-for t in sdk_test.mjs ai_sdk_test.mjs langchain_test.mjs; do
+for t in sdk_test.mjs ai_sdk_test.mjs langchain_test.mjs ollama_test.mjs; do
     timeout 90 node "$dir/$t" "http://127.0.0.1:$port/v1" "$key" || { echo "FAILED: $t"; rc=1; }
 done
 kill -TERM $pid
