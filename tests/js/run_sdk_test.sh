@@ -1,7 +1,7 @@
 #!/bin/sh
 # Runs the client-library tests of tests/js -- sdk_test.mjs (the official
 # OpenAI Node SDK), ai_sdk_test.mjs (the Vercel AI SDK), langchain_test.mjs
-# (LangChain JS) -- against one real `inferx serve` on 127.0.0.1, each in
+# (LangChain JS), ollama_test.mjs (the ollama library, /api/...) -- against one real `inferx serve` on 127.0.0.1, each in
 # turn; fails when any fails. Exit 77 (skip) without node or node_modules.
 # usage: run_sdk_test.sh INFERX_BINARY TESTS_JS_DIR
 set -u
