@@ -701,7 +701,8 @@ static int check_exposition(const char *text, const char *want_model) {
             }
             q++;
         }
-        if (!model_ok) fail_msg("sample without model_name=\"%s\": %s", want_model, line);
+        /* the process_* families are unlabelled, as client libraries write them */
+        if (!model_ok && strncmp(name, "process_", 8)) fail_msg("sample without model_name=\"%s\": %s", want_model, line);
         if (*q++ != ' ') fail_msg("no value in: %s", line);
         char *end;
         double v = strtod(q, &end);
@@ -735,7 +736,9 @@ static void test_metrics(void **state) {
                            "inferx:prefix_cache_hits_total", "inferx:prompt_tokens_total",
                            "inferx:generation_tokens_total", "inferx:time_to_first_token_seconds_count",
                            "inferx:inter_token_latency_seconds_count", "inferx:e2e_request_latency_seconds_count",
-                           "inferx:request_queue_time_seconds_count",
+                           "inferx:request_queue_time_seconds_count", "inferx:request_prompt_tokens_count",
+                           "inferx:request_generation_tokens_count", "inferx:request_params_max_tokens_count",
+                           "inferx:request_prefill_time_seconds_count", "inferx:request_decode_time_seconds_count",
                            /* and inferx's own */
                            "inferx:num_requests_swapped", "inferx:prompt_tokens_cached_total",
                            "inferx:kv_cache_num_blocks", "inferx:kv_cache_blocks_used",
@@ -758,6 +761,22 @@ static void test_metrics(void **state) {
     assert_true(metric(r.body, "inferx:request_success_total", "finished_reason=\"stop\"", &v));
     assert_true(metric(r.body, "inferx:num_preemptions_total", "mode=\"recompute\"", &v));
     assert_true(metric(r.body, "inferx:num_preemptions_total", "mode=\"swap\"", &v));
+    assert_true(metric(r.body, "inferx:request_generation_tokens_count", NULL, &v) && v > 0);
+    assert_true(metric(r.body, "inferx:request_params_max_tokens_count", NULL, &v) && v > 0);
+    assert_true(metric(r.body, "inferx:request_prompt_tokens_bucket", "le=\"1\"", &v));
+    assert_true(metric(r.body, "inferx:request_prefill_time_seconds_bucket", "le=\"7680\"", &v));
+    const char *cc = strstr(r.body, "\ninferx:cache_config_info{model_name=\"tiny\",block_size=\"16\",cache_dtype=");
+    assert_non_null(cc);
+    assert_non_null(strstr(cc, "enable_prefix_caching=\"True\""));
+    assert_true(strstr(cc, "} 1\n") < strchr(cc + 1, '\n') + 1);
+    for (const char *const *pn = (const char *const[]){"process_cpu_seconds_total", "process_start_time_seconds",
+                                                       "process_open_fds", "process_max_fds",
+                                                       "process_resident_memory_bytes",
+                                                       "process_virtual_memory_bytes", NULL};
+         *pn; pn++) {
+        if (!metric_value(r.body, *pn, &v)) fail_msg("metric %s missing", *pn);
+        assert_true(v > 0);
+    }
     assert_true(metric(r.body, "inferx:http_requests_total", "endpoint=\"/v1/completions\",status=\"200\"", &v));
     assert_true(metric(r.body, "inferx:http_requests_total", "endpoint=\"/v1/completions\",status=\"400\"", &v));
     assert_true(metric(r.body, "inferx:time_to_first_token_seconds_bucket", "le=\"+Inf\"", &v) && v > 0);

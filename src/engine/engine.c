@@ -134,6 +134,13 @@ ix_engine_params ix_engine_default_params(void) {
 
 const ix_model *ix_engine_model(const ix_engine *e) { return e->m; }
 
+ix_engine_params ix_engine_get_params(const ix_engine *e) {
+    ix_engine_params p = e->p;
+    if (p.kv_block_size <= 0) p.kv_block_size = 16;
+    p.n_ctx = e->n_ctx;
+    return p;
+}
+
 ix_pool *ix_engine_pool(ix_engine *e) { return ix_model_ctx_pool(e->ctx); }
 
 /* ---- constraints -------------------------------------------------------------- */

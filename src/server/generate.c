@@ -1231,6 +1231,7 @@ static enum MHD_Result generate(ixs_conn *cc, bool chat, json_t *req, const ixs_
             goto fail;
         }
     }
+    ix__metrics_params(&s->metrics, p.r.max_tokens > 0 ? p.r.max_tokens : s->n_ctx - (int64_t)p.prompts[0].n);
     parsed_free(&p);
     /* Visible to the watcher from now on. */
     pthread_mutex_lock(&s->jobs_mu);

@@ -7,9 +7,13 @@
  * ...) so that dashboards built for it translate by swapping the prefix;
  * every sample carries model_name. Numbers vLLM has no name for keep the
  * same prefix and label (docs/server.md lists them all). */
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "server/server_int.h"
 
@@ -17,6 +21,10 @@ static const double k_latency_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.0
                                           0.5,   1,      2.5,   5,    10,    30,   60,  120};
 static const double k_itl_bounds[] = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.04, 0.06,
                                       0.08,   0.1,   0.15,  0.2,   0.3,  0.5,  1,    2.5};
+
+/* vLLM's buckets of request_prefill_time_seconds / request_decode_time_seconds. */
+static const double k_request_bounds[] = {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
+                                          30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 
 static void hist_init(ixs_hist *h, const double *bounds, int n) {
     memset(h, 0, sizeof *h);
@@ -32,9 +40,23 @@ static void hist_observe(ixs_hist *h, double v) {
     h->count++;
 }
 
-void ix__metrics_init(ixs_metrics *m) {
+void ix__metrics_init(ixs_metrics *m, int32_t n_ctx) {
     memset(m, 0, sizeof *m);
     pthread_mutex_init(&m->mu, NULL);
+    /* 1, 2, 5, 10, 20, 50, ... up to the context (vLLM's build_1_2_5_buckets) */
+    int nt = 0;
+    for (double dec = 1; nt < IXS_HIST_BUCKETS; dec *= 10) {
+        const double steps[3] = {1, 2, 5};
+        int k = 0;
+        for (; k < 3 && nt < IXS_HIST_BUCKETS && steps[k] * dec <= (n_ctx > 0 ? n_ctx : 1); k++)
+            m->tok_bounds[nt++] = steps[k] * dec;
+        if (k < 3) break;
+    }
+    hist_init(&m->req_prompt, m->tok_bounds, nt);
+    hist_init(&m->req_gen, m->tok_bounds, nt);
+    hist_init(&m->req_max_tokens, m->tok_bounds, nt);
+    hist_init(&m->req_prefill, k_request_bounds, (int)IX_ARRAY_LEN(k_request_bounds));
+    hist_init(&m->req_decode, k_request_bounds, (int)IX_ARRAY_LEN(k_request_bounds));
     hist_init(&m->ttft, k_latency_bounds, (int)IX_ARRAY_LEN(k_latency_bounds));
     hist_init(&m->e2e, k_latency_bounds, (int)IX_ARRAY_LEN(k_latency_bounds));
     hist_init(&m->queue, k_latency_bounds, (int)IX_ARRAY_LEN(k_latency_bounds));
@@ -69,7 +91,20 @@ void ix__metrics_finish(ixs_metrics *m, const ix_finish_info *fi) {
         hist_observe(&m->ttft, fi->timings.first_token_ms / 1e3);
     hist_observe(&m->e2e, fi->timings.total_ms / 1e3);
     hist_observe(&m->queue, fi->timings.queue_ms / 1e3);
+    if (fi->reason != IX_FINISH_DEADLINE && fi->reason != IX_FINISH_ERROR) {
+        hist_observe(&m->req_prompt, fi->usage.prompt_tokens);
+        hist_observe(&m->req_gen, fi->usage.completion_tokens);
+        hist_observe(&m->req_prefill, fi->timings.prefill_ms / 1e3);
+        if (fi->timings.first_token_ms > 0)
+            hist_observe(&m->req_decode, (fi->timings.total_ms - fi->timings.first_token_ms) / 1e3);
+    }
     if ((unsigned)fi->reason < IX_ARRAY_LEN(m->finished)) m->finished[fi->reason]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void ix__metrics_params(ixs_metrics *m, int64_t max_tokens) {
+    pthread_mutex_lock(&m->mu);
+    hist_observe(&m->req_max_tokens, (double)max_tokens);
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -183,6 +218,64 @@ static void hist(prom *p, const char *name, const char *help, const ixs_hist *h)
     sample(p, series, NULL, NULL, (double)h->count);
 }
 
+/* The standard process_* metrics (Prometheus client libraries' names),
+ * unlabelled like theirs. */
+static void process_plain(prom *p, const char *name, const char *type, const char *help, double v) {
+    family(p, name, type, help);
+    outs(p, name);
+    outs(p, " ");
+    out_value(p, v);
+    outs(p, "\n");
+}
+
+static void process_metrics(prom *p) {
+    process_plain(p, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
+                  (double)ix_process_resident_bytes());
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0)
+        process_plain(p, "process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.",
+                      (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec +
+                          ((double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_usec) / 1e6);
+    FILE *f = fopen("/proc/self/stat", "r");
+    if (f) {
+        /* fields after the command's closing parenthesis: 22 starttime (ticks), 23 vsize */
+        char buf[1024];
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        const char *q = strrchr(buf, ')');
+        unsigned long long start = 0, vsize = 0;
+        int field = 2;
+        for (; q && *q && field < 23; q++) {
+            if (*q != ' ') continue;
+            field++;
+            if (field == 22) start = strtoull(q + 1, NULL, 10);
+            if (field == 23) vsize = strtoull(q + 1, NULL, 10);
+        }
+        FILE *u = fopen("/proc/stat", "r");
+        unsigned long long btime = 0;
+        char line[256];
+        while (u && fgets(line, sizeof line, u))
+            if (!strncmp(line, "btime ", 6)) btime = strtoull(line + 6, NULL, 10);
+        if (u) fclose(u);
+        long hz = sysconf(_SC_CLK_TCK);
+        if (btime && hz > 0)
+            process_plain(p, "process_start_time_seconds", "gauge",
+                          "Start time of the process since unix epoch in seconds.", (double)btime + (double)start / (double)hz);
+        if (vsize) process_plain(p, "process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.", (double)vsize);
+    }
+    DIR *d = opendir("/proc/self/fd");
+    if (d) {
+        int nfd = -1; /* the directory's own descriptor */
+        for (struct dirent *e; (e = readdir(d));) nfd += e->d_name[0] != '.';
+        closedir(d);
+        process_plain(p, "process_open_fds", "gauge", "Number of open file descriptors.", nfd);
+    }
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        process_plain(p, "process_max_fds", "gauge", "Maximum number of open file descriptors.", (double)rl.rlim_cur);
+}
+
 ix_status ix__metrics_render(ix_server *s, ix_buf *b) {
     ix_engine_stats st;
     ix_engine_get_stats(s->engine, &st);
@@ -225,6 +318,31 @@ ix_status ix__metrics_render(ix_server *s, ix_buf *b) {
     hist(&p, "inferx:inter_token_latency_seconds", "Time between consecutive tokens of one choice.", &c.itl);
     hist(&p, "inferx:e2e_request_latency_seconds", "Submit to finish.", &c.e2e);
     hist(&p, "inferx:request_queue_time_seconds", "Submit to first scheduled.", &c.queue);
+    hist(&p, "inferx:request_prompt_tokens", "Prompt tokens of each finished request.", &c.req_prompt);
+    hist(&p, "inferx:request_generation_tokens", "Generated tokens of each finished request (all its choices).",
+         &c.req_gen);
+    hist(&p, "inferx:request_params_max_tokens", "max_tokens of each accepted request (the context left when it "
+         "set none).", &c.req_max_tokens);
+    hist(&p, "inferx:request_prefill_time_seconds", "First scheduled to prompt computed.", &c.req_prefill);
+    hist(&p, "inferx:request_decode_time_seconds", "First token to finish.", &c.req_decode);
+    {
+        ix_engine_params ep = ix_engine_get_params(s->engine);
+        char bs[16], nb[32], ns[32], gib[32];
+        snprintf(bs, sizeof bs, "%d", (int)ep.kv_block_size);
+        snprintf(nb, sizeof nb, "%lld", (long long)kv->n_blocks_total);
+        snprintf(ns, sizeof ns, "%lld", (long long)kv->n_swap_blocks_total);
+        snprintf(gib, sizeof gib, "%.6g", (double)kv->swap_bytes / (1024.0 * 1024.0 * 1024.0));
+        family(&p, "inferx:cache_config_info", "gauge", "The KV cache's configuration, in labels (value 1).");
+        outs(&p, "inferx:cache_config_info{");
+        out(&p, p.model, p.model_len);
+        out_label(&p, "block_size", bs);
+        out_label(&p, "cache_dtype", ix_kv_dtype_name(ep.kv_dtype));
+        out_label(&p, "enable_prefix_caching", ep.enable_prefix_cache ? "True" : "False");
+        out_label(&p, "num_gpu_blocks", nb); /* vLLM's name for the pool's blocks */
+        out_label(&p, "num_cpu_blocks", ns);
+        out_label(&p, "swap_space", gib);
+        outs(&p, "} 1\n");
+    }
 
     /* inferx's own. */
     family(&p, "inferx:http_requests_total", "counter", "HTTP requests answered, by endpoint and status code.");
@@ -270,8 +388,7 @@ ix_status ix__metrics_render(ix_server *s, ix_buf *b) {
     one(&p, "inferx:model_weight_bytes", "gauge",
         "Bytes of model weights held in memory (packed copies and tensors read from the file).",
         (double)ix_model_weight_bytes(s->model));
-    one(&p, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
-        (double)ix_process_resident_bytes());
+    process_metrics(&p);
     ix_buf_free(&label);
     return p.bad ? IX_ERR_NOMEM : IX_OK;
 }

@@ -634,7 +634,7 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
     atomic_init(&s->watch_stop, false);
     pthread_mutex_init(&s->jobs_mu, NULL);
     s->listen_fd = MHD_INVALID_SOCKET;
-    ix__metrics_init(&s->metrics);
+    ix__metrics_init(&s->metrics, s->n_ctx);
     if (!s->model_name) {
         ix_server_destroy(s);
         return ix_errf(err, IX_ERR_NOMEM, "out of memory");

@@ -41,7 +41,7 @@ int ix__srv_errf(ixs_err *e, int http, const char *type, const char *param, cons
 #define IXS_BAD(e, param, ...) ix__srv_errf((e), 400, "invalid_request_error", (param), __VA_ARGS__)
 
 /* ---- metrics ---------------------------------------------------------- */
-#define IXS_HIST_BUCKETS 16
+#define IXS_HIST_BUCKETS 24
 typedef struct ixs_hist {
     const double *bounds; /* (n) upper bounds in seconds */
     int n;
@@ -60,13 +60,20 @@ typedef struct ixs_metrics {
     } rows[IXS_MAX_STATUS_ROWS];
     int n_rows;
     ixs_hist ttft, itl, e2e, queue;
+    /* vLLM's per-request histograms: token counts (1-2-5 buckets up to the
+     * context, tok_bounds), prefill and decode times (vLLM's latency buckets) */
+    double tok_bounds[IXS_HIST_BUCKETS];
+    ixs_hist req_prompt, req_gen, req_max_tokens, req_prefill, req_decode;
     uint64_t finished[6]; /* by ix_finish_reason */
     uint64_t cancelled_disconnect;
     uint64_t cancelled_shutdown;
     double cost_usd;
 } ixs_metrics;
 
-void ix__metrics_init(ixs_metrics *m);
+/* n_ctx: the context length (the token histograms' last bucket). */
+void ix__metrics_init(ixs_metrics *m, int32_t n_ctx);
+/* An accepted request's max_tokens (the context left when it set none). */
+void ix__metrics_params(ixs_metrics *m, int64_t max_tokens);
 void ix__metrics_free(ixs_metrics *m);
 void ix__metrics_http(ixs_metrics *m, const char *endpoint, int status);
 void ix__metrics_itl(ixs_metrics *m, double seconds);
