@@ -809,6 +809,52 @@ static void test_metrics_label_escaping(void **state) {
     assert_non_null(strstr(err.msg, "UTF-8"));
 }
 
+/* A server created before its engine: the port is open at once, /health
+ * answers, /ready and the API say 503 with the load progress; attached, it
+ * serves. --host takes a name. */
+static void test_loading_then_attach(void **state) {
+    (void)state;
+    ix_server *s;
+    ix_server_params sp = ix_server_default_params();
+    sp.port = 0;
+    sp.host = "localhost";
+    sp.model_name = "tiny";
+    ix_errbuf err = {{0}};
+    assert_int_equal(ix_server_create(&s, NULL, &sp, &err), IX_OK);
+    uint16_t port = ix_server_port(s);
+    resp r;
+    assert_int_equal(http(port, "GET", "/health", NULL, NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    ix_server_set_load_progress(s, 0.25);
+    assert_int_equal(http(port, "GET", "/ready", NULL, NULL, &r), 0);
+    assert_int_equal(r.status, 503);
+    assert_non_null(strstr(r.body, "\"loading\""));
+    assert_non_null(strstr(r.body, "\"progress\":0.25"));
+    resp_free(&r);
+    assert_int_equal(http(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"a\"}", &r), 0);
+    assert_int_equal(r.status, 503);
+    assert_non_null(strstr(r.body, "loading (25%)"));
+    resp_free(&r);
+    assert_int_equal(http(port, "GET", "/api/tags", NULL, NULL, &r), 0); /* Ollama's error shape */
+    assert_int_equal(r.status, 503);
+    assert_non_null(strstr(r.body, "{\"error\":\"the model is loading"));
+    resp_free(&r);
+    assert_int_equal(ix_server_attach(s, g_engine, &err), IX_OK);
+    assert_int_equal(http(port, "GET", "/ready", NULL, NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    assert_int_equal(http(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"Emma\",\"max_tokens\":3}", &r), 0);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "\"completion_tokens\":3"));
+    resp_free(&r);
+    assert_int_equal(ix_server_attach(s, g_engine, &err), IX_ERR_STATE);
+    ix_server_destroy(s);
+    sp.host = "no-such-host.invalid";
+    assert_int_equal(ix_server_create(&s, g_engine, &sp, &err), IX_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "no-such-host.invalid"));
+}
+
 static double metrics_get(uint16_t port, const char *name, const char *extra) {
     resp r;
     assert_int_equal(http(port, "GET", "/metrics", NULL, NULL, &r), 0);
@@ -2025,6 +2071,7 @@ int main(void) {
         cmocka_unit_test(test_tokenize_detokenize),
         cmocka_unit_test(test_metrics),
         cmocka_unit_test(test_metrics_label_escaping),
+        cmocka_unit_test(test_loading_then_attach),
         cmocka_unit_test(test_disconnect_cancels),
         cmocka_unit_test(test_access_log),
         cmocka_unit_test(test_api_key_tenants),

@@ -75,6 +75,17 @@ ix_server_params ix_server_default_params(void);
 
 typedef struct ix_server ix_server;
 
+/* Loading in the open: ix_server_create with a NULL engine binds and serves
+ * at once -- /health 200, /ready 503 {"status": "loading", "progress"},
+ * everything else 503 -- while the caller loads the model (reporting
+ * ix_server_set_load_progress), then ix_server_attach gives it the engine
+ * and requests are served. An orchestrator sees a live process with a
+ * readiness probe, not a closed port. */
+void ix_server_set_load_progress(ix_server *s, double fraction); /* 0..1; any thread */
+/* IX_ERR_STATE when the server has an engine already; the chat template's
+ * error when it does not parse. */
+ix_status ix_server_attach(ix_server *s, ix_engine *e, ix_errbuf *err);
+
 /* Binds, starts the HTTP threads and serves until shutdown. IX_ERR_IO when
  * the address cannot be bound (message in err). */
 ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params *p,

@@ -43,6 +43,17 @@ static void hist_observe(ixs_hist *h, double v) {
 void ix__metrics_init(ixs_metrics *m, int32_t n_ctx) {
     memset(m, 0, sizeof *m);
     pthread_mutex_init(&m->mu, NULL);
+    ix__metrics_set_ctx(m, n_ctx);
+    hist_init(&m->req_prefill, k_request_bounds, (int)IX_ARRAY_LEN(k_request_bounds));
+    hist_init(&m->req_decode, k_request_bounds, (int)IX_ARRAY_LEN(k_request_bounds));
+    hist_init(&m->ttft, k_latency_bounds, (int)IX_ARRAY_LEN(k_latency_bounds));
+    hist_init(&m->e2e, k_latency_bounds, (int)IX_ARRAY_LEN(k_latency_bounds));
+    hist_init(&m->queue, k_latency_bounds, (int)IX_ARRAY_LEN(k_latency_bounds));
+    hist_init(&m->itl, k_itl_bounds, (int)IX_ARRAY_LEN(k_itl_bounds));
+}
+
+void ix__metrics_set_ctx(ixs_metrics *m, int32_t n_ctx) {
+    pthread_mutex_lock(&m->mu);
     /* 1, 2, 5, 10, 20, 50, ... up to the context (vLLM's build_1_2_5_buckets) */
     int nt = 0;
     for (double dec = 1; nt < IXS_HIST_BUCKETS; dec *= 10) {
@@ -55,12 +66,7 @@ void ix__metrics_init(ixs_metrics *m, int32_t n_ctx) {
     hist_init(&m->req_prompt, m->tok_bounds, nt);
     hist_init(&m->req_gen, m->tok_bounds, nt);
     hist_init(&m->req_max_tokens, m->tok_bounds, nt);
-    hist_init(&m->req_prefill, k_request_bounds, (int)IX_ARRAY_LEN(k_request_bounds));
-    hist_init(&m->req_decode, k_request_bounds, (int)IX_ARRAY_LEN(k_request_bounds));
-    hist_init(&m->ttft, k_latency_bounds, (int)IX_ARRAY_LEN(k_latency_bounds));
-    hist_init(&m->e2e, k_latency_bounds, (int)IX_ARRAY_LEN(k_latency_bounds));
-    hist_init(&m->queue, k_latency_bounds, (int)IX_ARRAY_LEN(k_latency_bounds));
-    hist_init(&m->itl, k_itl_bounds, (int)IX_ARRAY_LEN(k_itl_bounds));
+    pthread_mutex_unlock(&m->mu);
 }
 
 void ix__metrics_free(ixs_metrics *m) { pthread_mutex_destroy(&m->mu); }

@@ -12,6 +12,7 @@
  * max_body_bytes; a larger one is read and discarded so that the client can
  * still read the 413) before anything is dispatched. */
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <errno.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -449,6 +450,15 @@ static enum MHD_Result dispatch(ixs_conn *cc) {
         snprintf(msg, sizeof msg, "the request body exceeds the limit of %zu bytes", s->p.max_body_bytes);
         return reply_errf(cc, 413, "invalid_request_error", "request_too_large", NULL, msg);
     }
+    if (!atomic_load_explicit(&s->ready, memory_order_acquire) && rt->id != R_HEALTH && rt->id != R_WEB) {
+        /* the model is still loading: the port is open so that probes see it */
+        double pct = atomic_load_explicit(&s->load_permille, memory_order_relaxed) / 10.0;
+        if (rt->id == R_READY)
+            return ix__srv_reply_json(cc, 503, json_pack("{s:s, s:f}", "status", "loading", "progress", pct / 100.0));
+        char msg[96];
+        snprintf(msg, sizeof msg, "the model is loading (%.0f%%); retry when /ready answers 200", pct);
+        return reply_errf(cc, 503, "server_error", "loading", NULL, msg);
+    }
     switch (rt->id) {
     case R_HEALTH:
         return ix__srv_reply_json(cc, 200, json_pack("{s:s}", "status", "ok"));
@@ -594,15 +604,81 @@ static ix_status copy_keys(ix_server *s, const ix_server_params *p) {
     return IX_OK;
 }
 
+/* The bind address: a numeric IPv4 / IPv6 address, or a name resolved to
+ * its first address (IPv4 preferred: "localhost" binds 127.0.0.1). */
+static ix_status bind_address(const char *host, uint16_t port, struct sockaddr_storage *ss, unsigned *flags,
+                              ix_errbuf *err) {
+    memset(ss, 0, sizeof *ss);
+    struct sockaddr_in *a4 = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)ss;
+    if (inet_pton(AF_INET, host, &a4->sin_addr) == 1) {
+        a4->sin_family = AF_INET;
+        a4->sin_port = htons(port);
+        return IX_OK;
+    }
+    if (inet_pton(AF_INET6, host, &a6->sin6_addr) == 1) {
+        a6->sin6_family = AF_INET6;
+        a6->sin6_port = htons(port);
+        *flags |= MHD_USE_IPv6;
+        return IX_OK;
+    }
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_ADDRCONFIG;
+    int rc = getaddrinfo(host, NULL, &hints, &res);
+    if (rc != 0 || !res)
+        return ix_errf(err, IX_ERR_INVALID, "--host '%s': not an address, and the name does not resolve (%s)", host,
+                       gai_strerror(rc));
+    const struct addrinfo *pick = res;
+    for (const struct addrinfo *r = res; r; r = r->ai_next)
+        if (r->ai_family == AF_INET) {
+            pick = r;
+            break;
+        }
+    ix_status st = IX_OK;
+    if (pick->ai_family == AF_INET && pick->ai_addrlen <= sizeof *ss) {
+        memcpy(ss, pick->ai_addr, pick->ai_addrlen);
+        a4->sin_port = htons(port);
+    } else if (pick->ai_family == AF_INET6 && pick->ai_addrlen <= sizeof *ss) {
+        memcpy(ss, pick->ai_addr, pick->ai_addrlen);
+        a6->sin6_port = htons(port);
+        *flags |= MHD_USE_IPv6;
+    } else {
+        st = ix_errf(err, IX_ERR_INVALID, "--host '%s' resolves to no IPv4 or IPv6 address", host);
+    }
+    freeaddrinfo(res);
+    return st;
+}
+
+/* What needs the engine: the model's numbers, the chat template, the
+ * embedder, the token histograms; then requests are served (ready). */
+static ix_status attach(ix_server *s, ix_engine *e, const char *chat_template, ix_errbuf *err) {
+    s->engine = e;
+    s->model = ix_engine_model(e);
+    s->tok = ix_model_tokenizer(s->model);
+    const ix_model_hparams *hp = ix_model_get_hparams(s->model);
+    s->n_ctx = s->p.n_ctx > 0 && s->p.n_ctx < hp->n_ctx_train ? s->p.n_ctx : hp->n_ctx_train;
+    s->n_vocab = hp->n_vocab;
+    ix__metrics_set_ctx(&s->metrics, s->n_ctx);
+    ix_status st = ix__embed_create(s);
+    if (st != IX_OK) return ix_errf(err, st, "out of memory");
+    ix_str tmpl = {NULL, 0};
+    ix_gguf_get_str(ix_model_gguf(s->model), "tokenizer.chat_template", &tmpl, NULL);
+    st = ix__chat_init(&s->chat, s->tok, tmpl.ptr, tmpl.len, chat_template, err);
+    if (st != IX_OK) return st;
+    if (s->chat.tmpl || !tmpl.ptr || chat_template) IX_LOGI("server: chat template: %s", s->chat.desc);
+    else IX_LOGW("server: chat template: %s", s->chat.desc);
+    atomic_store_explicit(&s->ready, true, memory_order_release);
+    return IX_OK;
+}
+
 ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params *p, ix_errbuf *err) {
     *out = NULL;
     ix_server_params dp = ix_server_default_params();
     if (!p) p = &dp;
     ix_server *s = ix_calloc(1, sizeof *s);
     if (!s) return ix_errf(err, IX_ERR_NOMEM, "out of memory");
-    s->engine = e;
-    s->model = ix_engine_model(e);
-    s->tok = ix_model_tokenizer(s->model);
     s->p = *p;
     if (!s->p.host || !*s->p.host) s->p.host = "127.0.0.1";
     if (!s->p.max_body_bytes) s->p.max_body_bytes = dp.max_body_bytes;
@@ -616,6 +692,7 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
         ix_free(s);
         return ix_errf(err, IX_ERR_NOMEM, "out of memory");
     }
+    char *chat_template = p->chat_template ? ix_strdup(p->chat_template) : NULL;
     s->p.cors_allow_origin = NULL;
     s->p.host = NULL;
     s->p.api_key = NULL;
@@ -623,19 +700,19 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
     s->p.n_api_keys = 0;
     s->p.model_name = NULL;
     s->p.chat_template = NULL;
-    const ix_model_hparams *hp = ix_model_get_hparams(s->model);
-    s->n_ctx = p->n_ctx > 0 && p->n_ctx < hp->n_ctx_train ? p->n_ctx : hp->n_ctx_train;
-    s->n_vocab = hp->n_vocab;
     s->created = time(NULL);
     atomic_init(&s->next_id, (uint64_t)ix_time_ns() ^ ((uint64_t)s->created << 32));
     atomic_init(&s->n_inflight, 0);
     atomic_init(&s->draining, false);
     atomic_init(&s->aborting, false);
     atomic_init(&s->watch_stop, false);
+    atomic_init(&s->ready, false);
+    atomic_init(&s->load_permille, 0);
     pthread_mutex_init(&s->jobs_mu, NULL);
     s->listen_fd = MHD_INVALID_SOCKET;
-    ix__metrics_init(&s->metrics, s->n_ctx);
-    if (!s->model_name) {
+    ix__metrics_init(&s->metrics, 0);
+    s->pending_template = chat_template;
+    if (!s->model_name || (p->chat_template && !chat_template)) {
         ix_server_destroy(s);
         return ix_errf(err, IX_ERR_NOMEM, "out of memory");
     }
@@ -645,37 +722,24 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
         return ix_errf(err, IX_ERR_INVALID, "the model name is not valid UTF-8 (byte %zu)", bad);
     }
     ix_status st = copy_keys(s, p);
-    if (st == IX_OK) st = ix__embed_create(s);
     if (st != IX_OK) {
         ix_server_destroy(s);
         return ix_errf(err, st, st == IX_ERR_NOMEM ? "out of memory" : "an API key is empty");
     }
-    ix_str tmpl = {NULL, 0};
-    ix_gguf_get_str(ix_model_gguf(s->model), "tokenizer.chat_template", &tmpl, NULL);
-    st = ix__chat_init(&s->chat, s->tok, tmpl.ptr, tmpl.len, p->chat_template, err);
-    if (st != IX_OK) {
+    /* With the engine at hand, everything is set up before the port opens;
+     * without (a model still loading), the port opens now and /ready says
+     * 503 until ix_server_attach. */
+    if (e && (st = attach(s, e, chat_template, err)) != IX_OK) {
         ix_server_destroy(s);
         return st;
     }
-    if (s->chat.tmpl || !tmpl.ptr || p->chat_template) IX_LOGI("server: chat template: %s", s->chat.desc);
-    else IX_LOGW("server: chat template: %s", s->chat.desc);
 
     const char *host = p->host && *p->host ? p->host : "127.0.0.1";
     struct sockaddr_storage ss;
-    memset(&ss, 0, sizeof ss);
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME;
-    struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
-    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
-    if (inet_pton(AF_INET, host, &a4->sin_addr) == 1) {
-        a4->sin_family = AF_INET;
-        a4->sin_port = htons(p->port);
-    } else if (inet_pton(AF_INET6, host, &a6->sin6_addr) == 1) {
-        a6->sin6_family = AF_INET6;
-        a6->sin6_port = htons(p->port);
-        flags |= MHD_USE_IPv6;
-    } else {
+    if ((st = bind_address(host, p->port, &ss, &flags, err)) != IX_OK) {
         ix_server_destroy(s);
-        return ix_errf(err, IX_ERR_INVALID, "--host '%s' is not a numeric IPv4 or IPv6 address", host);
+        return st;
     }
     s->daemon = MHD_start_daemon(flags, p->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &ss,
                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->p.max_connections,
@@ -696,6 +760,16 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
     s->port = di ? di->port : p->port;
     *out = s;
     return IX_OK;
+}
+
+void ix_server_set_load_progress(ix_server *s, double fraction) {
+    int v = fraction <= 0 ? 0 : fraction >= 1 ? 1000 : (int)(fraction * 1000.0);
+    atomic_store_explicit(&s->load_permille, v, memory_order_relaxed);
+}
+
+ix_status ix_server_attach(ix_server *s, ix_engine *e, ix_errbuf *err) {
+    if (atomic_load(&s->ready)) return ix_errf(err, IX_ERR_STATE, "the server has its engine already");
+    return attach(s, e, s->pending_template, err);
 }
 
 uint16_t ix_server_port(const ix_server *s) { return s->port; }
@@ -752,6 +826,7 @@ void ix_server_destroy(ix_server *s) {
     ix_free(s->key_ns);
     ix_free(s->model_name);
     ix_free(s->cors);
+    ix_free(s->pending_template);
     ix__chat_free(&s->chat);
     ix_free(s);
 }

@@ -74,6 +74,8 @@ typedef struct ixs_metrics {
 void ix__metrics_init(ixs_metrics *m, int32_t n_ctx);
 /* An accepted request's max_tokens (the context left when it set none). */
 void ix__metrics_params(ixs_metrics *m, int64_t max_tokens);
+/* The context length, once known (a server created while the model loads). */
+void ix__metrics_set_ctx(ixs_metrics *m, int32_t n_ctx);
 void ix__metrics_free(ixs_metrics *m);
 void ix__metrics_http(ixs_metrics *m, const char *endpoint, int status);
 void ix__metrics_itl(ixs_metrics *m, double seconds);
@@ -265,6 +267,9 @@ struct ix_server {
     atomic_bool watch_stop;
     atomic_bool draining;    /* refuse new requests */
     atomic_bool aborting;    /* cancel requests in flight */
+    atomic_bool ready;       /* the engine is attached: requests are served (else 503, loading) */
+    atomic_int load_permille; /* while loading: progress, 0..1000 */
+    char *pending_template;  /* chat_template, kept for ix_server_attach */
     bool shut_down;
     ixs_metrics metrics;
     ixs_embedder *embed;
