@@ -2104,6 +2104,7 @@ static void test_honest_fields(void **state) {
     CHAT_ERR("{" MSGS ",\"service_tier\":\"flex\"}", "service_tier", NULL);
     CHAT_ERR("{" MSGS ",\"metadata\":{\"a\":1}}", "metadata", NULL);
     CHAT_ERR("{" MSGS ",\"user\":5}", "user", NULL);
+    CHAT_ERR("{" MSGS ",\"stream_options\":{\"include_usage\":true,\"x\":1}}", "stream_options", "x");
     ERR("{\"prompt\":\"x\",\"echo\":true}", 400, "echo", NULL);
     ERR("{\"prompt\":\"x\",\"best_of\":3}", 400, "best_of", NULL);
     ERR("{\"prompt\":\"x\",\"suffix\":\"end\"}", 400, "suffix", NULL);

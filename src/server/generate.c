@@ -1074,6 +1074,15 @@ static int parse_request(ix_server *s, json_t *req, bool chat, parsed *p, ixs_jo
             return -1;
         }
         j->include_usage = inc;
+        /* include_obfuscation: streams are never padded here; accepted as a boolean */
+        const char *k;
+        json_t *v;
+        json_object_foreach(so, k, v) {
+            if (!strcmp(k, "include_usage")) continue;
+            if (!strcmp(k, "include_obfuscation") && (json_is_boolean(v) || json_is_null(v))) continue;
+            return IXS_BAD(e, "stream_options", "'stream_options.%.64s' is not supported (include_usage, "
+                           "include_obfuscation)", k);
+        }
     }
     /* constrained output */
     if (ix__srv_parse_constraint(s, req, &p->con, e)) return -1;
