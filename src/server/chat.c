@@ -1,6 +1,7 @@
-/* inferx server: chat prompts. A GGUF's tokenizer.chat_template is a Jinja
- * program; rather than interpret Jinja we recognise the few formats nearly
- * every model uses by their markers and render those in C:
+/* inferx server: chat messages and the fixed chat renderers. Chat prompts
+ * come from the model's own Jinja template (chat_template.c); the formats
+ * here serve when a model has none, or one that does not parse, and when
+ * --chat-template names one. They are recognised by their markers:
  *
  *   ChatML   <|im_start|>role\ncontent<|im_end|>\n ... <|im_start|>assistant\n
  *   Llama-3  <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|> ...
@@ -21,15 +22,16 @@
  * serves it), and system messages that no user message follows become a
  * user turn of their own.
  *
+ * Past tool calls follow an assistant turn's content in the family's syntax,
+ * tool results go where the family's own templates put them, and a tool list
+ * joins the first system message (ix__chat_with_tools).
+ *
  * The prompt is rendered as text pieces, each either plain text (template
- * text or message content) or one of the template's markers. Tokenization
- * does what Hugging Face and llama.cpp do with a rendered template -- split
- * at the special tokens (which may swallow the whitespace beside them, as
- * Phi-3's do), encode each stretch of text between them in one piece --
- * except that only the markers can become special tokens (when
- * the vocabulary has them as control or user-defined tokens; "[INST]" is
- * plain text in Llama-2's): message content is never searched for control
- * tokens, so a user who types "<|im_end|>" gets those characters. */
+ * text or message content) or one of the format's markers; everything but
+ * the markers is handed on as data, so that tokenizing (chat_template.c)
+ * lets only markers become special tokens (when the vocabulary has them as
+ * such; "[INST]" is plain text in Llama-2's): a user who types "<|im_end|>"
+ * gets those characters. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -455,7 +457,7 @@ static void render_turns(ixs_chat_format f, ixs_tool_syntax ts, json_t *messages
     json_t *m;
     json_array_foreach(messages, i, m) {
         const char *role = role_of(m);
-        bool tool = !strcmp(role, "tool"), asst = !strcmp(role, "assistant");
+        bool tool = !strcmp(role, "tool");
         if (f == IXS_CHAT_CHATML) {
             mark(o, "<|im_start|>");
             text(o, role);
@@ -467,7 +469,7 @@ static void render_turns(ixs_chat_format f, ixs_tool_syntax ts, json_t *messages
                 text(o, "\n");
                 mark(o, "</tool_response>");
             } else {
-                answer_body(o, m, false, asst ? ts : IXS_TOOLS_GENERIC);
+                answer_body(o, m, false, ts);
             }
             mark(o, "<|im_end|>");
             text(o, "\n");
