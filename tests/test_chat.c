@@ -382,6 +382,69 @@ static void test_tokens_phi3(void **state) {
     ix_gguf_close(g);
 }
 
+/* What a long chat costs through the server's path (printed, for
+ * docs/server.md): Llama 3.1's template, 5 tools, 100 turns with tool calls
+ * and results, rendered and tokenized with the bundled vocabulary. */
+static void test_render_cost(void **state) {
+    (void)state;
+    json_t *tools = json_array(), *msgs = json_array();
+    json_t *tool = json_loads(TOOLS, 0, NULL);
+    for (int i = 0; i < 5; i++) json_array_append(tools, json_array_get(tool, 0));
+    json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "system", "content", "You are a helpful assistant."));
+    for (int i = 0; i < 25; i++) {
+        json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "user", "content", "What's the weather in Paris?"));
+        json_array_append_new(msgs, json_loads("{\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": "
+                                               "\"call12345\", \"type\": \"function\", \"function\": {\"name\": "
+                                               "\"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}}]}",
+                                               0, NULL));
+        json_array_append_new(msgs, json_pack("{s:s, s:s, s:s}", "role", "tool", "tool_call_id", "call12345", "content",
+                                              "{\"temperature\": 22}"));
+        json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "assistant", "content", "It is 22 C in Paris."));
+    }
+    json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "user", "content", "And tomorrow?"));
+    ixs_err e;
+    assert_int_equal(ix__chat_validate(msgs, &e), 0);
+    const ix_tokenizer *t = ix_model_tokenizer(g_model);
+    ixs_chat c;
+    ix_errbuf err = {{0}};
+    assert_int_equal(ix__chat_init(&c, t, k_llama3_1, strlen(k_llama3_1), NULL, &err), IX_OK);
+    double best_ms = 1e9;
+    size_t n_tokens = 0;
+    for (int rep = 0; rep < 10; rep++) {
+        ix_token_vec ids = {0};
+        uint64_t t0 = ix_time_ns();
+        if (ix__chat_render(&c, t, msgs, tools, &ids, &err) != IX_OK) fail_msg("render: %s", err.msg);
+        double ms = (double)(ix_time_ns() - t0) / 1e6;
+        if (ms < best_ms) best_ms = ms;
+        n_tokens = ids.n;
+        ix_token_vec_free(&ids);
+    }
+    /* The baseline, same run: tokenizing the rendered text alone. */
+    ix_buf text = {0};
+    assert_int_equal(ix__chat_render_text(&c, msgs, tools, NULL, &text, &err), IX_OK);
+    double enc_ms = 1e9;
+    for (int rep = 0; rep < 10; rep++) {
+        ix_token_vec ids = {0};
+        uint64_t t0 = ix_time_ns();
+        assert_int_equal(ix_tokenizer_encode(t, text.data, text.len, IX_TOK_ADD_SPECIAL | IX_TOK_PARSE_SPECIAL, &ids,
+                                             NULL),
+                         IX_OK);
+        double ms = (double)(ix_time_ns() - t0) / 1e6;
+        if (ms < enc_ms) enc_ms = ms;
+        ix_token_vec_free(&ids);
+    }
+    printf("Llama 3.1 template, %zu messages + 5 tools: %zu bytes, %zu prompt tokens; render + tokenize %.2f ms, "
+           "tokenizing the text alone %.2f ms (best of 10)\n",
+           json_array_size(msgs), text.len, n_tokens, best_ms, enc_ms);
+    ix_buf_free(&text);
+    assert_true(n_tokens > 1000);
+    assert_true(best_ms < 2000); /* a bound far above any real cost, not a benchmark */
+    ix__chat_free(&c);
+    json_decref(tool);
+    json_decref(tools);
+    json_decref(msgs);
+}
+
 /* ---- validation -------------------------------------------------------------- */
 
 static void check_bad(const char *messages, const char *param, const char *msg) {
@@ -460,7 +523,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conformance), cmocka_unit_test(test_init),          cmocka_unit_test(test_tool_syntax),
         cmocka_unit_test(test_fixed_tools), cmocka_unit_test(test_tokens_llama2), cmocka_unit_test(test_tokens_phi3),
-        cmocka_unit_test(test_validate),
+        cmocka_unit_test(test_validate),    cmocka_unit_test(test_render_cost),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
