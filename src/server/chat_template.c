@@ -107,10 +107,11 @@ void ix__chat_init_format(ixs_chat *c, ixs_chat_format f) {
     snprintf(c->desc, sizeof c->desc, "built-in %s", ix__chat_format_name(c->format));
 }
 
-/* The first line of a template, for the description. */
+/* The first line of a template, for the description (cut at a character). */
 static void first_line(const char *src, size_t len, char *out, size_t size) {
     size_t n = 0;
     while (n < len && src[n] != '\n' && n + 4 < size) n++;
+    while (n < len && n > 0 && ((unsigned char)src[n] & 0xC0) == 0x80) n--;
     snprintf(out, size, "%.*s%s", (int)n, src, n < len ? "..." : "");
 }
 
