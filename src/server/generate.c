@@ -969,7 +969,9 @@ static int parse_request(ix_server *s, json_t *req, bool chat, parsed *p, ixs_jo
         if (ix__tools_parse_request(req, &p->tools, e)) return -1;
         /* tool_choice none: the model is not shown the tools */
         json_t *tools = p->tools.choice != IXS_TOOL_CHOICE_NONE ? p->tools.tools : NULL;
-        ix_status st = ix__chat_render(&s->chat, s->tok, msgs, tools, &p->prompts[0], &err);
+        json_t *kwargs;
+        if (ix__chat_kwargs(req, &kwargs, e)) return -1;
+        ix_status st = ix__chat_render_kw(&s->chat, s->tok, msgs, tools, kwargs, &p->prompts[0], &err);
         if (st != IX_OK) return ix__chat_error(e, st, err.msg);
         p->n_prompts = 1;
     } else if (parse_prompt(s, req, p, e)) {
@@ -1104,6 +1106,15 @@ static int parse_request(ix_server *s, json_t *req, bool chat, parsed *p, ixs_jo
             return -1;
         }
         j->include_usage = inc;
+        /* include_obfuscation: streams are never padded here; accepted as a boolean */
+        const char *k;
+        json_t *v;
+        json_object_foreach(so, k, v) {
+            if (!strcmp(k, "include_usage")) continue;
+            if (!strcmp(k, "include_obfuscation") && (json_is_boolean(v) || json_is_null(v))) continue;
+            return IXS_BAD(e, "stream_options", "'stream_options.%.64s' is not supported (include_usage, "
+                           "include_obfuscation)", k);
+        }
     }
     /* constrained output */
     if (ix__srv_parse_constraint(s, req, &p->con, e)) return -1;
