@@ -5,8 +5,10 @@
  *   - the text stream (detokenizer + stop filter, the one copy every client
  *     sees): UTF-8 characters split across tokens, stop strings spanning
  *     tokens, what the end of a choice releases
- *   - batch invariance: greedy tokens alone == batched with chunked prefill
- *   - preemption invariance (recompute and swap) under a tiny KV pool
+ *   - batch invariance: greedy tokens alone == batched with chunked prefill,
+ *     also with the stall-free budget (decodes beside one-block chunks)
+ *   - preemption invariance (recompute and swap) under a tiny KV pool, with
+ *     and without the stall-free budget
  *   - prefix-cache invariance (hit or miss, same tokens; cached tokens reported)
  *   - cancel frees every block; the pool is empty after every test
  *   - n > 1 forks the prefilled prompt; policies order work as documented
@@ -100,7 +102,9 @@ static void run_all(ix_engine *e, ix_generation *g) {
 
 static void check_same_as_ref(ix_generation *g, const char *what) {
     for (int i = 0; i < N_REQ; i++) {
-        assert_int_equal(g[i].info.reason, IX_FINISH_LENGTH);
+        if (g[i].info.reason != IX_FINISH_LENGTH)
+            fail_msg("%s: request %d finished as %s: %s", what, i, ix_finish_reason_name(g[i].info.reason),
+                     g[i].info.message);
         assert_int_equal(g[i].tokens[0].n, N_NEW);
         for (int k = 0; k < N_NEW; k++)
             if (g[i].tokens[0].ids[k] != g_ref[i][k])
@@ -144,11 +148,25 @@ static void test_reference_and_batch_invariance(void **state) {
     check_same_as_ref(g, "batched, chunked prefill");
     assert_pool_empty(e);
     ix_engine_destroy(e);
+
+    /* A target step time no step can meet: while anything decodes, prefill
+     * moves one block per sequence per step beside the decodes. */
+    p.sched.max_num_batched_tokens = 512;
+    p.sched.target_step_ms = 1e-3;
+    e = mk_engine(p);
+    run_all(e, g);
+    check_same_as_ref(g, "batched, stall-free budget");
+    ix_engine_stats st;
+    ix_engine_get_stats(e, &st);
+    assert_true(st.step_cost_per_token_ms > 0);
+    assert_pool_empty(e);
+    ix_engine_destroy(e);
 }
 
-static void preemption(ix_preempt_mode mode) {
+static void preemption(ix_preempt_mode mode, double target_step_ms) {
     ix_engine_params p = ix_engine_default_params();
     p.sched.preempt = mode;
+    p.sched.target_step_ms = target_step_ms;
     p.kv_blocks = 9; /* 144 token slots for 8 requests of 7-45 prompt + 24 new tokens */
     p.kv_block_size = 16;
     p.kv_swap_blocks = 64;
@@ -158,8 +176,8 @@ static void preemption(ix_preempt_mode mode) {
     check_same_as_ref(g, ix_preempt_mode_name(mode));
     ix_engine_stats st;
     ix_engine_get_stats(e, &st);
-    fprintf(stderr, "  %s: %llu recompute, %llu swap preemptions\n", ix_preempt_mode_name(mode),
-            (unsigned long long)st.n_preempt_recompute, (unsigned long long)st.n_preempt_swap);
+    fprintf(stderr, "  %s, target %g ms: %llu recompute, %llu swap preemptions\n", ix_preempt_mode_name(mode),
+            target_step_ms, (unsigned long long)st.n_preempt_recompute, (unsigned long long)st.n_preempt_swap);
     if (mode == IX_PREEMPT_SWAP)
         assert_true(st.n_preempt_swap > 0);
     else
@@ -171,12 +189,14 @@ static void preemption(ix_preempt_mode mode) {
 
 static void test_preemption_recompute(void **state) {
     (void)state;
-    preemption(IX_PREEMPT_RECOMPUTE);
+    preemption(IX_PREEMPT_RECOMPUTE, 0);
+    preemption(IX_PREEMPT_RECOMPUTE, 1e-3); /* the stall-free budget at its floor */
 }
 
 static void test_preemption_swap(void **state) {
     (void)state;
-    preemption(IX_PREEMPT_SWAP);
+    preemption(IX_PREEMPT_SWAP, 0);
+    preemption(IX_PREEMPT_SWAP, 1e-3);
 }
 
 static void test_prefix_cache(void **state) {

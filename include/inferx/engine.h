@@ -165,6 +165,10 @@ typedef struct ix_engine_stats {
     uint64_t n_steps, n_finished;
     uint64_t n_prompt_tokens, n_cached_prompt_tokens, n_generated_tokens;
     uint64_t n_preempt_recompute, n_preempt_swap, n_deadline_shed, n_deadline_missed;
+    /* The scheduler's token budget of the last step, and its step-cost model:
+     * a step of n tokens takes about fixed + n x per_token ms (sched.h). */
+    int32_t step_budget;
+    double step_cost_fixed_ms, step_cost_per_token_ms;
     ix_kv_stats kv;
 } ix_engine_stats;
 /* A consistent snapshot (as of the end of the last step). Any thread. */

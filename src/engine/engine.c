@@ -425,6 +425,9 @@ static void publish(ix_engine *e) {
     e->stats.n_swapped = ss.n_swapped;
     e->stats.n_preempt_recompute = ss.n_preempt_recompute;
     e->stats.n_preempt_swap = ss.n_preempt_swap;
+    e->stats.step_budget = ss.step_budget;
+    e->stats.step_cost_fixed_ms = ss.cost_a_ms;
+    e->stats.step_cost_per_token_ms = ss.cost_b_ms;
     ix_kv_get_stats(e->kv, &e->stats.kv);
     pthread_mutex_lock(&e->mu);
     e->snapshot = e->stats;
@@ -532,7 +535,6 @@ static ix_status step(ix_engine *e, bool *did_work) {
         }
     }
     uint64_t now = ix_time_ns();
-    ix_sched_observe_step(e->sched, T, now - t0);
     e->stats.n_steps++;
     /* each request's share of this step, by the tokens it put in */
     for (int32_t w = 0; w < plan.n_work && T > 0; w++)
@@ -567,6 +569,9 @@ static ix_status step(ix_engine *e, bool *did_work) {
         }
         if (all_finished(it)) req_finish(e, r, IX_FINISH_STOP, r->errmsg[0] ? r->errmsg : NULL);
     }
+    /* The whole step, as the streams see it (plan to the last token out):
+     * what the scheduler's budget must keep within its target. */
+    ix_sched_observe_step(e->sched, T, ix_time_ns() - t0);
     publish(e);
     return IX_OK;
 }
