@@ -384,6 +384,55 @@ static void test_policies(void **state) {
     ix_engine_destroy(e);
 }
 
+typedef struct count_ctx {
+    int n_tokens;
+    bool finished;
+    ix_finish_info info;
+} count_ctx;
+
+static void count_on_token(void *user, const ix_token_event *ev) {
+    count_ctx *c = user;
+    c->n_tokens += ev->token >= 0;
+}
+
+static void count_on_finish(void *user, const ix_finish_info *info) {
+    count_ctx *c = user;
+    c->finished = true;
+    c->info = *info;
+}
+
+/* A short request that arrives while a long prompt is being prefilled
+ * starts in the next step -- its first chunk, here its whole prompt, runs
+ * there and its first token comes out of it -- and the long prompt, which
+ * is older, keeps the rest of the budget. */
+static void test_new_request_next_step(void **state) {
+    (void)state;
+    ix_request_params ra = greedy_req(6), rb = greedy_req(5); /* ~45 and ~4 tokens */
+    ix_engine_params p = ix_engine_default_params();
+    p.start_thread = false;
+    p.sched.max_num_batched_tokens = 16 + (int32_t)rb.n_prompt; /* one block of A beside all of B */
+    p.sched.target_step_ms = 0;
+    p.enable_prefix_cache = false;
+    ix_engine *e = mk_engine(p);
+    count_ctx a = {0}, b = {0};
+    assert_true(ra.n_prompt > 32 + rb.n_prompt && rb.n_prompt <= 16);
+    ra.cb = (ix_request_callbacks){count_on_token, count_on_finish, &a};
+    rb.cb = (ix_request_callbacks){count_on_token, count_on_finish, &b};
+    assert_int_equal(ix_engine_submit(e, &ra, NULL, NULL), IX_OK);
+    bool did;
+    assert_int_equal(ix_engine_step(e, &did), IX_OK); /* a budget's worth of A */
+    assert_int_equal(ix_engine_submit(e, &rb, NULL, NULL), IX_OK);
+    assert_int_equal(ix_engine_step(e, &did), IX_OK); /* A's next chunk beside all of B */
+    assert_int_equal(b.n_tokens, 1);
+    assert_int_equal(a.n_tokens, 0);
+    assert_true(ix_engine_run_until(e, &a.finished, 0) == IX_OK && ix_engine_run_until(e, &b.finished, 0) == IX_OK);
+    assert_int_equal(a.info.reason, IX_FINISH_LENGTH);
+    assert_int_equal(b.info.reason, IX_FINISH_LENGTH);
+    assert_true(b.info.timings.queue_ms <= b.info.timings.first_token_ms);
+    assert_pool_empty(e);
+    ix_engine_destroy(e);
+}
+
 static void test_stops_and_bad_requests(void **state) {
     (void)state;
     ix_engine *e = mk_engine(ix_engine_default_params());
@@ -697,6 +746,7 @@ int main(void) {
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_n_choices),
         cmocka_unit_test(test_policies),
+        cmocka_unit_test(test_new_request_next_step),
         cmocka_unit_test(test_stops_and_bad_requests),
         cmocka_unit_test(test_stepped_engine_is_the_model_loop),
         cmocka_unit_test(test_text_stream),

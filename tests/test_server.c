@@ -866,13 +866,25 @@ static void test_metrics(void **state) {
                            "inferx:kv_cache_blocks_cached", "inferx:kv_cache_blocks_free",
                            "inferx:kv_swap_num_blocks", "inferx:deadline_shed_total",
                            "inferx:deadline_missed_total", "inferx:cost_per_hour_usd", "inferx:cost_usd_total",
-                           "inferx:memory_live_bytes", "inferx:engine_steps_total"};
+                           "inferx:memory_live_bytes", "inferx:engine_steps_total", "inferx:step_token_budget",
+                           "inferx:step_cost_fixed_seconds", "inferx:step_cost_per_token_seconds"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         double v = 0;
         if (!metric(r.body, names[i], NULL, &v)) fail_msg("metric %s missing", names[i]);
     }
     double v = 0, q = 0, h = 0;
     assert_true(metric(r.body, "inferx:generation_tokens_total", NULL, &v) && v > 0);
+    /* the step-cost model has seen steps; the budget is within the cap */
+    assert_true(metric(r.body, "inferx:step_cost_per_token_seconds", NULL, &v) && v > 0 && v < 1);
+    assert_true(metric(r.body, "inferx:step_cost_fixed_seconds", NULL, &v) && v >= 0 && v < 1);
+    assert_true(metric(r.body, "inferx:step_token_budget", NULL, &v) && v >= 1 && v <= 512);
+    /* queueing time (submit to first scheduled): one sample per finished
+     * engine request */
+    double n_queue = 0, n_e2e = 0, q_sum = 0;
+    assert_true(metric(r.body, "inferx:request_queue_time_seconds_count", NULL, &n_queue));
+    assert_true(metric(r.body, "inferx:e2e_request_latency_seconds_count", NULL, &n_e2e));
+    assert_true(metric(r.body, "inferx:request_queue_time_seconds_sum", NULL, &q_sum));
+    assert_true(n_queue > 0 && n_queue == n_e2e && q_sum >= 0);
     assert_true(metric(r.body, "inferx:cost_usd_total", NULL, &v) && v > 0);
     assert_true(metric(r.body, "inferx:cost_per_hour_usd", NULL, &v) && v == 3.6);
     assert_true(metric(r.body, "inferx:kv_cache_usage_perc", NULL, &v) && v >= 0 && v <= 1);
@@ -1495,6 +1507,58 @@ static void test_cli_key_file_and_access_log(void **state) {
 #endif
 }
 
+/* The scheduler's flags: bad values are refused with the range, good ones
+ * reach the engine (the step budget stays within the cap). */
+static void test_cli_sched_flags(void **state) {
+    (void)state;
+#ifndef IX_INFERX_BIN
+    printf("skip: the inferx binary is not built\n");
+    skip();
+#else
+    if (access(IX_INFERX_BIN, X_OK)) {
+        printf("skip: %s not found\n", IX_INFERX_BIN);
+        skip();
+    }
+    static const struct {
+        const char *flag, *value, *want;
+    } bad[] = {
+        {"--target-step-ms", "-1", "--target-step-ms expects a number in [0, 3600000], got '-1'"},
+        {"--target-step-ms", "fast", "--target-step-ms expects a number in [0, 3600000], got 'fast'"},
+        {"--target-step-ms", "nan", "--target-step-ms expects a number"},
+        {"--max-num-batched-tokens", "0", "--max-num-batched-tokens expects an integer in [1, 65536], got '0'"},
+        {"--max-num-batched-tokens", "100000", "expects an integer in [1, 65536]"},
+        {"--max-num-seqs", "1.5", "--max-num-seqs expects an integer in [1, 4096]"},
+        {"--policy", "lifo", "--policy expects fcfs, priority or deadline"},
+    };
+    char out[4096];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *argv[] = {IX_INFERX_BIN, "serve", "-m", MODEL, "--port", "0", (char *)bad[i].flag,
+                        (char *)bad[i].value, NULL};
+        assert_int_equal(run_serve(argv, out, sizeof out), 2);
+        if (!strstr(out, bad[i].want)) fail_msg("%s %s: %s", bad[i].flag, bad[i].value, out);
+    }
+    char *argv[] = {IX_INFERX_BIN, "serve", "-m", MODEL, "--port", "0", "-t", "1", "--served-model-name", "tiny",
+                    "--max-num-batched-tokens", "40", "--target-step-ms", "0.5", "--access-log", "off", NULL};
+    int err_fd;
+    uint16_t port;
+    pid_t pid = spawn_serve(argv, &err_fd, &port);
+    resp r;
+    const char *body = "{\"prompt\":\"Emma Woodhouse, handsome, clever, and rich\",\"max_tokens\":4}";
+    assert_int_equal(http(port, "POST", "/v1/completions", NULL, body, &r), 0);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    assert_int_equal(http(port, "GET", "/metrics", NULL, NULL, &r), 0);
+    double v = 0;
+    assert_true(metric(r.body, "inferx:step_token_budget", NULL, &v) && v >= 1 && v <= 40);
+    resp_free(&r);
+    kill(pid, SIGTERM);
+    int st;
+    waitpid(pid, &st, 0);
+    close(err_fd);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+#endif
+}
+
 static int thread_count(void) {
     FILE *f = fopen("/proc/self/status", "r");
     if (!f) return -1;
@@ -1715,6 +1779,7 @@ int main(void) {
         cmocka_unit_test(test_chat_templates),
         cmocka_unit_test(test_chat_tokens_phi3),
         cmocka_unit_test(test_cli_key_file_and_access_log),
+        cmocka_unit_test(test_cli_sched_flags),
         cmocka_unit_test(test_many_streams_fixed_threads),
         cmocka_unit_test(test_overload_retry_after),
         cmocka_unit_test(test_shutdown_drains),

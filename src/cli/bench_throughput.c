@@ -11,7 +11,7 @@
 #include "cli/cli.h"
 #include "inferx/engine.h"
 
-static void usage(FILE *f) {
+static void usage(FILE *f, const ix_cli_opt *opts, size_t n_opts) {
     fprintf(f,
             "usage: inferx bench --throughput [-m MODEL.gguf] [--num-prompts N] [--max-concurrency C]\n"
             "                    [--input-len I] [--output-len O] [-t THREADS] [--seed S] [--json]\n"
@@ -19,18 +19,9 @@ static void usage(FILE *f) {
             "Serving throughput of the continuous-batching engine: N random-token prompts of I\n"
             "tokens, each generating exactly O tokens, all submitted at once with at most C in\n"
             "flight; then the same prompts one at a time, and the ratio of the two.\n"
-            "\n"
-            "  -m, --model FILE       GGUF model (default: the bundled model)\n"
-            "  --num-prompts N        requests (default 32)\n"
-            "  --max-concurrency C    sequences in flight (default 32)\n"
-            "  --input-len I          prompt tokens (default 128)\n"
-            "  --output-len O         generated tokens per request (default 128)\n"
-            "  --max-batched-tokens B token budget per engine step (default 512)\n"
-            "  -t, --threads N        kernel threads (default: all cores)\n"
-            "  --seed S               prompt RNG seed (default 1)\n"
-            "  --no-sequential        skip the one-at-a-time baseline\n"
-            "  --json                 print one JSON object instead of the table\n"
-            "  -h, --help             show this help\n");
+            "\n");
+    ix_cli_print_opts(f, opts, n_opts);
+    fprintf(f, "  -h, --help                   show this help\n");
 }
 
 typedef struct run_stats {
@@ -143,49 +134,31 @@ static void json_run(const char *name, const run_stats *rs, int n) {
 }
 
 int ix_cli_bench_throughput(int argc, char **argv) {
-    const char *model = NULL;
+    const char *model = ix_cli_default_model();
     uint64_t n_prompts = 32, conc = 32, in_len = 128, out_len = 128, threads = 0, seed = 1, max_batched = 512;
-    bool json = false, sequential = true;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool ok = true;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--throughput")) {
-            continue;
-        } else if (!strcmp(a, "--json")) {
-            json = true;
-            continue;
-        } else if (!strcmp(a, "--no-sequential")) {
-            sequential = false;
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "inferx bench: %s needs a value (see --help)\n", a);
-            return 2;
-        }
-        i++;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--num-prompts")) ok = ix_cli_parse_u64(a, v, &n_prompts);
-        else if (!strcmp(a, "--max-concurrency")) ok = ix_cli_parse_u64(a, v, &conc);
-        else if (!strcmp(a, "--input-len")) ok = ix_cli_parse_u64(a, v, &in_len);
-        else if (!strcmp(a, "--output-len")) ok = ix_cli_parse_u64(a, v, &out_len);
-        else if (!strcmp(a, "--max-batched-tokens")) ok = ix_cli_parse_u64(a, v, &max_batched);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = ix_cli_parse_u64(a, v, &threads);
-        else if (!strcmp(a, "--seed")) ok = ix_cli_parse_u64(a, v, &seed);
-        else {
-            fprintf(stderr, "inferx bench: unknown option '%s' (see --help)\n", a);
-            return 2;
-        }
-        if (!ok) return 2;
-    }
-    if (n_prompts < 1 || n_prompts > 100000 || conc < 1 || conc > 4096 || in_len < 1 || out_len < 1 ||
-        in_len > 1000000 || out_len > 1000000 || threads > 1024 || max_batched < 1 || max_batched > 65536) {
-        fprintf(stderr, "inferx bench: a count is out of range (see --help)\n");
-        return 2;
-    }
-    if (!model) model = ix_cli_default_model();
+    double target_step_ms = ix_sched_default_params().target_step_ms;
+    bool json = false, no_sequential = false, throughput = true;
+    const ix_cli_opt opts[] = {
+        {"--throughput", NULL, "", "this benchmark (implied)", IX_CLI_OPT_FLAG, &throughput, 0, 0, false, NULL},
+        {"--model", "-m", "FILE", "GGUF model", IX_CLI_OPT_STR, &model, 0, 0, true, NULL},
+        {"--num-prompts", NULL, "N", "requests", IX_CLI_OPT_U64, &n_prompts, 1, 100000, true, NULL},
+        {"--max-concurrency", NULL, "C", "sequences in flight", IX_CLI_OPT_U64, &conc, 1, 4096, true, NULL},
+        {"--input-len", NULL, "I", "prompt tokens", IX_CLI_OPT_U64, &in_len, 1, 1000000, true, NULL},
+        {"--output-len", NULL, "O", "generated tokens per request", IX_CLI_OPT_U64, &out_len, 1, 1000000, true, NULL},
+        {"--max-num-batched-tokens", "--max-batched-tokens", "B", "token budget per engine step, a hard cap",
+         IX_CLI_OPT_U64, &max_batched, 1, 65536, true, NULL},
+        {"--target-step-ms", NULL, "MS", "target step time while sequences decode, 0 = off (see inferx serve --help)",
+         IX_CLI_OPT_F64, &target_step_ms, 0, 3600e3, true, NULL},
+        {"--threads", "-t", "N", "kernel threads (default: all cores)", IX_CLI_OPT_U64, &threads, 0, 1024, false, NULL},
+        {"--seed", NULL, "S", "prompt RNG seed", IX_CLI_OPT_U64, &seed, 0, UINT64_MAX, true, NULL},
+        {"--no-sequential", NULL, "", "skip the one-at-a-time baseline", IX_CLI_OPT_FLAG, &no_sequential, 0, 0, false,
+         NULL},
+        {"--json", NULL, "", "print one JSON object instead of the table", IX_CLI_OPT_FLAG, &json, 0, 0, false, NULL},
+    };
+    int prc = ix_cli_parse_opts("bench", opts, IX_ARRAY_LEN(opts), argc, argv);
+    if (prc == IX_CLI_HELP) usage(stdout, opts, IX_ARRAY_LEN(opts));
+    if (prc != IX_CLI_OK) return prc == IX_CLI_HELP ? 0 : 2;
+    bool sequential = !no_sequential;
 
     ix_errbuf err = {{0}};
     ix_model *m;
@@ -206,6 +179,7 @@ int ix_cli_bench_throughput(int argc, char **argv) {
     ix_engine_params ep = ix_engine_default_params();
     ep.sched.max_num_seqs = (int32_t)conc;
     ep.sched.max_num_batched_tokens = (int32_t)(max_batched > conc ? max_batched : conc);
+    ep.sched.target_step_ms = target_step_ms;
     ep.kv_block_size = 16;
     ep.kv_blocks = (int64_t)(conc * ((in_len + out_len + 15) / 16 + 1));
     ep.enable_prefix_cache = false; /* random prompts; and the sequential pass must not reuse them */
