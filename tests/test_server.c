@@ -1427,16 +1427,36 @@ static int run_serve(char *const argv[], char *out, size_t size) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-static void test_cli_key_file_and_access_log(void **state) {
-    (void)state;
-#ifndef IX_INFERX_BIN
-    printf("skip: the inferx binary is not built\n");
-    skip();
+#ifdef IX_INFERX_BIN
+#define INFERX_BIN IX_INFERX_BIN
 #else
-    if (access(IX_INFERX_BIN, X_OK)) {
-        printf("skip: %s not found\n", IX_INFERX_BIN);
+#define INFERX_BIN "" /* not built */
+#endif
+
+/* Skips the test unless the inferx binary is built and present. */
+static void need_inferx(void) {
+    if (!*INFERX_BIN) {
+        printf("skip: the inferx binary is not built\n");
         skip();
     }
+    if (access(INFERX_BIN, X_OK)) {
+        printf("skip: %s not found\n", INFERX_BIN);
+        skip();
+    }
+}
+
+/* SIGTERM to a server spawn_serve started: it must exit 0. */
+static void stop_serve(pid_t pid, int err_fd) {
+    kill(pid, SIGTERM);
+    int st;
+    waitpid(pid, &st, 0);
+    close(err_fd);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static void test_cli_key_file_and_access_log(void **state) {
+    (void)state;
+    need_inferx();
     char dir[] = "/tmp/ix_serve_XXXXXX";
     assert_non_null(mkdtemp(dir));
     char keys[64], log_path[64], bad[64];
@@ -1446,7 +1466,7 @@ static void test_cli_key_file_and_access_log(void **state) {
     FILE *f = fopen(keys, "w");
     fputs("# the service's keys\nsk-alpha\n\n  sk-beta  \r\n", f);
     fclose(f);
-    char *argv[] = {IX_INFERX_BIN, "serve", "-m", MODEL, "--port", "0", "-t", "1", "--served-model-name", "cli",
+    char *argv[] = {INFERX_BIN, "serve", "-m", MODEL, "--port", "0", "-t", "1", "--served-model-name", "cli",
                     "--api-key-file", keys, "--access-log", log_path, NULL};
     int err_fd;
     uint16_t port;
@@ -1461,11 +1481,7 @@ static void test_cli_key_file_and_access_log(void **state) {
         if (r.status != want[i]) fail_msg("request %d: status %d, want %d: %s", i, r.status, want[i], r.body);
         resp_free(&r);
     }
-    kill(pid, SIGTERM);
-    int st;
-    waitpid(pid, &st, 0);
-    close(err_fd);
-    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    stop_serve(pid, err_fd);
     /* One JSON line per request, in order. */
     f = fopen(log_path, "r");
     assert_non_null(f);
@@ -1489,7 +1505,7 @@ static void test_cli_key_file_and_access_log(void **state) {
     assert_int_equal(n, 4);
     /* Bad key files are refused with a reason. */
     char out[4096];
-    char *argv_bad[] = {IX_INFERX_BIN, "serve", "-m", MODEL, "--port", "0", "--api-key-file", bad, NULL};
+    char *argv_bad[] = {INFERX_BIN, "serve", "-m", MODEL, "--port", "0", "--api-key-file", bad, NULL};
     f = fopen(bad, "w");
     fputs("sk-ok\nsk with space\n", f);
     fclose(f);
@@ -1504,21 +1520,13 @@ static void test_cli_key_file_and_access_log(void **state) {
     unlink(log_path);
     unlink(bad);
     rmdir(dir);
-#endif
 }
 
 /* The scheduler's flags: bad values are refused with the range, good ones
  * reach the engine (the step budget stays within the cap). */
 static void test_cli_sched_flags(void **state) {
     (void)state;
-#ifndef IX_INFERX_BIN
-    printf("skip: the inferx binary is not built\n");
-    skip();
-#else
-    if (access(IX_INFERX_BIN, X_OK)) {
-        printf("skip: %s not found\n", IX_INFERX_BIN);
-        skip();
-    }
+    need_inferx();
     static const struct {
         const char *flag, *value, *want;
     } bad[] = {
@@ -1532,12 +1540,12 @@ static void test_cli_sched_flags(void **state) {
     };
     char out[4096];
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        char *argv[] = {IX_INFERX_BIN, "serve", "-m", MODEL, "--port", "0", (char *)bad[i].flag,
+        char *argv[] = {INFERX_BIN, "serve", "-m", MODEL, "--port", "0", (char *)bad[i].flag,
                         (char *)bad[i].value, NULL};
         assert_int_equal(run_serve(argv, out, sizeof out), 2);
         if (!strstr(out, bad[i].want)) fail_msg("%s %s: %s", bad[i].flag, bad[i].value, out);
     }
-    char *argv[] = {IX_INFERX_BIN, "serve", "-m", MODEL, "--port", "0", "-t", "1", "--served-model-name", "tiny",
+    char *argv[] = {INFERX_BIN, "serve", "-m", MODEL, "--port", "0", "-t", "1", "--served-model-name", "tiny",
                     "--max-num-batched-tokens", "40", "--target-step-ms", "0.5", "--access-log", "off", NULL};
     int err_fd;
     uint16_t port;
@@ -1551,12 +1559,7 @@ static void test_cli_sched_flags(void **state) {
     double v = 0;
     assert_true(metric(r.body, "inferx:step_token_budget", NULL, &v) && v >= 1 && v <= 40);
     resp_free(&r);
-    kill(pid, SIGTERM);
-    int st;
-    waitpid(pid, &st, 0);
-    close(err_fd);
-    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-#endif
+    stop_serve(pid, err_fd);
 }
 
 static int thread_count(void) {
