@@ -16,9 +16,10 @@
  * that carries prefill never stalls the decoding streams for much longer
  * than the target (Sarathi-Serve's stall-free batching). Prefill is shared
  * in two rounds: every prefilling sequence, new arrivals included, gets one
- * chunk of at most one KV block in policy order, then what is left goes to
- * the same sequences in policy order; so a new request's prefill starts in
- * the next step even behind a long prompt. It
+ * chunk of at most one KV block in policy order (within half the prefill
+ * budget), then what is left goes to the same sequences in policy order; so
+ * a new request's prefill starts in the next step even behind a long
+ * prompt. It
  * checks the KV cache before promising anything: when the running items'
  * next tokens do not fit, it preempts victims (policy order, last first) by
  * recompute (free the blocks, go back to the front of the waiting queue; the
@@ -75,8 +76,10 @@ typedef struct ix_sched_params {
     int32_t max_num_seqs;           /* sequences in one step; default 64 */
     int32_t max_num_batched_tokens; /* tokens in one step, a hard cap; default 512 */
     /* > 0: while sequences decode, a step's prefill is cut so that the step's
-     * predicted time stays within this many ms (but prefill still moves by at
-     * least one block per step); 0: the cap alone. Default IX_SCHED_TARGET_STEP_MS. */
+     * predicted time stays within this many ms -- but prefill keeps at least
+     * as many tokens as there are decodes (and a block), so that it keeps up
+     * when the target cannot be met; 0: the cap alone. Default
+     * IX_SCHED_TARGET_STEP_MS. */
     double target_step_ms;
 } ix_sched_params;
 

@@ -11,8 +11,9 @@
  * (ix_sched_cost, fitted on the steps the engine reports) when a target step
  * time is set and sequences decode; decodes take their tokens first, then
  * prefill is planned in two rounds over the same policy order (one block per
- * sequence, then the rest), so that every prefilling sequence -- a new
- * arrival included -- moves in each step while the oldest gets the most.
+ * sequence within half the budget, then the rest), so that every prefilling
+ * sequence -- a new arrival included -- moves in each step while the oldest
+ * gets the most.
  */
 #include <math.h>
 #include <string.h>
@@ -339,12 +340,28 @@ static int32_t fit_chunk(const ix_sched *s, int32_t seq, int32_t want, int64_t a
     return lo;
 }
 
-/* What the prefill of one plan has left: the token budget and the KV blocks
- * (available minus what the decodes and the chunks planned so far need). */
+/* Blocks the running items' next decode tokens need. */
+static int64_t decode_need(const ix_sched *s) {
+    int64_t need = 0;
+    for (ix_sched_item *it = s->running.head; it; it = it->next)
+        for (int i = 0; i < it->n_seqs; i++)
+            if (seq_decoding(it, i)) need += ix_kv_seq_blocks_needed(s->kv, it->seqs[i], 1);
+    return need;
+}
+
+/* What the prefill of one plan has left: the token budget, round one's
+ * share of it, and the KV blocks (available minus what the decodes and the
+ * chunks planned so far need). */
 typedef struct room {
-    int32_t budget;
+    int32_t budget, share;
     int64_t avail, planned;
 } room;
+
+/* Recounts r->avail from the cache (after admissions, swap-ins and
+ * preemptions changed what it holds). */
+static void room_recount(const ix_sched *s, room *r) {
+    r->avail = ix_kv_n_available(s->kv) - decode_need(s) - r->planned;
+}
 
 /* Plans up to want more prefill tokens for sequence i of it -- a new work
  * entry, or the entry it already has in this plan made longer -- within the
@@ -376,9 +393,11 @@ static int32_t plan_prefill(ix_sched *s, ix_sched_plan *plan, ix_sched_item *it,
 }
 
 /* Round one of prefill for an item: one chunk of at most a block per
- * sequence, so that everything prefilling moves in this step. */
+ * sequence, so that everything prefilling moves in this step -- while round
+ * one's share of the budget lasts. */
 static void prefill_round_one(ix_sched *s, ix_sched_plan *plan, ix_sched_item *it, room *r) {
-    for (int i = 0; i < it->n_seqs && r->budget > 0; i++) plan_prefill(s, plan, it, i, s->block_size, r);
+    for (int i = 0; i < it->n_seqs && r->budget > 0 && r->share > 0; i++)
+        r->share -= plan_prefill(s, plan, it, i, r->share < s->block_size ? r->share : s->block_size, r);
 }
 
 /* The work of an item that has just entered RUNNING (swapped in or
@@ -405,23 +424,18 @@ static bool certainly_late(const ix_sched *s, const ix_sched_item *it, uint64_t 
     return (double)now + est_ms * 1e6 > (double)it->deadline_ns;
 }
 
-/* Blocks the running items' next decode tokens need. */
-static int64_t decode_need(const ix_sched *s) {
-    int64_t need = 0;
-    for (ix_sched_item *it = s->running.head; it; it = it->next)
-        for (int i = 0; i < it->n_seqs; i++)
-            if (seq_decoding(it, i)) need += ix_kv_seq_blocks_needed(s->kv, it->seqs[i], 1);
-    return need;
-}
 
 /* The step's token budget for n_decode decoding sequences: the cap, or --
  * with a target step time and someone decoding -- the tokens the cost model
- * says fit in the target, but never so few that prefill cannot move a block. */
+ * says fit in the target, but never less than the decodes plus as many
+ * prefill tokens (at least a block): below that, when the target cannot be
+ * met, prefill could fall behind streams that each bring about as many
+ * prompt tokens as they generate, and the queue would grow without bound. */
 static int32_t step_budget(const ix_sched *s, int32_t n_decode) {
     int32_t cap = s->p.max_num_batched_tokens;
     if (!(s->p.target_step_ms > 0) || n_decode == 0) return cap;
     int32_t n = ix_sched_cost_tokens_within(&s->cost, s->p.target_step_ms);
-    int32_t least = n_decode + s->block_size;
+    int32_t least = n_decode + (n_decode > s->block_size ? n_decode : s->block_size);
     if (n < least) n = least;
     return n < cap ? n : cap;
 }
@@ -434,7 +448,7 @@ ix_status ix_sched_plan_step(ix_sched *s, uint64_t now, ix_sched_admit_fn admit_
     plan->preempted = s->lists;
     plan->admitted = s->lists + s->list_cap;
     plan->expired = s->lists + 2 * s->list_cap;
-    room r = {0, 0, 0};
+    room r = {0, 0, 0, 0};
 
     /* 1. Decodes of running items, which always go first; preempt from the
      * back until they fit. Their count sets the budget. */
@@ -452,6 +466,9 @@ ix_status ix_sched_plan_step(ix_sched *s, uint64_t now, ix_sched_admit_fn admit_
                 add_work(plan, it, i, 1, true);
                 r.budget--;
             }
+    /* Round one may use half of what prefill has (two blocks at least): in a
+     * burst of arrivals the oldest still finish first. */
+    r.share = r.budget / 2 > 2 * s->block_size ? r.budget / 2 : 2 * s->block_size;
 
     /* 2. Round one of prefill for running items (chunked prefill, resumed
      * recomputes). If running items exist but none can move (their next
@@ -459,7 +476,7 @@ ix_status ix_sched_plan_step(ix_sched *s, uint64_t now, ix_sched_admit_fn admit_
      * never blocked. */
     for (;;) {
         r.planned = 0;
-        r.avail = ix_kv_n_available(s->kv) - decode_need(s);
+        room_recount(s, &r);
         for (ix_sched_item *it = s->running.head; it && r.budget > 0; it = it->next)
             prefill_round_one(s, plan, it, &r);
         if (plan->n_work > 0 || s->running.n <= 1) break;
@@ -485,7 +502,7 @@ ix_status ix_sched_plan_step(ix_sched *s, uint64_t now, ix_sched_admit_fn admit_
         }
         move_to(s, it, IX_SCHED_RUNNING);
         seats += seat_count(it);
-        r.avail = ix_kv_n_available(s->kv) - decode_need(s) - r.planned;
+        room_recount(s, &r);
         start_item(s, plan, it, &r);
     }
 
@@ -499,7 +516,7 @@ ix_status ix_sched_plan_step(ix_sched *s, uint64_t now, ix_sched_admit_fn admit_
             plan->expired[plan->n_expired++] = it;
             continue;
         }
-        if (r.budget <= 0 || seats + seat_count(it) > s->p.max_num_seqs) break;
+        if (r.budget <= 0 || r.share <= 0 || seats + seat_count(it) > s->p.max_num_seqs) break;
         /* Room for the whole prompt (minus cached blocks) plus one decode
          * block per choice, so an admitted item does not stall mid-prefill. */
         int64_t need = 0;
@@ -520,7 +537,7 @@ ix_status ix_sched_plan_step(ix_sched *s, uint64_t now, ix_sched_admit_fn admit_
                 ix_sched_item *victim = s->running.tail;
                 r.budget += preempt(s, victim, plan);
                 seats -= seat_count(victim);
-                r.avail = ix_kv_n_available(s->kv) - decode_need(s) - r.planned;
+                room_recount(s, &r);
             }
         }
         if (need > r.avail) break;
@@ -528,8 +545,7 @@ ix_status ix_sched_plan_step(ix_sched *s, uint64_t now, ix_sched_admit_fn admit_
         move_to(s, it, IX_SCHED_RUNNING);
         plan->admitted[plan->n_admitted++] = it;
         seats += seat_count(it);
-        /* adopting its cached prefix took blocks the count above had as free */
-        r.avail = ix_kv_n_available(s->kv) - decode_need(s) - r.planned;
+        room_recount(s, &r); /* adopting its cached prefix took blocks counted as free */
         start_item(s, plan, it, &r);
     }
 
