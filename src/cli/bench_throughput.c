@@ -150,7 +150,7 @@ int ix_cli_bench_throughput(int argc, char **argv) {
         {"--target-step-ms", NULL, "MS", "target step time while sequences decode, 0 = off (see inferx serve --help)",
          IX_CLI_OPT_F64, &target_step_ms, 0, 3600e3, true, NULL},
         {"--threads", "-t", "N", "kernel threads (default: all cores)", IX_CLI_OPT_U64, &threads, 0, 1024, false, NULL},
-        {"--seed", NULL, "S", "prompt RNG seed", IX_CLI_OPT_U64, &seed, 0, UINT64_MAX, true, NULL},
+        {"--seed", NULL, "S", "prompt RNG seed", IX_CLI_OPT_U64, &seed, 0, (double)UINT64_MAX, true, NULL},
         {"--no-sequential", NULL, "", "skip the one-at-a-time baseline", IX_CLI_OPT_FLAG, &no_sequential, 0, 0, false,
          NULL},
         {"--json", NULL, "", "print one JSON object instead of the table", IX_CLI_OPT_FLAG, &json, 0, 0, false, NULL},
