@@ -878,6 +878,17 @@ static void test_metrics(void **state) {
     assert_true(metric(r.body, "inferx:step_cost_per_token_seconds", NULL, &v) && v > 0 && v < 1);
     assert_true(metric(r.body, "inferx:step_cost_fixed_seconds", NULL, &v) && v >= 0 && v < 1);
     assert_true(metric(r.body, "inferx:step_token_budget", NULL, &v) && v >= 1 && v <= 512);
+    /* Memory: the weights' resident bytes are within what they hold plus
+     * the file's metadata (the tiny model's file is its size bound), the KV
+     * pool's within the pool, and both within the process's. */
+    double w_held = 0, w_res = 0, kv_pool = 0, kv_res = 0, rss = 0;
+    assert_true(metric(r.body, "inferx:model_weight_bytes", NULL, &w_held) && w_held > 0);
+    assert_true(metric(r.body, "inferx:model_weight_resident_bytes", NULL, &w_res) && w_res > 0);
+    assert_true(metric(r.body, "inferx:kv_cache_pool_bytes", NULL, &kv_pool) && kv_pool > 0);
+    assert_true(metric(r.body, "inferx:kv_cache_pool_resident_bytes", NULL, &kv_res) && kv_res > 0);
+    assert_true(metric(r.body, "process_resident_memory_bytes", NULL, &rss) && rss > 0);
+    assert_true(kv_res <= kv_pool + 4096);
+    assert_true(w_res + kv_res <= rss);
     /* queueing time (submit to first scheduled): one sample per finished
      * engine request */
     double n_queue = 0, n_e2e = 0, q_sum = 0;

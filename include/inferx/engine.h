@@ -174,6 +174,9 @@ typedef struct ix_engine_stats {
 /* A consistent snapshot (as of the end of the last step). Any thread. */
 void ix_engine_get_stats(ix_engine *e, ix_engine_stats *out);
 const ix_model *ix_engine_model(const ix_engine *e);
+/* Resident bytes of the KV block pool (ix_kv_pool_resident_bytes). Any
+ * thread. */
+uint64_t ix_engine_kv_pool_resident_bytes(const ix_engine *e);
 /* The kernel worker pool the forward passes run on (owned by the engine).
  * Other work may be run on it (ix_pool_run) only by the thread that steps a
  * thread-less engine, between steps: inferx bench measures memory bandwidth

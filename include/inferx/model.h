@@ -124,6 +124,11 @@ uint64_t ix_model_n_params(const ix_model *m);
  * copies plus the tensors read in place from the file's mapping (embedding
  * rows, norms, weights that were not packed). */
 uint64_t ix_model_weight_bytes(const ix_model *m);
+/* Of those, the bytes resident in this process now: the packed copies'
+ * pages plus the file mapping's (tensors read in place, and the metadata).
+ * Reads /proc/self/pagemap (8 bytes per page): for a metrics scrape or a
+ * report, not a hot loop. Any thread. */
+uint64_t ix_model_weight_resident_bytes(const ix_model *m);
 
 /* KV cache parameters matching the model's shape (layers, KV heads, head
  * dim, sliding window, context); the caller sets the pool size and dtype. */

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "inferx/core.h"
+#include "inferx/engine.h"
 
 int ix_cli_info(int argc, char **argv);
 int ix_cli_run(int argc, char **argv);
@@ -60,6 +61,11 @@ enum { IX_CLI_OK = 0, IX_CLI_HELP = 1, IX_CLI_USAGE = 2 };
  * --help; IX_CLI_USAGE after printing, prefixed "inferx <cmd>: ", what is
  * wrong (an unknown option, a missing value, a value of the wrong type or
  * out of range, with the range). */
+/* One line on f: the model's weights (held, resident), the KV pool (size,
+ * resident) and the process's resident set, as /metrics reports them
+ * (cmd_info.c; inferx serve prints it once loaded, inferx info --load too). */
+void ix_cli_print_memory(FILE *f, const char *prefix, ix_engine *e);
+
 int ix_cli_parse_opts(const char *cmd, const ix_cli_opt *opts, size_t n_opts, int argc, char **argv);
 /* The table's --help lines: "  -a, --name METAVAR   help", aligned. */
 void ix_cli_print_opts(FILE *f, const ix_cli_opt *opts, size_t n_opts);

@@ -240,6 +240,7 @@ int ix_cli_serve(int argc, char **argv) {
         if (n > 5 && !strcmp(base + n - 5, ".gguf")) n -= 5;
         name = default_name = ix_strndup(base, n);
     }
+    uint64_t t_load = ix_time_ns();
     if (ix_model_load(&m, model, &err) != IX_OK) {
         fprintf(stderr, "inferx serve: %s: %s\n", model, err.msg);
         goto done;
@@ -248,6 +249,9 @@ int ix_cli_serve(int argc, char **argv) {
         fprintf(stderr, "inferx serve: engine: %s\n", err.msg);
         goto done;
     }
+    char loaded[64];
+    snprintf(loaded, sizeof loaded, "inferx serve: loaded in %.2f s: ", (double)(ix_time_ns() - t_load) / 1e9);
+    ix_cli_print_memory(stderr, loaded, e);
     sp.api_keys = (const char *const *)keys.list.keys;
     sp.n_api_keys = keys.list.n;
     sp.access_log = log ? write_access_line : NULL;

@@ -101,6 +101,7 @@ ix_engine_params ix_engine_default_params(void) {
 }
 
 const ix_model *ix_engine_model(const ix_engine *e) { return e->m; }
+uint64_t ix_engine_kv_pool_resident_bytes(const ix_engine *e) { return ix_kv_pool_resident_bytes(e->kv); }
 
 ix_pool *ix_engine_pool(ix_engine *e) { return ix_model_ctx_pool(e->ctx); }
 

@@ -423,6 +423,9 @@ const ix_gguf *ix_model_gguf(const ix_model *m) { return m->gguf; }
 uint64_t ix_model_decode_bytes(const ix_model *m) { return m->decode_bytes; }
 uint64_t ix_model_n_params(const ix_model *m) { return m->n_params; }
 uint64_t ix_model_weight_bytes(const ix_model *m) { return m->weight_bytes; }
+uint64_t ix_model_weight_resident_bytes(const ix_model *m) {
+    return ix_resident_bytes(m->packed, m->packed_bytes) + ix_gguf_resident_bytes(m->gguf);
+}
 
 void ix_model_kv_params(const ix_model *m, ix_kv_params *p) {
     p->n_layer = m->hp.n_layer;

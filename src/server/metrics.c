@@ -277,6 +277,12 @@ ix_status ix__metrics_render(ix_server *s, ix_buf *b) {
     one(&p, "inferx:model_weight_bytes", "gauge",
         "Bytes of model weights held in memory (packed copies and tensors read from the file).",
         (double)ix_model_weight_bytes(s->model));
+    one(&p, "inferx:model_weight_resident_bytes", "gauge",
+        "Of the model's memory (packed weights and the file's mapping), the bytes resident in this process.",
+        (double)ix_model_weight_resident_bytes(s->model));
+    one(&p, "inferx:kv_cache_pool_resident_bytes", "gauge",
+        "Bytes of the KV cache pool resident in this process (blocks touched so far).",
+        (double)ix_engine_kv_pool_resident_bytes(s->engine));
     one(&p, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
         (double)ix_process_resident_bytes());
     ix_buf_free(&label);
