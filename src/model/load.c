@@ -296,6 +296,10 @@ static void pack_worker(void *ctx, int ith, int nth) {
         if (ix_kernels_pack(wt->type, wt->data, 0, N, K, r0, r1, j->dst[w]) != IX_OK) atomic_store(&j->failed, 1);
         uint64_t row_bytes = 0;
         ix_dtype_row_bytes(wt->type, (uint64_t)K, &row_bytes);
+        /* The grain's source rows are never read again: dropping them now
+         * keeps the load's peak near the packed size instead of twice the
+         * model (the pages it shares with the next grain go at the end). */
+        drop_pages((const uint8_t *)wt->data + r0 * row_bytes, (r1 - r0) * row_bytes);
         uint64_t done = atomic_fetch_add_explicit(&j->done_bytes, row_bytes * (r1 - r0), memory_order_relaxed);
         /* a progress line a second for large models (thread 0 only) */
         if (ith == 0 && ix_time_ns() > next_report) {
@@ -369,7 +373,7 @@ static ix_status repack_weights(loader *L) {
         if (!j.dst[i]) continue;
         m->weight_bytes -= ws[i]->n_bytes; /* the file's copy, replaced by the packed one */
         m->weight_bytes += ix_kernels_packed_bytes(ws[i]->type, (size_t)ws[i]->ne1, (size_t)ws[i]->ne0);
-        drop_pages(ws[i]->data, ws[i]->n_bytes);
+        drop_pages(ws[i]->data, ws[i]->n_bytes); /* what the grains left: pages two of them shared */
         ws[i]->data = j.dst[i];
         ws[i]->packed = true;
     }
