@@ -11,8 +11,9 @@
 #   first config's), PROMPT_WORDS (64), MAX_TOKENS (64), PORT (18200).
 #
 # Each run starts `inferx serve`, takes the time from launch to /ready and the
-# resident set then (VmRSS) and at the end (VmHWM, the peak), runs one
-# `inferx bench --serve` per level, and stops the server. Every figure line
+# resident set then (VmRSS), runs one
+# `inferx bench --serve` per level, takes the resident set after them (VmRSS)
+# and the peak (VmHWM, loading included), and stops the server. Every figure line
 # carries the 1-minute load average at its start. The summary gives each
 # configuration's medians over the rounds and its ratio to the baseline's.
 set -eu
@@ -68,13 +69,14 @@ run_one() { # label bin args...
             "$tmp/b.json" >>"$rows"
         tail -n 1 "$rows"
     done
+    rss_end=$(kb VmRSS "$pid")
     hwm=$(kb VmHWM "$pid")
     kill -TERM "$pid"
     wait "$pid" 2>/dev/null || true
     trap 'rm -rf "$tmp"' EXIT
-    printf 'mem\t%s\t%s\t%s\t%s\n' "$label" "$ready" "$rss_ready" "$hwm" >>"$rows"
-    printf '%s: ready after %s s, RSS at ready %s MiB, peak %s MiB (load %s)\n' "$label" "$ready" \
-        $((rss_ready / 1024)) $((hwm / 1024)) "$(load1)"
+    printf 'mem\t%s\t%s\t%s\t%s\t%s\n' "$label" "$ready" "$rss_ready" "$rss_end" "$hwm" >>"$rows"
+    printf '%s: ready after %s s, RSS at ready %s MiB, after serving %s MiB, peak %s MiB (load %s)\n' "$label" \
+        "$ready" $((rss_ready / 1024)) $((rss_end / 1024)) $((hwm / 1024)) "$(load1)"
 }
 
 echo "model $model, $rounds rounds, levels $levels, $words-word prompts, $max_tokens tokens out"
@@ -99,7 +101,8 @@ function median(s,   a, n, i, j, t) {
     return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 }
 $1 == "mem" { if (!($2 in seen_m)) { order_m[++nm] = $2; seen_m[$2] = 1 }
-              ready[$2] = ready[$2] " " $3; rss[$2] = rss[$2] " " $4; hwm[$2] = hwm[$2] " " $5; next }
+              ready[$2] = ready[$2] " " $3; rss[$2] = rss[$2] " " $4; end[$2] = end[$2] " " $5
+              hwm[$2] = hwm[$2] " " $6; next }
 { k = $1 SUBSEP $2
   if (!($1 in seen_l)) { order_l[++nl] = $1; seen_l[$1] = 1 }
   if (!($2 in seen_c)) { order_c[++nc] = $2; seen_c[$2] = 1 }
@@ -118,9 +121,10 @@ END {
                    (bt > 0 ? t / bt : 0), f, (bf > 0 ? f / bf : 0), q50, q99, (q50 > 0 ? q99 / q50 : 0), median(ld[k])
         }
     }
-    printf "\n%-12s %10s %14s %14s\n", "label", "ready_s", "rss_ready_MiB", "rss_peak_MiB"
+    printf "\n%-12s %10s %14s %14s %14s\n", "label", "ready_s", "rss_ready_MiB", "rss_served_MiB", "rss_peak_MiB"
     for (li = 1; li <= nm; li++) {
         l = order_m[li]
-        printf "%-12s %10.2f %14.0f %14.0f\n", l, median(ready[l]), median(rss[l]) / 1024, median(hwm[l]) / 1024
+        printf "%-12s %10.2f %14.0f %14.0f %14.0f\n", l, median(ready[l]), median(rss[l]) / 1024, median(end[l]) / 1024,
+               median(hwm[l]) / 1024
     }
 }' "$rows"
