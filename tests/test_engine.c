@@ -159,6 +159,16 @@ static void test_reference_and_batch_invariance(void **state) {
     ix_engine_stats st;
     ix_engine_get_stats(e, &st);
     assert_true(st.step_cost_per_token_ms > 0);
+    /* The profile counts every computed token once (a prompt's cached
+     * prefix and each request's last token are not computed), and its
+     * stages fit in the forward pass's time. */
+    assert_int_equal(st.forward.n_tokens,
+                     st.n_prompt_tokens - st.n_cached_prompt_tokens + st.n_generated_tokens - N_REQ);
+    assert_int_equal(st.forward.n_forward, st.n_steps);
+    assert_true(st.forward.matmul_ns > 0 && st.forward.attention_ns > 0 && st.forward.rows_ns > 0);
+    assert_true(st.forward.output_ns > 0 && st.plan_ns > 0 && st.sample_ns > 0);
+    assert_true(st.forward_ns >=
+                st.forward.matmul_ns + st.forward.attention_ns + st.forward.rows_ns + st.forward.output_ns);
     assert_pool_empty(e);
     ix_engine_destroy(e);
 }

@@ -169,6 +169,11 @@ typedef struct ix_engine_stats {
      * a step of n tokens takes about fixed + n x per_token ms (sched.h). */
     int32_t step_budget;
     double step_cost_fixed_ms, step_cost_per_token_ms;
+    /* Where the steps' time went, summed: planning and building the batch
+     * (scheduler, KV appends), the forward pass (broken down in forward),
+     * and sampling plus handing the tokens to the streams. */
+    uint64_t plan_ns, forward_ns, sample_ns;
+    ix_model_profile forward;
     ix_kv_stats kv;
 } ix_engine_stats;
 /* A consistent snapshot (as of the end of the last step). Any thread. */

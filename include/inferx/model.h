@@ -205,6 +205,18 @@ typedef struct ix_batch {
  * batch order of the tokens whose output flag is set. */
 ix_status ix_model_forward(ix_model_ctx *c, const ix_batch *b, float *logits);
 
+/* Where the forward passes' wall time went, summed over the context's life:
+ * the matmuls of the layers (Q/K/V, output projection, FFN), attention over
+ * the KV cache, the per-token row ops between them (embedding, norms, RoPE
+ * and the K/V store, activations, residuals), and the output head (final
+ * norm and the vocabulary matmul). Read between forward calls by the thread
+ * that makes them. */
+typedef struct ix_model_profile {
+    uint64_t n_forward, n_tokens, n_logits;
+    uint64_t matmul_ns, attention_ns, rows_ns, output_ns;
+} ix_model_profile;
+void ix_model_ctx_get_profile(const ix_model_ctx *c, ix_model_profile *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,7 +1,10 @@
 /* inferx bench --throughput: serving throughput of the continuous-batching
  * engine, modelled on `vllm bench throughput`. Random-token prompts (seeded)
  * are submitted all at once with at most C in flight; then the same prompts run
- * one at a time on the same engine, and the ratio of the two is printed. */
+ * one at a time on the same engine, and the ratio of the two is printed; and
+ * the same prompts once more with one output token each (pure prefill), the
+ * rate a batched step's tokens are measured against, with where the
+ * concurrent run's engine time went. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -18,7 +21,10 @@ static void usage(FILE *f, const ix_cli_opt *opts, size_t n_opts) {
             "\n"
             "Serving throughput of the continuous-batching engine: N random-token prompts of I\n"
             "tokens, each generating exactly O tokens, all submitted at once with at most C in\n"
-            "flight; then the same prompts one at a time, and the ratio of the two.\n"
+            "flight; then the same prompts one at a time, and the ratio of the two. Then the\n"
+            "same prompts with one output token each (pure prefill, in steps of the cap): the\n"
+            "concurrent run's total tokens/s against that rate, and where its engine time\n"
+            "went (planning, the forward pass by stage, sampling and streaming).\n"
             "\n");
     ix_cli_print_opts(f, opts, n_opts);
     fprintf(f, "  -h, --help                   show this help\n");
@@ -121,6 +127,43 @@ static void print_run(const char *label, const run_stats *rs, int n) {
            label, rs->n_done / rs->wall_s, (double)rs->out_tokens / rs->wall_s,
            (double)(rs->out_tokens + rs->in_tokens) / rs->wall_s, t.mean, t.p50, t.p99, p.mean, p.p50,
            p.p99);
+}
+
+/* The engine's step time between two snapshots, by stage. */
+typedef struct profile {
+    double wall_s, plan_s, forward_s, sample_s, matmul_s, attention_s, rows_s, output_s;
+    uint64_t steps, tokens;
+} profile;
+
+static profile profile_between(const ix_engine_stats *a, const ix_engine_stats *b, double wall_s) {
+    const ix_model_profile *x = &a->forward, *y = &b->forward;
+    return (profile){wall_s,
+                     (double)(b->plan_ns - a->plan_ns) / 1e9,
+                     (double)(b->forward_ns - a->forward_ns) / 1e9,
+                     (double)(b->sample_ns - a->sample_ns) / 1e9,
+                     (double)(y->matmul_ns - x->matmul_ns) / 1e9,
+                     (double)(y->attention_ns - x->attention_ns) / 1e9,
+                     (double)(y->rows_ns - x->rows_ns) / 1e9,
+                     (double)(y->output_ns - x->output_ns) / 1e9,
+                     b->n_steps - a->n_steps,
+                     y->n_tokens - x->n_tokens};
+}
+
+static void print_profile(const profile *p) {
+    double w = p->wall_s > 0 ? 100.0 / p->wall_s : 0;
+    printf("concurrent run, %.2f s: %llu steps, %.1f tokens a step; of the wall time: plan %.1f%%, forward %.1f%% "
+           "(matmuls %.1f%%, attention %.1f%%, row ops %.1f%%, output head %.1f%%), sample + stream %.1f%%, "
+           "outside steps %.1f%%\n",
+           p->wall_s, (unsigned long long)p->steps, p->steps ? (double)p->tokens / (double)p->steps : 0.0,
+           p->plan_s * w, p->forward_s * w, p->matmul_s * w, p->attention_s * w, p->rows_s * w, p->output_s * w,
+           p->sample_s * w, fmax(0.0, p->wall_s - p->plan_s - p->forward_s - p->sample_s) * w);
+}
+
+static void json_profile(const profile *p) {
+    printf("\"profile\":{\"wall_s\":%.3f,\"steps\":%llu,\"tokens\":%llu,\"plan_s\":%.4f,\"forward_s\":%.4f,"
+           "\"matmul_s\":%.4f,\"attention_s\":%.4f,\"rows_s\":%.4f,\"output_s\":%.4f,\"sample_s\":%.4f}",
+           p->wall_s, (unsigned long long)p->steps, (unsigned long long)p->tokens, p->plan_s, p->forward_s,
+           p->matmul_s, p->attention_s, p->rows_s, p->output_s, p->sample_s);
 }
 
 static void json_run(const char *name, const run_stats *rs, int n) {
@@ -233,9 +276,26 @@ int ix_cli_bench_throughput(int argc, char **argv) {
     }
 
     w.rs = &par;
+    ix_engine_stats st0, st1;
+    ix_engine_get_stats(e, &st0);
     uint64_t t0 = ix_time_ns();
     run_batch(e, reqs, ctxs, &w, 0, n);
     par.wall_s = (double)(ix_time_ns() - t0) / 1e9;
+    ix_engine_get_stats(e, &st1);
+    profile prof = profile_between(&st0, &st1, par.wall_s);
+    /* Pure prefill: the same prompts, one token out each, so every step is
+     * prompt tokens (up to the cap) -- the rate batching is measured against. */
+    run_stats pre = {0};
+    pre.ttft_ms = calloc((size_t)n, sizeof(double));
+    pre.tpot_ms = calloc((size_t)n, sizeof(double));
+    for (int i = 0; i < n; i++) reqs[i].max_tokens = 1;
+    w.rs = &pre;
+    t0 = ix_time_ns();
+    run_batch(e, reqs, ctxs, &w, 0, n);
+    pre.wall_s = (double)(ix_time_ns() - t0) / 1e9;
+    for (int i = 0; i < n; i++) reqs[i].max_tokens = (int32_t)out_len;
+    double prefill_rate = pre.wall_s > 0 ? (double)pre.in_tokens / pre.wall_s : 0;
+    double batched_rate = (double)(par.out_tokens + par.in_tokens) / par.wall_s;
     if (sequential) {
         w.rs = &seq;
         t0 = ix_time_ns();
@@ -262,8 +322,12 @@ int ix_cli_bench_throughput(int argc, char **argv) {
             json_run("sequential", &seq, seq.n_done);
             printf(",\"speedup_output_tokens_per_s\":%.3f", ratio);
         }
+        printf(",\"prefill_tokens_per_s\":%.3f,\"total_vs_prefill\":%.4f,", prefill_rate,
+               prefill_rate > 0 ? batched_rate / prefill_rate : 0.0);
+        json_profile(&prof);
         printf(",\"preemptions\":%llu,\"failed\":%d}\n",
-               (unsigned long long)(st.n_preempt_recompute + st.n_preempt_swap), par.n_failed + seq.n_failed);
+               (unsigned long long)(st.n_preempt_recompute + st.n_preempt_swap),
+               par.n_failed + seq.n_failed + pre.n_failed);
     } else {
         printf("model %s (%s), %d prompts x (%llu in + %llu out), max concurrency %llu, kernels %s\n", model,
                hp->arch_name, n, (unsigned long long)in_len, (unsigned long long)out_len,
@@ -274,8 +338,11 @@ int ix_cli_bench_throughput(int argc, char **argv) {
             print_run("one at a time", &seq, seq.n_done);
             printf("concurrent / one-at-a-time output tokens/s: %.2fx\n", ratio);
         }
+        printf("pure prefill (same prompts, 1 token out): %.1f prompt tok/s; concurrent total tok/s = %.1f%% of it\n",
+               prefill_rate, prefill_rate > 0 ? 100.0 * batched_rate / prefill_rate : 0.0);
+        print_profile(&prof);
     }
-    int rc = par.n_failed + seq.n_failed ? 1 : 0;
+    int rc = par.n_failed + seq.n_failed + pre.n_failed ? 1 : 0;
     ix_engine_destroy(e);
     ix_model_destroy(m);
     free(ids);
@@ -285,5 +352,7 @@ int ix_cli_bench_throughput(int argc, char **argv) {
     free(par.tpot_ms);
     free(seq.ttft_ms);
     free(seq.tpot_ms);
+    free(pre.ttft_ms);
+    free(pre.tpot_ms);
     return rc;
 }

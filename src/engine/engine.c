@@ -429,6 +429,7 @@ static void publish(ix_engine *e) {
     e->stats.step_budget = ss.step_budget;
     e->stats.step_cost_fixed_ms = ss.cost_a_ms;
     e->stats.step_cost_per_token_ms = ss.cost_b_ms;
+    ix_model_ctx_get_profile(e->ctx, &e->stats.forward);
     ix_kv_get_stats(e->kv, &e->stats.kv);
     pthread_mutex_lock(&e->mu);
     e->snapshot = e->stats;
@@ -521,6 +522,8 @@ static ix_status step(ix_engine *e, bool *did_work) {
         }
         if (from + wk->n_tokens == (int32_t)r->toks[i].n) e->b_out[T - 1] = 1;
     }
+    uint64_t t_fwd = ix_time_ns();
+    e->stats.plan_ns += t_fwd - t0;
     if (T > 0) {
         ix_batch b = {T, e->b_tok, e->b_pos, e->b_seq, e->b_out};
         s = ix_model_forward(e->ctx, &b, e->logits);
@@ -536,6 +539,7 @@ static ix_status step(ix_engine *e, bool *did_work) {
         }
     }
     uint64_t now = ix_time_ns();
+    e->stats.forward_ns += now - t_fwd;
     e->stats.n_steps++;
     /* each request's share of this step, by the tokens it put in */
     for (int32_t w = 0; w < plan.n_work && T > 0; w++)
@@ -572,7 +576,9 @@ static ix_status step(ix_engine *e, bool *did_work) {
     }
     /* The whole step, as the streams see it (plan to the last token out):
      * what the scheduler's budget must keep within its target. */
-    ix_sched_observe_step(e->sched, T, ix_time_ns() - t0);
+    uint64_t t_end = ix_time_ns();
+    e->stats.sample_ns += t_end - now;
+    ix_sched_observe_step(e->sched, T, t_end - t0);
     publish(e);
     return IX_OK;
 }
