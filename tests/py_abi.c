@@ -44,7 +44,10 @@ int main(void) {
         F(ix_request_params, priority), F(ix_request_params, deadline_ms), F(ix_request_params, cache_ns),
         F(ix_request_params, n), F(ix_request_params, constraint), F(ix_request_params, cb), E();
     S(ix_sched_params), F(ix_sched_params, policy), F(ix_sched_params, preempt), F(ix_sched_params, max_num_seqs),
-        F(ix_sched_params, max_num_batched_tokens), E();
+        F(ix_sched_params, max_num_batched_tokens), F(ix_sched_params, target_step_ms), E();
+    S(ix_model_profile), F(ix_model_profile, n_forward), F(ix_model_profile, n_tokens), F(ix_model_profile, n_logits),
+        F(ix_model_profile, matmul_ns), F(ix_model_profile, attention_ns), F(ix_model_profile, rows_ns),
+        F(ix_model_profile, output_ns), E();
     S(ix_engine_params), F(ix_engine_params, sched), F(ix_engine_params, kv_dtype), F(ix_engine_params, kv_mem_bytes),
         F(ix_engine_params, kv_blocks), F(ix_engine_params, kv_block_size), F(ix_engine_params, kv_swap_blocks),
         F(ix_engine_params, enable_prefix_cache), F(ix_engine_params, n_threads), F(ix_engine_params, n_ctx),
@@ -60,7 +63,10 @@ int main(void) {
         F(ix_engine_stats, n_steps), F(ix_engine_stats, n_finished), F(ix_engine_stats, n_prompt_tokens),
         F(ix_engine_stats, n_cached_prompt_tokens), F(ix_engine_stats, n_generated_tokens),
         F(ix_engine_stats, n_preempt_recompute), F(ix_engine_stats, n_preempt_swap),
-        F(ix_engine_stats, n_deadline_shed), F(ix_engine_stats, n_deadline_missed), F(ix_engine_stats, kv), E();
+        F(ix_engine_stats, n_deadline_shed), F(ix_engine_stats, n_deadline_missed), F(ix_engine_stats, step_budget),
+        F(ix_engine_stats, step_cost_fixed_ms), F(ix_engine_stats, step_cost_per_token_ms), F(ix_engine_stats, plan_ns),
+        F(ix_engine_stats, forward_ns), F(ix_engine_stats, sample_ns), F(ix_engine_stats, forward),
+        F(ix_engine_stats, kv), E();
     S(ix_generation), F(ix_generation, info), F(ix_generation, tokens), F(ix_generation, text), E();
     printf("\n}\n");
     return 0;

@@ -1,4 +1,5 @@
 /* core: status table, error buffers, counted allocation with fault injection,
+ * resident bytes of a range,
  * ix_buf, logging hook and the ISA choice. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -7,6 +8,8 @@
 #include <cmocka.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "inferx/core.h"
 
@@ -124,11 +127,37 @@ static void test_cpu(void **state) {
 #endif
 }
 
+/* ix_resident_bytes counts the pages of a range this process holds: none of
+ * a fresh anonymous mapping, those written, not those dropped. */
+static void test_resident_bytes(void **state) {
+    (void)state;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), n = 16 * page;
+    unsigned char *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(p != MAP_FAILED);
+#ifdef MADV_NOHUGEPAGE
+    madvise(p, n, MADV_NOHUGEPAGE); /* one written byte must not fault in a huge page */
+#endif
+    assert_int_equal(ix_resident_bytes(p, n), 0);
+    p[0] = 1;
+    p[5 * page + 7] = 1;
+    p[15 * page] = 1;
+    assert_int_equal(ix_resident_bytes(p, n), 3 * page);
+    assert_int_equal(ix_resident_bytes(p + 1, 1), page); /* whole pages, partly covered */
+    assert_int_equal(ix_resident_bytes(p + page, 4 * page), 0);
+    madvise(p + 5 * page, page, MADV_DONTNEED);
+    assert_int_equal(ix_resident_bytes(p, n), 2 * page);
+    assert_int_equal(ix_resident_bytes(NULL, n), 0);
+    assert_int_equal(ix_resident_bytes(p, 0), 0);
+    munmap(p, n);
+    assert_true(ix_process_resident_bytes() > 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_status_table), cmocka_unit_test(test_alloc_counts),
         cmocka_unit_test(test_alloc_fault_injection), cmocka_unit_test(test_buf),
         cmocka_unit_test(test_log_hook), cmocka_unit_test(test_cpu),
+        cmocka_unit_test(test_resident_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

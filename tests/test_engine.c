@@ -5,8 +5,10 @@
  *   - the text stream (detokenizer + stop filter, the one copy every client
  *     sees): UTF-8 characters split across tokens, stop strings spanning
  *     tokens, what the end of a choice releases
- *   - batch invariance: greedy tokens alone == batched with chunked prefill
- *   - preemption invariance (recompute and swap) under a tiny KV pool
+ *   - batch invariance: greedy tokens alone == batched with chunked prefill,
+ *     also with the stall-free budget (decodes beside one-block chunks)
+ *   - preemption invariance (recompute and swap) under a tiny KV pool, with
+ *     and without the stall-free budget
  *   - prefix-cache invariance (hit or miss, same tokens; cached tokens reported)
  *   - cancel frees every block; the pool is empty after every test
  *   - n > 1 forks the prefilled prompt; policies order work as documented
@@ -103,7 +105,9 @@ static void run_all(ix_engine *e, ix_generation *g) {
 
 static void check_same_as_ref(ix_generation *g, const char *what) {
     for (int i = 0; i < N_REQ; i++) {
-        assert_int_equal(g[i].info.reason, IX_FINISH_LENGTH);
+        if (g[i].info.reason != IX_FINISH_LENGTH)
+            fail_msg("%s: request %d finished as %s: %s", what, i, ix_finish_reason_name(g[i].info.reason),
+                     g[i].info.message);
         assert_int_equal(g[i].tokens[0].n, N_NEW);
         for (int k = 0; k < N_NEW; k++)
             if (g[i].tokens[0].ids[k] != g_ref[i][k])
@@ -147,11 +151,35 @@ static void test_reference_and_batch_invariance(void **state) {
     check_same_as_ref(g, "batched, chunked prefill");
     assert_pool_empty(e);
     ix_engine_destroy(e);
+
+    /* A target step time no step can meet: while anything decodes, prefill
+     * moves one block per sequence per step beside the decodes. */
+    p.sched.max_num_batched_tokens = 512;
+    p.sched.target_step_ms = 1e-3;
+    e = mk_engine(p);
+    run_all(e, g);
+    check_same_as_ref(g, "batched, stall-free budget");
+    ix_engine_stats st;
+    ix_engine_get_stats(e, &st);
+    assert_true(st.step_cost_per_token_ms > 0);
+    /* The profile counts every computed token once (a prompt's cached
+     * prefix and each request's last token are not computed), and its
+     * stages fit in the forward pass's time. */
+    assert_int_equal(st.forward.n_tokens,
+                     st.n_prompt_tokens - st.n_cached_prompt_tokens + st.n_generated_tokens - N_REQ);
+    assert_int_equal(st.forward.n_forward, st.n_steps);
+    assert_true(st.forward.matmul_ns > 0 && st.forward.attention_ns > 0 && st.forward.rows_ns > 0);
+    assert_true(st.forward.output_ns > 0 && st.plan_ns > 0 && st.sample_ns > 0);
+    assert_true(st.forward_ns >=
+                st.forward.matmul_ns + st.forward.attention_ns + st.forward.rows_ns + st.forward.output_ns);
+    assert_pool_empty(e);
+    ix_engine_destroy(e);
 }
 
-static void preemption(ix_preempt_mode mode) {
+static void preemption(ix_preempt_mode mode, double target_step_ms) {
     ix_engine_params p = ix_engine_default_params();
     p.sched.preempt = mode;
+    p.sched.target_step_ms = target_step_ms;
     p.kv_blocks = 9; /* 144 token slots for 8 requests of 7-45 prompt + 24 new tokens */
     p.kv_block_size = 16;
     p.kv_swap_blocks = 64;
@@ -161,8 +189,8 @@ static void preemption(ix_preempt_mode mode) {
     check_same_as_ref(g, ix_preempt_mode_name(mode));
     ix_engine_stats st;
     ix_engine_get_stats(e, &st);
-    fprintf(stderr, "  %s: %llu recompute, %llu swap preemptions\n", ix_preempt_mode_name(mode),
-            (unsigned long long)st.n_preempt_recompute, (unsigned long long)st.n_preempt_swap);
+    fprintf(stderr, "  %s, target %g ms: %llu recompute, %llu swap preemptions\n", ix_preempt_mode_name(mode),
+            target_step_ms, (unsigned long long)st.n_preempt_recompute, (unsigned long long)st.n_preempt_swap);
     if (mode == IX_PREEMPT_SWAP)
         assert_true(st.n_preempt_swap > 0);
     else
@@ -174,12 +202,14 @@ static void preemption(ix_preempt_mode mode) {
 
 static void test_preemption_recompute(void **state) {
     (void)state;
-    preemption(IX_PREEMPT_RECOMPUTE);
+    preemption(IX_PREEMPT_RECOMPUTE, 0);
+    preemption(IX_PREEMPT_RECOMPUTE, 1e-3); /* the stall-free budget at its floor */
 }
 
 static void test_preemption_swap(void **state) {
     (void)state;
-    preemption(IX_PREEMPT_SWAP);
+    preemption(IX_PREEMPT_SWAP, 0);
+    preemption(IX_PREEMPT_SWAP, 1e-3);
 }
 
 static void test_prefix_cache(void **state) {
@@ -363,6 +393,55 @@ static void test_policies(void **state) {
     }
     while (o.n < 4) assert_int_equal(ix_engine_step(e, &did), IX_OK);
     for (int i = 0; i < 4; i++) assert_int_equal(o.ids[i], ids[i]);
+    assert_pool_empty(e);
+    ix_engine_destroy(e);
+}
+
+typedef struct count_ctx {
+    int n_tokens;
+    bool finished;
+    ix_finish_info info;
+} count_ctx;
+
+static void count_on_token(void *user, const ix_token_event *ev) {
+    count_ctx *c = user;
+    c->n_tokens += ev->token >= 0;
+}
+
+static void count_on_finish(void *user, const ix_finish_info *info) {
+    count_ctx *c = user;
+    c->finished = true;
+    c->info = *info;
+}
+
+/* A short request that arrives while a long prompt is being prefilled
+ * starts in the next step -- its first chunk, here its whole prompt, runs
+ * there and its first token comes out of it -- and the long prompt, which
+ * is older, keeps the rest of the budget. */
+static void test_new_request_next_step(void **state) {
+    (void)state;
+    ix_request_params ra = greedy_req(6), rb = greedy_req(5); /* ~45 and ~4 tokens */
+    ix_engine_params p = ix_engine_default_params();
+    p.start_thread = false;
+    p.sched.max_num_batched_tokens = 16 + (int32_t)rb.n_prompt; /* one block of A beside all of B */
+    p.sched.target_step_ms = 0;
+    p.enable_prefix_cache = false;
+    ix_engine *e = mk_engine(p);
+    count_ctx a = {0}, b = {0};
+    assert_true(ra.n_prompt > 32 + rb.n_prompt && rb.n_prompt <= 16);
+    ra.cb = (ix_request_callbacks){count_on_token, count_on_finish, &a};
+    rb.cb = (ix_request_callbacks){count_on_token, count_on_finish, &b};
+    assert_int_equal(ix_engine_submit(e, &ra, NULL, NULL), IX_OK);
+    bool did;
+    assert_int_equal(ix_engine_step(e, &did), IX_OK); /* a budget's worth of A */
+    assert_int_equal(ix_engine_submit(e, &rb, NULL, NULL), IX_OK);
+    assert_int_equal(ix_engine_step(e, &did), IX_OK); /* A's next chunk beside all of B */
+    assert_int_equal(b.n_tokens, 1);
+    assert_int_equal(a.n_tokens, 0);
+    assert_true(ix_engine_run_until(e, &a.finished, 0) == IX_OK && ix_engine_run_until(e, &b.finished, 0) == IX_OK);
+    assert_int_equal(a.info.reason, IX_FINISH_LENGTH);
+    assert_int_equal(b.info.reason, IX_FINISH_LENGTH);
+    assert_true(b.info.timings.queue_ms <= b.info.timings.first_token_ms);
     assert_pool_empty(e);
     ix_engine_destroy(e);
 }
@@ -840,6 +919,7 @@ int main(void) {
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_n_choices),
         cmocka_unit_test(test_policies),
+        cmocka_unit_test(test_new_request_next_step),
         cmocka_unit_test(test_stops_and_bad_requests),
         cmocka_unit_test(test_stepped_engine_is_the_model_loop),
         cmocka_unit_test(test_text_stream),

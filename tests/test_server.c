@@ -745,13 +745,36 @@ static void test_metrics(void **state) {
                            "inferx:kv_cache_blocks_cached", "inferx:kv_cache_blocks_free",
                            "inferx:kv_swap_num_blocks", "inferx:deadline_shed_total",
                            "inferx:deadline_missed_total", "inferx:cost_per_hour_usd", "inferx:cost_usd_total",
-                           "inferx:memory_live_bytes", "inferx:engine_steps_total"};
+                           "inferx:memory_live_bytes", "inferx:engine_steps_total", "inferx:step_token_budget",
+                           "inferx:step_cost_fixed_seconds", "inferx:step_cost_per_token_seconds"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         double v = 0;
         if (!metric(r.body, names[i], NULL, &v)) fail_msg("metric %s missing", names[i]);
     }
     double v = 0, q = 0, h = 0;
     assert_true(metric(r.body, "inferx:generation_tokens_total", NULL, &v) && v > 0);
+    /* the step-cost model has seen steps; the budget is within the cap */
+    assert_true(metric(r.body, "inferx:step_cost_per_token_seconds", NULL, &v) && v > 0 && v < 1);
+    assert_true(metric(r.body, "inferx:step_cost_fixed_seconds", NULL, &v) && v >= 0 && v < 1);
+    assert_true(metric(r.body, "inferx:step_token_budget", NULL, &v) && v >= 1 && v <= 512);
+    /* Memory: the weights' resident bytes are within what they hold plus
+     * the file's metadata (the tiny model's file is its size bound), the KV
+     * pool's within the pool, and both within the process's. */
+    double w_held = 0, w_res = 0, kv_pool = 0, kv_res = 0, rss = 0;
+    assert_true(metric(r.body, "inferx:model_weight_bytes", NULL, &w_held) && w_held > 0);
+    assert_true(metric(r.body, "inferx:model_weight_resident_bytes", NULL, &w_res) && w_res > 0);
+    assert_true(metric(r.body, "inferx:kv_cache_pool_bytes", NULL, &kv_pool) && kv_pool > 0);
+    assert_true(metric(r.body, "inferx:kv_cache_pool_resident_bytes", NULL, &kv_res) && kv_res > 0);
+    assert_true(metric_value(r.body, "process_resident_memory_bytes", &rss) && rss > 0);
+    assert_true(kv_res <= kv_pool + 4096);
+    assert_true(w_res + kv_res <= rss);
+    /* queueing time (submit to first scheduled): one sample per finished
+     * engine request */
+    double n_queue = 0, n_e2e = 0, q_sum = 0;
+    assert_true(metric(r.body, "inferx:request_queue_time_seconds_count", NULL, &n_queue));
+    assert_true(metric(r.body, "inferx:e2e_request_latency_seconds_count", NULL, &n_e2e));
+    assert_true(metric(r.body, "inferx:request_queue_time_seconds_sum", NULL, &q_sum));
+    assert_true(n_queue > 0 && n_queue == n_e2e && q_sum >= 0);
     assert_true(metric(r.body, "inferx:cost_usd_total", NULL, &v) && v > 0);
     assert_true(metric(r.body, "inferx:cost_per_hour_usd", NULL, &v) && v == 3.6);
     assert_true(metric(r.body, "inferx:kv_cache_usage_perc", NULL, &v) && v >= 0 && v <= 1);
@@ -1498,16 +1521,36 @@ static int run_serve(char *const argv[], char *out, size_t size) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-static void test_cli_key_file_and_access_log(void **state) {
-    (void)state;
-#ifndef IX_INFERX_BIN
-    printf("skip: the inferx binary is not built\n");
-    skip();
+#ifdef IX_INFERX_BIN
+#define INFERX_BIN IX_INFERX_BIN
 #else
-    if (access(IX_INFERX_BIN, X_OK)) {
-        printf("skip: %s not found\n", IX_INFERX_BIN);
+#define INFERX_BIN "" /* not built */
+#endif
+
+/* Skips the test unless the inferx binary is built and present. */
+static void need_inferx(void) {
+    if (!*INFERX_BIN) {
+        printf("skip: the inferx binary is not built\n");
         skip();
     }
+    if (access(INFERX_BIN, X_OK)) {
+        printf("skip: %s not found\n", INFERX_BIN);
+        skip();
+    }
+}
+
+/* SIGTERM to a server spawn_serve started: it must exit 0. */
+static void stop_serve(pid_t pid, int err_fd) {
+    kill(pid, SIGTERM);
+    int st;
+    waitpid(pid, &st, 0);
+    close(err_fd);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static void test_cli_key_file_and_access_log(void **state) {
+    (void)state;
+    need_inferx();
     char dir[] = "/tmp/ix_serve_XXXXXX";
     assert_non_null(mkdtemp(dir));
     char keys[64], log_path[64], bad[64];
@@ -1517,7 +1560,7 @@ static void test_cli_key_file_and_access_log(void **state) {
     FILE *f = fopen(keys, "w");
     fputs("# the service's keys\nsk-alpha\n\n  sk-beta  \r\n", f);
     fclose(f);
-    char *argv[] = {IX_INFERX_BIN, "serve", "-m", MODEL, "--port", "0", "-t", "1", "--served-model-name", "cli",
+    char *argv[] = {INFERX_BIN, "serve", "-m", MODEL, "--port", "0", "-t", "1", "--served-model-name", "cli",
                     "--api-key-file", keys, "--access-log", log_path, NULL};
     int err_fd;
     uint16_t port;
@@ -1532,11 +1575,7 @@ static void test_cli_key_file_and_access_log(void **state) {
         if (r.status != want[i]) fail_msg("request %d: status %d, want %d: %s", i, r.status, want[i], r.body);
         resp_free(&r);
     }
-    kill(pid, SIGTERM);
-    int st;
-    waitpid(pid, &st, 0);
-    close(err_fd);
-    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    stop_serve(pid, err_fd);
     /* One JSON line per request, in order. */
     f = fopen(log_path, "r");
     assert_non_null(f);
@@ -1560,7 +1599,7 @@ static void test_cli_key_file_and_access_log(void **state) {
     assert_int_equal(n, 4);
     /* Bad key files are refused with a reason. */
     char out[4096];
-    char *argv_bad[] = {IX_INFERX_BIN, "serve", "-m", MODEL, "--port", "0", "--api-key-file", bad, NULL};
+    char *argv_bad[] = {INFERX_BIN, "serve", "-m", MODEL, "--port", "0", "--api-key-file", bad, NULL};
     f = fopen(bad, "w");
     fputs("sk-ok\nsk with space\n", f);
     fclose(f);
@@ -1575,7 +1614,46 @@ static void test_cli_key_file_and_access_log(void **state) {
     unlink(log_path);
     unlink(bad);
     rmdir(dir);
-#endif
+}
+
+/* The scheduler's flags: bad values are refused with the range, good ones
+ * reach the engine (the step budget stays within the cap). */
+static void test_cli_sched_flags(void **state) {
+    (void)state;
+    need_inferx();
+    static const struct {
+        const char *flag, *value, *want;
+    } bad[] = {
+        {"--target-step-ms", "-1", "--target-step-ms expects a number in [0, 3600000], got '-1'"},
+        {"--target-step-ms", "fast", "--target-step-ms expects a number in [0, 3600000], got 'fast'"},
+        {"--target-step-ms", "nan", "--target-step-ms expects a number"},
+        {"--max-num-batched-tokens", "0", "--max-num-batched-tokens expects an integer in [1, 65536], got '0'"},
+        {"--max-num-batched-tokens", "100000", "expects an integer in [1, 65536]"},
+        {"--max-num-seqs", "1.5", "--max-num-seqs expects an integer in [1, 4096]"},
+        {"--policy", "lifo", "--policy expects fcfs, priority or deadline"},
+    };
+    char out[4096];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *argv[] = {INFERX_BIN, "serve", "-m", MODEL, "--port", "0", (char *)bad[i].flag,
+                        (char *)bad[i].value, NULL};
+        assert_int_equal(run_serve(argv, out, sizeof out), 2);
+        if (!strstr(out, bad[i].want)) fail_msg("%s %s: %s", bad[i].flag, bad[i].value, out);
+    }
+    char *argv[] = {INFERX_BIN, "serve", "-m", MODEL, "--port", "0", "-t", "1", "--served-model-name", "tiny",
+                    "--max-num-batched-tokens", "40", "--target-step-ms", "0.5", "--access-log", "off", NULL};
+    int err_fd;
+    uint16_t port;
+    pid_t pid = spawn_serve(argv, &err_fd, &port);
+    resp r;
+    const char *body = "{\"prompt\":\"Emma Woodhouse, handsome, clever, and rich\",\"max_tokens\":4}";
+    assert_int_equal(http(port, "POST", "/v1/completions", NULL, body, &r), 0);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    assert_int_equal(http(port, "GET", "/metrics", NULL, NULL, &r), 0);
+    double v = 0;
+    assert_true(metric(r.body, "inferx:step_token_budget", NULL, &v) && v >= 1 && v <= 40);
+    resp_free(&r);
+    stop_serve(pid, err_fd);
 }
 
 static int thread_count(void) {
@@ -2095,6 +2173,7 @@ int main(void) {
         cmocka_unit_test(test_chat_tokens_phi3),
         cmocka_unit_test(test_gguf_chat_template),
         cmocka_unit_test(test_cli_key_file_and_access_log),
+        cmocka_unit_test(test_cli_sched_flags),
         cmocka_unit_test(test_many_streams_fixed_threads),
         cmocka_unit_test(test_overload_retry_after),
         cmocka_unit_test(test_shutdown_drains),

@@ -85,6 +85,11 @@ size_t ix_mem_live_bytes(void);
 /* Resident set size of this process in bytes (Linux /proc/self/statm; 0
  * where it cannot be read). Any thread. */
 uint64_t ix_process_resident_bytes(void);
+/* Bytes of [addr, addr + n_bytes) (whole pages) present in this process's
+ * resident set (Linux /proc/self/pagemap; 0 where it cannot be read). Reads
+ * 8 bytes per page: meant for a metrics scrape, not a hot loop. Any thread,
+ * while the range stays mapped. */
+uint64_t ix_resident_bytes(const void *addr, size_t n_bytes);
 size_t ix_mem_peak_bytes(void);
 /* Live allocation count; a test that creates and destroys a handle checks it
  * returns to where it started. */

@@ -200,6 +200,15 @@ typedef struct ix_engine_stats {
     uint64_t n_steps, n_finished;
     uint64_t n_prompt_tokens, n_cached_prompt_tokens, n_generated_tokens;
     uint64_t n_preempt_recompute, n_preempt_swap, n_deadline_shed, n_deadline_missed;
+    /* The scheduler's token budget of the last step, and its step-cost model:
+     * a step of n tokens takes about fixed + n x per_token ms (sched.h). */
+    int32_t step_budget;
+    double step_cost_fixed_ms, step_cost_per_token_ms;
+    /* Where the steps' time went, summed: planning and building the batch
+     * (scheduler, KV appends), the forward pass (broken down in forward),
+     * and sampling plus handing the tokens to the streams. */
+    uint64_t plan_ns, forward_ns, sample_ns;
+    ix_model_profile forward;
     ix_kv_stats kv;
 } ix_engine_stats;
 /* A consistent snapshot (as of the end of the last step). Any thread. */
@@ -207,6 +216,9 @@ void ix_engine_get_stats(ix_engine *e, ix_engine_stats *out);
 const ix_model *ix_engine_model(const ix_engine *e);
 /* The parameters the engine runs with (defaults filled in). Any thread. */
 ix_engine_params ix_engine_get_params(const ix_engine *e);
+/* Resident bytes of the KV block pool (ix_kv_pool_resident_bytes). Any
+ * thread. */
+uint64_t ix_engine_kv_pool_resident_bytes(const ix_engine *e);
 /* The kernel worker pool the forward passes run on (owned by the engine).
  * Other work may be run on it (ix_pool_run) only by the thread that steps a
  * thread-less engine, between steps: inferx bench measures memory bandwidth

@@ -161,6 +161,10 @@ void ix_gguf_close(ix_gguf *g); /* NULL is a no-op */
 uint32_t ix_gguf_version(const ix_gguf *g);
 uint64_t ix_gguf_alignment(const ix_gguf *g);
 uint64_t ix_gguf_file_size(const ix_gguf *g);
+/* Bytes of the file's mapping resident in this process (ix_resident_bytes):
+ * the pages read and not dropped; 0 for a buffer opened with
+ * ix_gguf_open_memory (the caller owns that memory). Any thread. */
+uint64_t ix_gguf_resident_bytes(const ix_gguf *g);
 /* Start of the tensor data section: the end of the tensor infos rounded up to
  * the alignment. May exceed the file size when there are no tensors (a
  * vocab-only file may end right after its header). */

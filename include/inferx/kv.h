@@ -270,6 +270,10 @@ typedef struct ix_kv_stats {
 /* Snapshot. O(live sequences) for the slot counts, O(1) for the rest.
  * Non-const because it uses kv's scratch space; owner thread. */
 void ix_kv_get_stats(ix_kv *kv, ix_kv_stats *out);
+/* Bytes of the block pool's K/V data resident in this process (pages
+ * touched since creation; ix_resident_bytes). Reads only the pool's fixed
+ * address range: any thread while kv lives. */
+uint64_t ix_kv_pool_resident_bytes(const ix_kv *kv);
 
 /* ---- introspection (tests, debugging) ------------------------------------------------ */
 typedef struct ix_kv_block_info {

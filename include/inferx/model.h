@@ -112,6 +112,12 @@ typedef struct ix_model ix_model;
  * unsupported type is IX_ERR_FORMAT / IX_ERR_UNSUPPORTED naming the tensor. */
 ix_status ix_model_load(ix_model **out, const char *path, ix_errbuf *err);
 void ix_model_destroy(ix_model *m); /* NULL is a no-op */
+/* The same, reporting progress (0..1, non-decreasing, 1 last) to fn while it
+ * loads, from the calling thread or the repacking's first worker (never two
+ * at once): a server shows it on /ready (ix_server_set_load_progress). */
+typedef void (*ix_load_progress_fn)(void *user, double fraction);
+ix_status ix_model_load_progress(ix_model **out, const char *path, ix_load_progress_fn fn, void *user,
+                                 ix_errbuf *err);
 
 const ix_model_hparams *ix_model_get_hparams(const ix_model *m);
 const ix_tokenizer *ix_model_tokenizer(const ix_model *m);
@@ -124,6 +130,11 @@ uint64_t ix_model_n_params(const ix_model *m);
  * copies plus the tensors read in place from the file's mapping (embedding
  * rows, norms, weights that were not packed). */
 uint64_t ix_model_weight_bytes(const ix_model *m);
+/* Of those, the bytes resident in this process now: the packed copies'
+ * pages plus the file mapping's (tensors read in place, and the metadata).
+ * Reads /proc/self/pagemap (8 bytes per page): for a metrics scrape or a
+ * report, not a hot loop. Any thread. */
+uint64_t ix_model_weight_resident_bytes(const ix_model *m);
 
 /* KV cache parameters matching the model's shape (layers, KV heads, head
  * dim, sliding window, context); the caller sets the pool size and dtype. */
@@ -203,6 +214,18 @@ ix_status ix_model_forward(ix_model_ctx *c, const ix_batch *b, float *logits);
  * n_embd) floats, the final norm's output for each token whose output flag
  * is set (what embeddings pool). K/V are written as by ix_model_forward. */
 ix_status ix_model_forward_hidden(ix_model_ctx *c, const ix_batch *b, float *hidden);
+
+/* Where the forward passes' wall time went, summed over the context's life:
+ * the matmuls of the layers (Q/K/V, output projection, FFN), attention over
+ * the KV cache, the per-token row ops between them (embedding, norms, RoPE
+ * and the K/V store, activations, residuals), and the output head (final
+ * norm and the vocabulary matmul). Read between forward calls by the thread
+ * that makes them. */
+typedef struct ix_model_profile {
+    uint64_t n_forward, n_tokens, n_logits;
+    uint64_t matmul_ns, attention_ns, rows_ns, output_ns;
+} ix_model_profile;
+void ix_model_ctx_get_profile(const ix_model_ctx *c, ix_model_profile *out);
 
 #ifdef __cplusplus
 }

@@ -9,7 +9,17 @@
  *   2. items still prefilling get their next chunk;
  *   3. swapped items come back, then waiting items are admitted in policy
  *      order, each with a first prefill chunk;
- * all within max_num_batched_tokens tokens and max_num_seqs sequences. It
+ * all within the step's token budget and max_num_seqs sequences. The budget
+ * is max_num_batched_tokens (a hard cap); with target_step_ms set and
+ * sequences decoding, it is what the step-cost model (ix_sched_cost below,
+ * fitted on the measured steps) predicts fits in target_step_ms, so a step
+ * that carries prefill never stalls the decoding streams for much longer
+ * than the target (Sarathi-Serve's stall-free batching). Prefill is shared
+ * in two rounds: every prefilling sequence, new arrivals included, gets one
+ * chunk of at most one KV block in policy order (within half the prefill
+ * budget), then what is left goes to the same sequences in policy order; so
+ * a new request's prefill starts in the next step even behind a long
+ * prompt. It
  * checks the KV cache before promising anything: when the running items'
  * next tokens do not fit, it preempts victims (policy order, last first) by
  * recompute (free the blocks, go back to the front of the waiting queue; the
@@ -64,8 +74,16 @@ typedef struct ix_sched_params {
     ix_sched_policy policy;
     ix_preempt_mode preempt;
     int32_t max_num_seqs;           /* sequences in one step; default 64 */
-    int32_t max_num_batched_tokens; /* tokens in one step; default 512 */
+    int32_t max_num_batched_tokens; /* tokens in one step, a hard cap; default 512 */
+    /* > 0: while sequences decode, a step's prefill is cut so that the step's
+     * predicted time stays within this many ms -- but prefill keeps at least
+     * as many tokens as there are decodes (and a block), so that it keeps up
+     * when the target cannot be met; 0: the cap alone. Default
+     * IX_SCHED_TARGET_STEP_MS. */
+    double target_step_ms;
 } ix_sched_params;
+
+#define IX_SCHED_TARGET_STEP_MS 200.0
 
 ix_sched_params ix_sched_default_params(void);
 
@@ -148,12 +166,41 @@ typedef ix_status (*ix_sched_admit_fn)(void *ctx, ix_sched_item *it);
  * sequence through admit_fn before their blocks are counted. */
 ix_status ix_sched_plan_step(ix_sched *s, uint64_t now_ns, ix_sched_admit_fn admit_fn, void *ctx,
                              ix_sched_plan *plan);
-/* Feeds the measured duration of a step (for the deadline estimates). */
+/* Feeds the measured duration of a step of n_tokens tokens (plan to the end
+ * of sampling) to the step-cost model, which sizes the budget and the
+ * deadline estimates. */
 void ix_sched_observe_step(ix_sched *s, int32_t n_tokens, uint64_t elapsed_ns);
+
+/* The step-cost model: a step of n tokens takes t(n) = a + b n ms (a: what
+ * every step pays -- reading the weights once, the pool's hand-offs,
+ * sampling; b: the marginal cost of a token), fitted by least squares over
+ * the observed steps with exponentially decaying weights (each new step
+ * weighs 1/IX_SCHED_COST_WINDOW of the total), so it follows a machine whose
+ * speed changes. While the observed token counts are too alike to separate a
+ * from b, or the fit is not physical (a < 0 or b <= 0), it falls back to a
+ * line through the origin and the weighted means, which over-predicts steps
+ * larger than the usual one: the budget errs towards smaller steps. Plain
+ * data, no allocation; any thread that owns it. */
+#define IX_SCHED_COST_WINDOW 32
+typedef struct ix_sched_cost {
+    double w, sx, sy, sxx, sxy; /* decayed sums: weight, n, t, n^2, n t */
+    uint64_t n_obs;
+} ix_sched_cost;
+
+void ix_sched_cost_observe(ix_sched_cost *c, int32_t n_tokens, double ms);
+/* The fitted line; false (and 0, 0) before the first observation. */
+bool ix_sched_cost_fit(const ix_sched_cost *c, double *a_ms, double *b_ms);
+/* Predicted ms of a step of n tokens; 0 before the first observation. */
+double ix_sched_cost_predict_ms(const ix_sched_cost *c, int32_t n_tokens);
+/* Most tokens a step may hold to take at most ms: floor((ms - a) / b), at
+ * least 0; INT32_MAX before the first observation (nothing known yet). */
+int32_t ix_sched_cost_tokens_within(const ix_sched_cost *c, double ms);
 
 typedef struct ix_sched_stats {
     int32_t n_waiting, n_running, n_swapped;
     uint64_t n_preempt_recompute, n_preempt_swap, n_expired;
+    int32_t step_budget;         /* token budget of the last plan */
+    double cost_a_ms, cost_b_ms; /* the step-cost model now (0 before a step) */
 } ix_sched_stats;
 void ix_sched_get_stats(const ix_sched *s, ix_sched_stats *out);
 

@@ -229,8 +229,8 @@ class Engine(_Handle):
     """Continuous batching over one model: a thread of its own that batches
     every request submitted from any Python thread."""
 
-    def __init__(self, model, kv_mem_mb=256, max_num_seqs=None, max_num_batched_tokens=None, n_threads=0,
-                 n_ctx=0, prefix_cache=True):
+    def __init__(self, model, kv_mem_mb=256, max_num_seqs=None, max_num_batched_tokens=None, target_step_ms=None,
+                 n_threads=0, n_ctx=0, prefix_cache=True):
         L = library()
         p = L.ix_engine_default_params()
         p.kv_mem_bytes = int(kv_mem_mb) << 20
@@ -238,6 +238,8 @@ class Engine(_Handle):
             p.sched.max_num_seqs = max_num_seqs
         if max_num_batched_tokens:
             p.sched.max_num_batched_tokens = max_num_batched_tokens
+        if target_step_ms is not None:
+            p.sched.target_step_ms = float(target_step_ms)
         p.n_threads, p.n_ctx, p.enable_prefix_cache = n_threads, n_ctx, bool(prefix_cache)
         self.model = model
         self._h = C.c_void_p()

@@ -140,6 +140,7 @@ class SchedParams(C.Structure):
         ("preempt", C.c_int),
         ("max_num_seqs", C.c_int32),
         ("max_num_batched_tokens", C.c_int32),
+        ("target_step_ms", C.c_double),
     ]
 
 
@@ -184,6 +185,18 @@ class KvStats(C.Structure):
     ]
 
 
+class ModelProfile(C.Structure):
+    _fields_ = [
+        ("n_forward", C.c_uint64),
+        ("n_tokens", C.c_uint64),
+        ("n_logits", C.c_uint64),
+        ("matmul_ns", C.c_uint64),
+        ("attention_ns", C.c_uint64),
+        ("rows_ns", C.c_uint64),
+        ("output_ns", C.c_uint64),
+    ]
+
+
 class EngineStats(C.Structure):
     _fields_ = [
         ("n_waiting", C.c_int32),
@@ -198,6 +211,13 @@ class EngineStats(C.Structure):
         ("n_preempt_swap", C.c_uint64),
         ("n_deadline_shed", C.c_uint64),
         ("n_deadline_missed", C.c_uint64),
+        ("step_budget", C.c_int32),
+        ("step_cost_fixed_ms", C.c_double),
+        ("step_cost_per_token_ms", C.c_double),
+        ("plan_ns", C.c_uint64),
+        ("forward_ns", C.c_uint64),
+        ("sample_ns", C.c_uint64),
+        ("forward", ModelProfile),
         ("kv", KvStats),
     ]
 
@@ -225,6 +245,7 @@ MIRRORED = {
     "ix_sched_params": SchedParams,
     "ix_engine_params": EngineParams,
     "ix_kv_stats": KvStats,
+    "ix_model_profile": ModelProfile,
     "ix_engine_stats": EngineStats,
     "ix_generation": Generation,
 }

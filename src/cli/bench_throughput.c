@@ -1,7 +1,10 @@
 /* inferx bench --throughput: serving throughput of the continuous-batching
  * engine, modelled on `vllm bench throughput`. Random-token prompts (seeded)
  * are submitted all at once with at most C in flight; then the same prompts run
- * one at a time on the same engine, and the ratio of the two is printed. */
+ * one at a time on the same engine, and the ratio of the two is printed; and
+ * the same prompts once more with one output token each (pure prefill), the
+ * rate a batched step's tokens are measured against, with where the
+ * concurrent run's engine time went. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -11,26 +14,20 @@
 #include "cli/cli.h"
 #include "inferx/engine.h"
 
-static void usage(FILE *f) {
+static void usage(FILE *f, const ix_cli_opt *opts, size_t n_opts) {
     fprintf(f,
             "usage: inferx bench --throughput [-m MODEL.gguf] [--num-prompts N] [--max-concurrency C]\n"
             "                    [--input-len I] [--output-len O] [-t THREADS] [--seed S] [--json]\n"
             "\n"
             "Serving throughput of the continuous-batching engine: N random-token prompts of I\n"
             "tokens, each generating exactly O tokens, all submitted at once with at most C in\n"
-            "flight; then the same prompts one at a time, and the ratio of the two.\n"
-            "\n"
-            "  -m, --model FILE       GGUF model (default: the bundled model)\n"
-            "  --num-prompts N        requests (default 32)\n"
-            "  --max-concurrency C    sequences in flight (default 32)\n"
-            "  --input-len I          prompt tokens (default 128)\n"
-            "  --output-len O         generated tokens per request (default 128)\n"
-            "  --max-batched-tokens B token budget per engine step (default 512)\n"
-            "  -t, --threads N        kernel threads (default: all cores)\n"
-            "  --seed S               prompt RNG seed (default 1)\n"
-            "  --no-sequential        skip the one-at-a-time baseline\n"
-            "  --json                 print one JSON object instead of the table\n"
-            "  -h, --help             show this help\n");
+            "flight; then the same prompts one at a time, and the ratio of the two. Then the\n"
+            "same prompts with one output token each (pure prefill, in steps of the cap): the\n"
+            "concurrent run's total tokens/s against that rate, and where its engine time\n"
+            "went (planning, the forward pass by stage, sampling and streaming).\n"
+            "\n");
+    ix_cli_print_opts(f, opts, n_opts);
+    fprintf(f, "  -h, --help                   show this help\n");
 }
 
 typedef struct run_stats {
@@ -132,6 +129,43 @@ static void print_run(const char *label, const run_stats *rs, int n) {
            p.p99);
 }
 
+/* The engine's step time between two snapshots, by stage. */
+typedef struct profile {
+    double wall_s, plan_s, forward_s, sample_s, matmul_s, attention_s, rows_s, output_s;
+    uint64_t steps, tokens;
+} profile;
+
+static profile profile_between(const ix_engine_stats *a, const ix_engine_stats *b, double wall_s) {
+    const ix_model_profile *x = &a->forward, *y = &b->forward;
+    return (profile){wall_s,
+                     (double)(b->plan_ns - a->plan_ns) / 1e9,
+                     (double)(b->forward_ns - a->forward_ns) / 1e9,
+                     (double)(b->sample_ns - a->sample_ns) / 1e9,
+                     (double)(y->matmul_ns - x->matmul_ns) / 1e9,
+                     (double)(y->attention_ns - x->attention_ns) / 1e9,
+                     (double)(y->rows_ns - x->rows_ns) / 1e9,
+                     (double)(y->output_ns - x->output_ns) / 1e9,
+                     b->n_steps - a->n_steps,
+                     y->n_tokens - x->n_tokens};
+}
+
+static void print_profile(const profile *p) {
+    double w = p->wall_s > 0 ? 100.0 / p->wall_s : 0;
+    printf("concurrent run, %.2f s: %llu steps, %.1f tokens a step; of the wall time: plan %.1f%%, forward %.1f%% "
+           "(matmuls %.1f%%, attention %.1f%%, row ops %.1f%%, output head %.1f%%), sample + stream %.1f%%, "
+           "outside steps %.1f%%\n",
+           p->wall_s, (unsigned long long)p->steps, p->steps ? (double)p->tokens / (double)p->steps : 0.0,
+           p->plan_s * w, p->forward_s * w, p->matmul_s * w, p->attention_s * w, p->rows_s * w, p->output_s * w,
+           p->sample_s * w, fmax(0.0, p->wall_s - p->plan_s - p->forward_s - p->sample_s) * w);
+}
+
+static void json_profile(const profile *p) {
+    printf("\"profile\":{\"wall_s\":%.3f,\"steps\":%llu,\"tokens\":%llu,\"plan_s\":%.4f,\"forward_s\":%.4f,"
+           "\"matmul_s\":%.4f,\"attention_s\":%.4f,\"rows_s\":%.4f,\"output_s\":%.4f,\"sample_s\":%.4f}",
+           p->wall_s, (unsigned long long)p->steps, (unsigned long long)p->tokens, p->plan_s, p->forward_s,
+           p->matmul_s, p->attention_s, p->rows_s, p->output_s, p->sample_s);
+}
+
 static void json_run(const char *name, const run_stats *rs, int n) {
     summary t = summarize(rs->ttft_ms, n), p = summarize(rs->tpot_ms, n);
     printf("\"%s\":{\"requests_per_s\":%.4f,\"output_tokens_per_s\":%.3f,\"total_tokens_per_s\":%.3f,"
@@ -143,49 +177,31 @@ static void json_run(const char *name, const run_stats *rs, int n) {
 }
 
 int ix_cli_bench_throughput(int argc, char **argv) {
-    const char *model = NULL;
+    const char *model = ix_cli_default_model();
     uint64_t n_prompts = 32, conc = 32, in_len = 128, out_len = 128, threads = 0, seed = 1, max_batched = 512;
-    bool json = false, sequential = true;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool ok = true;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--throughput")) {
-            continue;
-        } else if (!strcmp(a, "--json")) {
-            json = true;
-            continue;
-        } else if (!strcmp(a, "--no-sequential")) {
-            sequential = false;
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "inferx bench: %s needs a value (see --help)\n", a);
-            return 2;
-        }
-        i++;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--num-prompts")) ok = ix_cli_parse_u64(a, v, &n_prompts);
-        else if (!strcmp(a, "--max-concurrency")) ok = ix_cli_parse_u64(a, v, &conc);
-        else if (!strcmp(a, "--input-len")) ok = ix_cli_parse_u64(a, v, &in_len);
-        else if (!strcmp(a, "--output-len")) ok = ix_cli_parse_u64(a, v, &out_len);
-        else if (!strcmp(a, "--max-batched-tokens")) ok = ix_cli_parse_u64(a, v, &max_batched);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = ix_cli_parse_u64(a, v, &threads);
-        else if (!strcmp(a, "--seed")) ok = ix_cli_parse_u64(a, v, &seed);
-        else {
-            fprintf(stderr, "inferx bench: unknown option '%s' (see --help)\n", a);
-            return 2;
-        }
-        if (!ok) return 2;
-    }
-    if (n_prompts < 1 || n_prompts > 100000 || conc < 1 || conc > 4096 || in_len < 1 || out_len < 1 ||
-        in_len > 1000000 || out_len > 1000000 || threads > 1024 || max_batched < 1 || max_batched > 65536) {
-        fprintf(stderr, "inferx bench: a count is out of range (see --help)\n");
-        return 2;
-    }
-    if (!model) model = ix_cli_default_model();
+    double target_step_ms = ix_sched_default_params().target_step_ms;
+    bool json = false, no_sequential = false, throughput = true;
+    const ix_cli_opt opts[] = {
+        {"--throughput", NULL, "", "this benchmark (implied)", IX_CLI_OPT_FLAG, &throughput, 0, 0, false, NULL},
+        {"--model", "-m", "FILE", "GGUF model", IX_CLI_OPT_STR, &model, 0, 0, true, NULL},
+        {"--num-prompts", NULL, "N", "requests", IX_CLI_OPT_U64, &n_prompts, 1, 100000, true, NULL},
+        {"--max-concurrency", NULL, "C", "sequences in flight", IX_CLI_OPT_U64, &conc, 1, 4096, true, NULL},
+        {"--input-len", NULL, "I", "prompt tokens", IX_CLI_OPT_U64, &in_len, 1, 1000000, true, NULL},
+        {"--output-len", NULL, "O", "generated tokens per request", IX_CLI_OPT_U64, &out_len, 1, 1000000, true, NULL},
+        {"--max-num-batched-tokens", "--max-batched-tokens", "B", "token budget per engine step, a hard cap",
+         IX_CLI_OPT_U64, &max_batched, 1, 65536, true, NULL},
+        {"--target-step-ms", NULL, "MS", "target step time while sequences decode, 0 = off (see inferx serve --help)",
+         IX_CLI_OPT_F64, &target_step_ms, 0, 3600e3, true, NULL},
+        {"--threads", "-t", "N", "kernel threads (default: all cores)", IX_CLI_OPT_U64, &threads, 0, 1024, false, NULL},
+        {"--seed", NULL, "S", "prompt RNG seed", IX_CLI_OPT_U64, &seed, 0, (double)UINT64_MAX, true, NULL},
+        {"--no-sequential", NULL, "", "skip the one-at-a-time baseline", IX_CLI_OPT_FLAG, &no_sequential, 0, 0, false,
+         NULL},
+        {"--json", NULL, "", "print one JSON object instead of the table", IX_CLI_OPT_FLAG, &json, 0, 0, false, NULL},
+    };
+    int prc = ix_cli_parse_opts("bench", opts, IX_ARRAY_LEN(opts), argc, argv);
+    if (prc == IX_CLI_HELP) usage(stdout, opts, IX_ARRAY_LEN(opts));
+    if (prc != IX_CLI_OK) return prc == IX_CLI_HELP ? 0 : 2;
+    bool sequential = !no_sequential;
 
     ix_errbuf err = {{0}};
     ix_model *m;
@@ -206,6 +222,7 @@ int ix_cli_bench_throughput(int argc, char **argv) {
     ix_engine_params ep = ix_engine_default_params();
     ep.sched.max_num_seqs = (int32_t)conc;
     ep.sched.max_num_batched_tokens = (int32_t)(max_batched > conc ? max_batched : conc);
+    ep.sched.target_step_ms = target_step_ms;
     ep.kv_block_size = 16;
     ep.kv_blocks = (int64_t)(conc * ((in_len + out_len + 15) / 16 + 1));
     ep.enable_prefix_cache = false; /* random prompts; and the sequential pass must not reuse them */
@@ -259,9 +276,26 @@ int ix_cli_bench_throughput(int argc, char **argv) {
     }
 
     w.rs = &par;
+    ix_engine_stats st0, st1;
+    ix_engine_get_stats(e, &st0);
     uint64_t t0 = ix_time_ns();
     run_batch(e, reqs, ctxs, &w, 0, n);
     par.wall_s = (double)(ix_time_ns() - t0) / 1e9;
+    ix_engine_get_stats(e, &st1);
+    profile prof = profile_between(&st0, &st1, par.wall_s);
+    /* Pure prefill: the same prompts, one token out each, so every step is
+     * prompt tokens (up to the cap) -- the rate batching is measured against. */
+    run_stats pre = {0};
+    pre.ttft_ms = calloc((size_t)n, sizeof(double));
+    pre.tpot_ms = calloc((size_t)n, sizeof(double));
+    for (int i = 0; i < n; i++) reqs[i].max_tokens = 1;
+    w.rs = &pre;
+    t0 = ix_time_ns();
+    run_batch(e, reqs, ctxs, &w, 0, n);
+    pre.wall_s = (double)(ix_time_ns() - t0) / 1e9;
+    for (int i = 0; i < n; i++) reqs[i].max_tokens = (int32_t)out_len;
+    double prefill_rate = pre.wall_s > 0 ? (double)pre.in_tokens / pre.wall_s : 0;
+    double batched_rate = (double)(par.out_tokens + par.in_tokens) / par.wall_s;
     if (sequential) {
         w.rs = &seq;
         t0 = ix_time_ns();
@@ -288,8 +322,12 @@ int ix_cli_bench_throughput(int argc, char **argv) {
             json_run("sequential", &seq, seq.n_done);
             printf(",\"speedup_output_tokens_per_s\":%.3f", ratio);
         }
+        printf(",\"prefill_tokens_per_s\":%.3f,\"total_vs_prefill\":%.4f,", prefill_rate,
+               prefill_rate > 0 ? batched_rate / prefill_rate : 0.0);
+        json_profile(&prof);
         printf(",\"preemptions\":%llu,\"failed\":%d}\n",
-               (unsigned long long)(st.n_preempt_recompute + st.n_preempt_swap), par.n_failed + seq.n_failed);
+               (unsigned long long)(st.n_preempt_recompute + st.n_preempt_swap),
+               par.n_failed + seq.n_failed + pre.n_failed);
     } else {
         printf("model %s (%s), %d prompts x (%llu in + %llu out), max concurrency %llu, kernels %s\n", model,
                hp->arch_name, n, (unsigned long long)in_len, (unsigned long long)out_len,
@@ -300,8 +338,11 @@ int ix_cli_bench_throughput(int argc, char **argv) {
             print_run("one at a time", &seq, seq.n_done);
             printf("concurrent / one-at-a-time output tokens/s: %.2fx\n", ratio);
         }
+        printf("pure prefill (same prompts, 1 token out): %.1f prompt tok/s; concurrent total tok/s = %.1f%% of it\n",
+               prefill_rate, prefill_rate > 0 ? 100.0 * batched_rate / prefill_rate : 0.0);
+        print_profile(&prof);
     }
-    int rc = par.n_failed + seq.n_failed ? 1 : 0;
+    int rc = par.n_failed + seq.n_failed + pre.n_failed ? 1 : 0;
     ix_engine_destroy(e);
     ix_model_destroy(m);
     free(ids);
@@ -311,5 +352,7 @@ int ix_cli_bench_throughput(int argc, char **argv) {
     free(par.tpot_ms);
     free(seq.ttft_ms);
     free(seq.tpot_ms);
+    free(pre.ttft_ms);
+    free(pre.tpot_ms);
     return rc;
 }

@@ -4,7 +4,10 @@
 #ifndef IX_CLI_H
 #define IX_CLI_H
 
+#include <stdio.h>
+
 #include "inferx/core.h"
+#include "inferx/engine.h"
 
 int ix_cli_info(int argc, char **argv);
 int ix_cli_run(int argc, char **argv);
@@ -31,5 +34,44 @@ bool ix_cli_parse_u64(const char *opt, const char *s, uint64_t *out);
  * file ARG; the caller frees it with ix_free. NULL, with the reason printed,
  * when it is neither. */
 char *ix_cli_chat_template(const char *cmd, const char *arg);
+/* ---- option tables (opts.c) ---------------------------------------------------
+ * A command lists its options once, as rows: the parser, the validation of
+ * each value and --help all read the same table. */
+typedef enum ix_cli_opt_type {
+    IX_CLI_OPT_FLAG, /* bool: set to true; the one type that takes no value */
+    IX_CLI_OPT_STR,  /* const char *: the argument itself */
+    IX_CLI_OPT_I32,  /* int32_t: a decimal integer in [min, max] */
+    IX_CLI_OPT_U16,  /* uint16_t: likewise */
+    IX_CLI_OPT_U64,  /* uint64_t: likewise */
+    IX_CLI_OPT_SIZE, /* size_t: bytes, a decimal integer with an optional K/M/G suffix, in [min, max] */
+    IX_CLI_OPT_F64,  /* double: a finite number in [min, max] */
+    IX_CLI_OPT_FN,   /* fn(dst, value) stores it: NULL, or what the option expects ("expects ...") */
+} ix_cli_opt_type;
+
+typedef struct ix_cli_opt {
+    const char *name;    /* "--port" */
+    const char *alias;   /* "-p", or NULL */
+    const char *metavar; /* "N" ("" for a flag) */
+    const char *help;    /* '\n' starts an indented continuation line */
+    ix_cli_opt_type type;
+    void *dst;
+    double min, max;   /* numeric types */
+    bool show_default; /* --help appends "(default <the value *dst holds>)" */
+    const char *(*fn)(void *dst, const char *value);
+} ix_cli_opt;
+
+enum { IX_CLI_OK = 0, IX_CLI_HELP = 1, IX_CLI_USAGE = 2 };
+/* Parses argv[1..argc) against the table: IX_CLI_OK; IX_CLI_HELP at -h or
+ * --help; IX_CLI_USAGE after printing, prefixed "inferx <cmd>: ", what is
+ * wrong (an unknown option, a missing value, a value of the wrong type or
+ * out of range, with the range). */
+/* One line on f: the model's weights (held, resident), the KV pool (size,
+ * resident) and the process's resident set, as /metrics reports them
+ * (cmd_info.c; inferx serve prints it once loaded, inferx info --load too). */
+void ix_cli_print_memory(FILE *f, const char *prefix, ix_engine *e);
+
+int ix_cli_parse_opts(const char *cmd, const ix_cli_opt *opts, size_t n_opts, int argc, char **argv);
+/* The table's --help lines: "  -a, --name METAVAR   help", aligned. */
+void ix_cli_print_opts(FILE *f, const ix_cli_opt *opts, size_t n_opts);
 
 #endif

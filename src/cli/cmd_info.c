@@ -17,7 +17,7 @@
 #include "inferx/server.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: inferx info [MODEL.gguf] [--ctx N] [--batch B]\n"
+    fprintf(f, "usage: inferx info [MODEL.gguf] [--ctx N] [--batch B] [--load]\n"
                "\n"
                "Describes a GGUF file: format, metadata, the chat template a server of it\n"
                "uses, tensors and KV cache sizes.\n"
@@ -25,6 +25,10 @@ static void usage(FILE *f) {
                "  MODEL.gguf  the file (default: $INFERX_MODEL, else the bundled model)\n"
                "  --ctx N     context length for the KV cache size (default: the model's)\n"
                "  --batch B   sequences for the KV cache size (default: 1)\n"
+               "  --load      also load the model as inferx serve does (default KV pool) and\n"
+               "              report the time and the memory: weights held and resident, KV\n"
+               "              pool and resident, the process's resident set (/metrics:\n"
+               "              inferx:model_weight_resident_bytes, ...)\n"
                "  --help      this text\n"
                "\n"
                "KV cache bytes = 2 (K and V) x layers x KV heads x head dim x ctx x batch x\n"
@@ -96,6 +100,39 @@ static const char *bytes_str(char *buf, size_t n, uint64_t v) {
     }
     snprintf(buf, n, "%s (%s)", group(g, sizeof g, v), human_bytes(h, sizeof h, v));
     return buf;
+}
+
+void ix_cli_print_memory(FILE *f, const char *prefix, ix_engine *e) {
+    const ix_model *m = ix_engine_model(e);
+    ix_engine_stats st;
+    ix_engine_get_stats(e, &st);
+    char w[32], wr[32], kv[32], kvr[32], p[32];
+    fprintf(f, "%sweights %s (resident %s), KV pool %s (resident %s), process resident %s\n", prefix,
+            human_bytes(w, sizeof w, ix_model_weight_bytes(m)), human_bytes(wr, sizeof wr, ix_model_weight_resident_bytes(m)),
+            human_bytes(kv, sizeof kv, st.kv.pool_bytes),
+            human_bytes(kvr, sizeof kvr, ix_engine_kv_pool_resident_bytes(e)),
+            human_bytes(p, sizeof p, ix_process_resident_bytes()));
+}
+
+/* Loads the model as inferx serve does (repacked weights, the default KV
+ * pool, a thread-less engine) and says how long that took and what it holds. */
+static int print_loaded(const char *path) {
+    ix_errbuf err = {{0}};
+    ix_model *m = NULL;
+    ix_engine *e = NULL;
+    uint64_t t0 = ix_time_ns();
+    ix_engine_params ep = ix_engine_default_params();
+    ep.start_thread = false;
+    if (ix_model_load(&m, path, &err) != IX_OK || ix_engine_create(&e, m, &ep, &err) != IX_OK) {
+        fprintf(stderr, "inferx info: %s: %s\n", path, err.msg);
+        ix_model_destroy(m);
+        return 1;
+    }
+    printf("\nloaded (--load, as inferx serve does) in %.2f s:\n", (double)(ix_time_ns() - t0) / 1e9);
+    ix_cli_print_memory(stdout, "  ", e);
+    ix_engine_destroy(e);
+    ix_model_destroy(m);
+    return 0;
 }
 
 /* Strings come from the file: escape anything that could drive a terminal. */
@@ -364,12 +401,16 @@ static void print_info(const ix_gguf *g, const char *path, uint64_t ctx_opt, boo
 int ix_cli_info(int argc, char **argv) {
     const char *path = NULL;
     uint64_t ctx = 0, batch = 1;
-    bool ctx_given = false;
+    bool ctx_given = false, load = false;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
             usage(stdout);
             return 0;
+        }
+        if (!strcmp(arg, "--load")) {
+            load = true;
+            continue;
         }
         if (!strcmp(arg, "--ctx") || !strcmp(arg, "--batch")) {
             if (i + 1 >= argc) {
@@ -412,6 +453,7 @@ int ix_cli_info(int argc, char **argv) {
     }
     print_info(g, path, ctx, ctx_given, batch);
     ix_gguf_close(g);
+    if (load && print_loaded(path) != 0) return 1;
     if (fflush(stdout) != 0) {
         perror("inferx info: stdout");
         return 1;

@@ -16,66 +16,18 @@
 #include "inferx/engine.h"
 #include "inferx/server.h"
 
-static void usage(FILE *f) {
+static void usage(FILE *f, const ix_cli_opt *opts, size_t n_opts) {
     fprintf(f,
             "usage: inferx serve [-m MODEL.gguf] [options]\n"
             "\n"
             "Serves the model over an OpenAI-compatible HTTP API (docs/server.md):\n"
             "/v1/chat/completions, /v1/completions, /v1/models, /tokenize, /detokenize,\n"
-            "/health, /ready, /metrics, and a chat page for browsers at /.\n"
-            "\n"
-            "  -m, --model FILE             GGUF model (default: the bundled model, %s)\n"
-            "  --host ADDR                  numeric address to bind (default 127.0.0.1)\n"
-            "  --port N                     TCP port (default 8000; 0 = any free port)\n"
-            "  --api-key KEY                require 'Authorization: Bearer KEY'; repeat it for more keys,\n"
-            "                               each its own tenant of the prefix cache (default: $INFERX_API_KEY)\n"
-            "  --api-key-file FILE          read keys from FILE, one per line ('#' comments and blank\n"
-            "                               lines skipped); adds to --api-key\n"
-            "  --served-model-name NAME     the model's name in the API (default: file name without .gguf)\n"
-            "  --chat-template NAME|FILE    the chat template: a built-in (chatml, llama3, llama2, phi3,\n"
-            "                               zephyr, mistral-v1, mistral-v3 = mistral, gemma, plain) or a\n"
-            "                               Jinja file (default: the GGUF's tokenizer.chat_template)\n"
-            "  --max-num-seqs N             sequences per engine step (default 64)\n"
-            "  --max-num-batched-tokens N   tokens per engine step (default 512)\n"
-            "  --kv-cache-mem BYTES         KV cache pool size, suffix K/M/G allowed (default 256M)\n"
-            "  --policy fcfs|priority|deadline  scheduling policy (default fcfs)\n"
-            "  --cost-per-hour USD          price of this machine: report usage.cost_usd per request\n"
-            "  --max-waiting N              answer 503 when N requests wait already (default 256, 0 = off)\n"
-            "  --max-body-bytes N           larger request bodies get 413 (default 8388608)\n"
-            "  --max-connections N          concurrent HTTP connections (default 256; split\n"
-            "                               evenly over the HTTP threads)\n"
-            "  --http-threads N             HTTP worker threads, a fixed epoll pool (default 4)\n"
-            "  --shutdown-timeout S         seconds to let requests finish at SIGINT/SIGTERM (default 30)\n"
-            "  --access-log FILE|-|off      one JSON line per request: to FILE (appended), - for stderr\n"
-            "                               (the default), or off\n"
-            "  --cors-allow-origin ORIGINS  let browser pages on other origins call the API: * or a\n"
-            "                               comma-separated list of origins (default: none)\n"
-            "  -c, --ctx N                  context length (default: the model's)\n"
-            "  -t, --threads N              kernel threads (default: all cores)\n"
-            "  -h, --help                   show this help\n",
-            ix_cli_default_model());
-}
-
-static bool parse_bytes(const char *opt, const char *s, uint64_t *out) {
-    char num[32];
-    size_t n = s ? strlen(s) : 0;
-    uint64_t mul = 1;
-    if (n > 0 && n < sizeof num) {
-        char last = s[n - 1];
-        if (last == 'K' || last == 'k') mul = 1ull << 10;
-        if (last == 'M' || last == 'm') mul = 1ull << 20;
-        if (last == 'G' || last == 'g') mul = 1ull << 30;
-    }
-    if (n == 0 || n >= sizeof num) return ix_cli_parse_u64(opt, s, out);
-    memcpy(num, s, n + 1);
-    if (mul > 1) num[n - 1] = '\0';
-    uint64_t v;
-    if (!ix_cli_parse_u64(opt, num, &v)) return false;
-    if (ix_mul_overflow_u64(v, mul, out)) {
-        fprintf(stderr, "inferx serve: %s value too large\n", opt);
-        return false;
-    }
-    return true;
+            "/health, /ready, /metrics, /v1/responses, /v1/embeddings, Ollama's /api/...,\n"
+            "and a chat page for browsers at /. The port opens at once: /ready answers 503\n"
+            "with the load progress until the model is loaded.\n"
+            "\n");
+    ix_cli_print_opts(f, opts, n_opts);
+    fprintf(f, "  -h, --help                   show this help\n");
 }
 
 typedef struct key_list {
@@ -107,6 +59,30 @@ static bool key_ok(const char *k, size_t n) {
     for (size_t i = 0; i < n; i++)
         if ((unsigned char)k[i] <= 0x20 || (unsigned char)k[i] >= 0x7f) return false;
     return true;
+}
+
+typedef struct key_opts {
+    key_list list;
+    bool given; /* --api-key or --api-key-file: $INFERX_API_KEY is not used */
+    const char *file;
+} key_opts;
+
+static const char *set_api_key(void *dst, const char *v) {
+    key_opts *k = dst;
+    k->given = true;
+    if (!key_ok(v, strlen(v))) return "expects printable ASCII without spaces";
+    return key_add(&k->list, v, strlen(v)) ? NULL : "could not be stored (out of memory)";
+}
+
+static const char *set_api_key_file(void *dst, const char *v) {
+    key_opts *k = dst;
+    k->given = true;
+    k->file = v;
+    return NULL;
+}
+
+static const char *set_policy(void *dst, const char *v) {
+    return ix_sched_policy_parse(v, dst) == IX_OK ? NULL : "expects fcfs, priority or deadline";
 }
 
 /* Keys from path, one per line; surrounding whitespace is trimmed, blank
@@ -161,107 +137,81 @@ static void write_access_line(void *user, const char *line, size_t len) {
     funlockfile(f);
 }
 
+static void on_load_progress(void *user, double fraction) { ix_server_set_load_progress(user, fraction); }
+
 int ix_cli_serve(int argc, char **argv) {
-    const char *model = NULL, *key_file = NULL, *name = NULL, *access_log = "-", *chat_template = NULL;
-    key_list keys = {0};
-    bool keys_given = false;
+    const char *model = ix_cli_default_model(), *name = NULL, *access_log = "-", *chat_template = NULL;
+    key_opts keys = {{0}, false, NULL};
     ix_server_params sp = ix_server_default_params();
     ix_engine_params ep = ix_engine_default_params();
     uint64_t shutdown_s = 30;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        uint64_t u = 0;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!v) {
-            fprintf(stderr, "inferx serve: %s needs a value (see --help)\n", a);
-            key_list_free(&keys);
-            return 2;
-        }
-        i++;
-        bool ok = true;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            model = v;
-        } else if (!strcmp(a, "--host")) {
-            sp.host = v;
-        } else if (!strcmp(a, "--port")) {
-            ok = ix_cli_parse_u64(a, v, &u) && u <= 65535;
-            sp.port = (uint16_t)u;
-        } else if (!strcmp(a, "--api-key")) {
-            keys_given = true;
-            ok = key_ok(v, strlen(v));
-            if (ok && !key_add(&keys, v, strlen(v))) {
-                fprintf(stderr, "inferx serve: out of memory\n");
-                key_list_free(&keys);
-                return 1;
-            }
-        } else if (!strcmp(a, "--api-key-file")) {
-            key_file = v;
-            keys_given = true;
-        } else if (!strcmp(a, "--access-log")) {
-            access_log = v;
-        } else if (!strcmp(a, "--cors-allow-origin")) {
-            sp.cors_allow_origin = v;
-        } else if (!strcmp(a, "--served-model-name")) {
-            name = v;
-        } else if (!strcmp(a, "--chat-template")) {
-            chat_template = v;
-        } else if (!strcmp(a, "--max-num-seqs")) {
-            ok = ix_cli_parse_u64(a, v, &u) && u >= 1 && u <= 4096;
-            ep.sched.max_num_seqs = (int32_t)u;
-        } else if (!strcmp(a, "--max-num-batched-tokens")) {
-            ok = ix_cli_parse_u64(a, v, &u) && u >= 1 && u <= 1 << 20;
-            ep.sched.max_num_batched_tokens = (int32_t)u;
-        } else if (!strcmp(a, "--kv-cache-mem")) {
-            ok = parse_bytes(a, v, &u) && u > 0;
-            ep.kv_mem_bytes = (size_t)u;
-        } else if (!strcmp(a, "--policy")) {
-            if (!strcmp(v, "fcfs"))
-                ep.sched.policy = IX_SCHED_FCFS;
-            else if (!strcmp(v, "priority"))
-                ep.sched.policy = IX_SCHED_PRIORITY;
-            else if (!strcmp(v, "deadline"))
-                ep.sched.policy = IX_SCHED_DEADLINE;
-            else
-                ok = false;
-        } else if (!strcmp(a, "--cost-per-hour")) {
-            char *end;
-            sp.cost_per_hour_usd = strtod(v, &end);
-            ok = end != v && !*end && sp.cost_per_hour_usd >= 0;
-        } else if (!strcmp(a, "--max-waiting")) {
-            ok = ix_cli_parse_u64(a, v, &u) && u <= INT32_MAX;
-            sp.max_waiting = (int32_t)u;
-        } else if (!strcmp(a, "--max-body-bytes")) {
-            ok = parse_bytes(a, v, &u) && u > 0;
-            sp.max_body_bytes = (size_t)u;
-        } else if (!strcmp(a, "--max-connections")) {
-            ok = ix_cli_parse_u64(a, v, &u) && u >= 1 && u <= 65536;
-            sp.max_connections = (int32_t)u;
-        } else if (!strcmp(a, "--http-threads")) {
-            ok = ix_cli_parse_u64(a, v, &u) && u >= 1 && u <= 1024;
-            sp.n_http_threads = (int32_t)u;
-        } else if (!strcmp(a, "--shutdown-timeout")) {
-            ok = ix_cli_parse_u64(a, v, &shutdown_s) && shutdown_s <= 86400;
-        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
-            ok = ix_cli_parse_u64(a, v, &u) && u <= INT32_MAX;
-            ep.n_ctx = (int32_t)u;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            ok = ix_cli_parse_u64(a, v, &u) && u <= 1024;
-            ep.n_threads = (int32_t)u;
-        } else {
-            fprintf(stderr, "inferx serve: unknown option '%s' (see --help)\n", a);
-            key_list_free(&keys);
-            return 2;
-        }
-        if (!ok) {
-            fprintf(stderr, "inferx serve: bad value '%s' for %s (see --help)\n", v, a);
-            key_list_free(&keys);
-            return 2;
-        }
+    const ix_cli_opt opts[] = {
+        {"--model", "-m", "FILE", "GGUF model", IX_CLI_OPT_STR, &model, 0, 0, true, NULL},
+        {"--host", NULL, "ADDR", "address or host name to bind", IX_CLI_OPT_STR, &sp.host, 0, 0, true, NULL},
+        {"--port", NULL, "N", "TCP port (0 = any free port)", IX_CLI_OPT_U16, &sp.port, 0, 65535, true, NULL},
+        {"--api-key", NULL, "KEY",
+         "require 'Authorization: Bearer KEY'; repeat it for more keys,\n"
+         "each its own tenant of the prefix cache (default: $INFERX_API_KEY)",
+         IX_CLI_OPT_FN, &keys, 0, 0, false, set_api_key},
+        {"--api-key-file", NULL, "FILE",
+         "read keys from FILE, one per line ('#' comments and blank\n"
+         "lines skipped); adds to --api-key",
+         IX_CLI_OPT_FN, &keys, 0, 0, false, set_api_key_file},
+        {"--served-model-name", NULL, "NAME", "the model's name in the API (default: file name without .gguf)",
+         IX_CLI_OPT_STR, &name, 0, 0, false, NULL},
+        {"--chat-template", NULL, "NAME|FILE",
+         "the chat template: a built-in (chatml, llama3, llama2, phi3,\n"
+         "zephyr, mistral-v1, mistral-v3 = mistral, gemma, plain) or a\n"
+         "Jinja file (default: the GGUF's tokenizer.chat_template)",
+         IX_CLI_OPT_STR, &chat_template, 0, 0, false, NULL},
+        {"--max-num-seqs", NULL, "N", "sequences per engine step", IX_CLI_OPT_I32, &ep.sched.max_num_seqs, 1, 4096,
+         true, NULL},
+        {"--max-num-batched-tokens", NULL, "N",
+         "tokens per engine step, a hard cap (prefill is chunked to fit\n"
+         "beside the decodes)",
+         IX_CLI_OPT_I32, &ep.sched.max_num_batched_tokens, 1, 65536, true, NULL},
+        {"--target-step-ms", NULL, "MS",
+         "while streams decode, cut each step's prefill so that the step\n"
+         "takes about MS ms, from the measured cost of steps: the\n"
+         "inter-token latency a prefill may cause (0 = off: the cap alone)",
+         IX_CLI_OPT_F64, &ep.sched.target_step_ms, 0, 3600e3, true, NULL},
+        {"--kv-cache-mem", NULL, "BYTES", "KV cache pool size, suffix K/M/G allowed", IX_CLI_OPT_SIZE, &ep.kv_mem_bytes,
+         1, 1e18, true, NULL},
+        {"--policy", NULL, "fcfs|priority|deadline", "scheduling policy (default fcfs)", IX_CLI_OPT_FN,
+         &ep.sched.policy, 0, 0, false, set_policy},
+        {"--cost-per-hour", NULL, "USD", "price of this machine: report usage.cost_usd per request", IX_CLI_OPT_F64,
+         &sp.cost_per_hour_usd, 0, 1e9, false, NULL},
+        {"--max-waiting", NULL, "N", "answer 503 when N requests wait already (0 = off)", IX_CLI_OPT_I32,
+         &sp.max_waiting, 0, INT32_MAX, true, NULL},
+        {"--max-body-bytes", NULL, "N", "larger request bodies get 413", IX_CLI_OPT_SIZE, &sp.max_body_bytes, 1,
+         1e18, true, NULL},
+        {"--max-connections", NULL, "N",
+         "concurrent HTTP connections (split evenly over the HTTP\n"
+         "threads)",
+         IX_CLI_OPT_I32, &sp.max_connections, 1, 65536, true, NULL},
+        {"--http-threads", NULL, "N", "HTTP worker threads, a fixed epoll pool", IX_CLI_OPT_I32, &sp.n_http_threads, 1,
+         1024, true, NULL},
+        {"--shutdown-timeout", NULL, "S", "seconds to let requests finish at SIGINT/SIGTERM", IX_CLI_OPT_U64,
+         &shutdown_s, 0, 86400, true, NULL},
+        {"--access-log", NULL, "FILE|-|off",
+         "one JSON line per request: to FILE (appended), - for stderr\n"
+         "(the default), or off",
+         IX_CLI_OPT_STR, &access_log, 0, 0, false, NULL},
+        {"--cors-allow-origin", NULL, "ORIGINS",
+         "let browser pages on other origins call the API: * or a\n"
+         "comma-separated list of origins (default: none)",
+         IX_CLI_OPT_STR, &sp.cors_allow_origin, 0, 0, false, NULL},
+        {"--ctx", "-c", "N", "context length (default: the model's)", IX_CLI_OPT_I32, &ep.n_ctx, 0, INT32_MAX, false,
+         NULL},
+        {"--threads", "-t", "N", "kernel threads (default: all cores)", IX_CLI_OPT_I32, &ep.n_threads, 0, 1024, false,
+         NULL},
+    };
+    int prc = ix_cli_parse_opts("serve", opts, IX_ARRAY_LEN(opts), argc, argv);
+    if (prc != IX_CLI_OK) {
+        if (prc == IX_CLI_HELP) usage(stdout, opts, IX_ARRAY_LEN(opts));
+        key_list_free(&keys.list);
+        return prc == IX_CLI_HELP ? 0 : 2;
     }
-    if (!model) model = ix_cli_default_model();
 
     /* Block the shutdown signals before any thread exists, so that every
      * thread inherits the mask and only sigwait below takes them. */
@@ -279,19 +229,14 @@ int ix_cli_serve(int argc, char **argv) {
     ix_engine *e = NULL;
     ix_server *srv = NULL;
     FILE *log = NULL;
-    char *tmpl = NULL;
-    if (key_file && !read_key_file(key_file, &keys)) goto done;
-    if (chat_template && !(tmpl = ix_cli_chat_template("serve", chat_template))) {
-        rc = 2;
-        goto done;
-    }
+    if (keys.file && !read_key_file(keys.file, &keys.list)) goto done;
     const char *env_key = getenv("INFERX_API_KEY");
-    if (!keys_given && env_key && *env_key) {
+    if (!keys.given && env_key && *env_key) {
         if (!key_ok(env_key, strlen(env_key))) {
             fprintf(stderr, "inferx serve: $INFERX_API_KEY must be printable ASCII without spaces\n");
             goto done;
         }
-        if (!key_add(&keys, env_key, strlen(env_key))) goto done;
+        if (!key_add(&keys.list, env_key, strlen(env_key))) goto done;
     }
     if (!strcmp(access_log, "-")) {
         log = stderr;
@@ -308,7 +253,31 @@ int ix_cli_serve(int argc, char **argv) {
         if (n > 5 && !strcmp(base + n - 5, ".gguf")) n -= 5;
         name = default_name = ix_strndup(base, n);
     }
-    if (ix_model_load(&m, model, &err) != IX_OK) {
+    char *tmpl = NULL;
+    if (chat_template && !(tmpl = ix_cli_chat_template("serve", chat_template))) {
+        rc = 2;
+        goto done;
+    }
+    sp.api_keys = (const char *const *)keys.list.keys;
+    sp.n_api_keys = keys.list.n;
+    sp.access_log = log ? write_access_line : NULL;
+    sp.access_log_user = log;
+    sp.model_name = name;
+    sp.n_ctx = ep.n_ctx;
+    sp.chat_template = tmpl;
+    /* The port opens first: while the model loads, /health answers and
+     * /ready says 503 with the progress (an orchestrator sees a live
+     * process, not a refused connection). */
+    ix_status st = ix_server_create(&srv, NULL, &sp, &err);
+    ix_free(tmpl);
+    if (st != IX_OK) {
+        fprintf(stderr, "inferx serve: %s\n", err.msg);
+        goto done;
+    }
+    fprintf(stderr, "inferx serve: loading %s; listening at %s:%u (/ready answers 503 until loaded)\n", model,
+            sp.host, (unsigned)ix_server_port(srv));
+    uint64_t t_load = ix_time_ns();
+    if (ix_model_load_progress(&m, model, on_load_progress, srv, &err) != IX_OK) {
         fprintf(stderr, "inferx serve: %s: %s\n", model, err.msg);
         goto done;
     }
@@ -316,20 +285,16 @@ int ix_cli_serve(int argc, char **argv) {
         fprintf(stderr, "inferx serve: engine: %s\n", err.msg);
         goto done;
     }
-    sp.api_keys = (const char *const *)keys.keys;
-    sp.n_api_keys = keys.n;
-    sp.access_log = log ? write_access_line : NULL;
-    sp.access_log_user = log;
-    sp.model_name = name;
-    sp.n_ctx = ep.n_ctx;
-    sp.chat_template = tmpl;
-    if (ix_server_create(&srv, e, &sp, &err) != IX_OK) {
+    if (ix_server_attach(srv, e, &err) != IX_OK) {
         fprintf(stderr, "inferx serve: %s\n", err.msg);
         goto done;
     }
-    if (keys.n)
+    char loaded[64];
+    snprintf(loaded, sizeof loaded, "inferx serve: loaded in %.2f s: ", (double)(ix_time_ns() - t_load) / 1e9);
+    ix_cli_print_memory(stderr, loaded, e);
+    if (keys.list.n)
         fprintf(stderr, "inferx serve: model '%s' (%s) on http://%s:%u (%zu API key%s)\n", name, model, sp.host,
-                (unsigned)ix_server_port(srv), keys.n, keys.n == 1 ? "" : "s");
+                (unsigned)ix_server_port(srv), keys.list.n, keys.list.n == 1 ? "" : "s");
     else
         fprintf(stderr, "inferx serve: model '%s' (%s) on http://%s:%u\n", name, model, sp.host,
                 (unsigned)ix_server_port(srv));
@@ -344,8 +309,7 @@ done:
     ix_engine_destroy(e);
     ix_model_destroy(m);
     if (log && log != stderr) fclose(log);
-    key_list_free(&keys);
+    key_list_free(&keys.list);
     ix_free(default_name);
-    ix_free(tmpl);
     return rc;
 }

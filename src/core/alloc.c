@@ -7,6 +7,7 @@
  * not synchronisation. */
 #include "inferx/core.h"
 
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,4 +144,29 @@ uint64_t ix_process_resident_bytes(void) {
     fclose(f);
     long page = sysconf(_SC_PAGESIZE);
     return n == 2 && page > 0 ? (uint64_t)resident * (uint64_t)page : 0;
+}
+
+/* /proc/self/pagemap holds one 64-bit entry per virtual page; bit 63 says the
+ * page is present in this process's page tables, which is what the resident
+ * set counts (a file page dropped with MADV_DONTNEED is absent here even
+ * while the page cache still holds it; mincore would say resident). */
+uint64_t ix_resident_bytes(const void *addr, size_t n_bytes) {
+    long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0 || !addr || !n_bytes) return 0;
+    int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    uint64_t first = (uint64_t)(uintptr_t)addr / (uint64_t)page;
+    uint64_t end = ((uint64_t)(uintptr_t)addr + n_bytes + (uint64_t)page - 1) / (uint64_t)page;
+    uint64_t entries[1024], n_present = 0;
+    for (uint64_t at = first; at < end;) {
+        uint64_t want = end - at < 1024 ? end - at : 1024;
+        ssize_t got = pread(fd, entries, (size_t)want * sizeof entries[0], (off_t)(at * sizeof entries[0]));
+        if (got <= 0) break;
+        size_t n = (size_t)got / sizeof entries[0];
+        if (!n) break;
+        for (size_t i = 0; i < n; i++) n_present += entries[i] >> 63;
+        at += n;
+    }
+    close(fd);
+    return n_present * (uint64_t)page;
 }

@@ -133,6 +133,7 @@ ix_engine_params ix_engine_default_params(void) {
 }
 
 const ix_model *ix_engine_model(const ix_engine *e) { return e->m; }
+uint64_t ix_engine_kv_pool_resident_bytes(const ix_engine *e) { return ix_kv_pool_resident_bytes(e->kv); }
 
 ix_engine_params ix_engine_get_params(const ix_engine *e) {
     ix_engine_params p = e->p;
@@ -642,6 +643,10 @@ static void publish(ix_engine *e) {
     e->stats.n_swapped = ss.n_swapped;
     e->stats.n_preempt_recompute = ss.n_preempt_recompute;
     e->stats.n_preempt_swap = ss.n_preempt_swap;
+    e->stats.step_budget = ss.step_budget;
+    e->stats.step_cost_fixed_ms = ss.cost_a_ms;
+    e->stats.step_cost_per_token_ms = ss.cost_b_ms;
+    ix_model_ctx_get_profile(e->ctx, &e->stats.forward);
     ix_kv_get_stats(e->kv, &e->stats.kv);
     pthread_mutex_lock(&e->mu);
     e->snapshot = e->stats;
@@ -734,6 +739,8 @@ static ix_status step(ix_engine *e, bool *did_work) {
         }
         if (from + wk->n_tokens == (int32_t)r->toks[i].n) e->b_out[T - 1] = 1;
     }
+    uint64_t t_fwd = ix_time_ns();
+    e->stats.plan_ns += t_fwd - t0;
     if (T > 0) {
         ix_batch b = {T, e->b_tok, e->b_pos, e->b_seq, e->b_out};
         s = ix_model_forward(e->ctx, &b, e->logits);
@@ -749,7 +756,7 @@ static ix_status step(ix_engine *e, bool *did_work) {
         }
     }
     uint64_t now = ix_time_ns();
-    ix_sched_observe_step(e->sched, T, now - t0);
+    e->stats.forward_ns += now - t_fwd;
     e->stats.n_steps++;
     /* each request's share of this step, by the tokens it put in */
     for (int32_t w = 0; w < plan.n_work && T > 0; w++)
@@ -784,6 +791,11 @@ static ix_status step(ix_engine *e, bool *did_work) {
         }
         if (all_finished(it)) req_finish(e, r, IX_FINISH_STOP, r->errmsg[0] ? r->errmsg : NULL);
     }
+    /* The whole step, as the streams see it (plan to the last token out):
+     * what the scheduler's budget must keep within its target. */
+    uint64_t t_end = ix_time_ns();
+    e->stats.sample_ns += t_end - now;
+    ix_sched_observe_step(e->sched, T, t_end - t0);
     publish(e);
     return IX_OK;
 }

@@ -672,6 +672,7 @@ void ix_gguf_close(ix_gguf *g) {
 uint32_t ix_gguf_version(const ix_gguf *g) { return g->version; }
 uint64_t ix_gguf_alignment(const ix_gguf *g) { return g->alignment; }
 uint64_t ix_gguf_file_size(const ix_gguf *g) { return g->size; }
+uint64_t ix_gguf_resident_bytes(const ix_gguf *g) { return g->map ? ix_resident_bytes(g->map, g->map_len) : 0; }
 uint64_t ix_gguf_data_offset(const ix_gguf *g) { return g->data_offset; }
 uint64_t ix_gguf_n_kv(const ix_gguf *g) { return g->n_kv; }
 uint64_t ix_gguf_n_tensors(const ix_gguf *g) { return g->n_tensors; }

@@ -197,6 +197,10 @@ static int64_t slots_used(ix_kv *kv) {
     return (int64_t)kv->n_used * bs - missing;
 }
 
+uint64_t ix_kv_pool_resident_bytes(const ix_kv *kv) {
+    return ix_resident_bytes(kv->data, (size_t)kv->n_blocks * kv->lay.block_stride_bytes);
+}
+
 void ix_kv_get_stats(ix_kv *kv, ix_kv_stats *out) {
     if (!out) return;
     memset(out, 0, sizeof *out);

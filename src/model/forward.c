@@ -50,7 +50,18 @@ struct ix_model_ctx {
     void *scratch; /* quantized activations for the int8 matmuls */
     const int32_t **tables; /* (T) each token's block table, for this forward */
     int32_t *out_rows;      /* (T) batch rows with logits */
+    ix_model_profile prof;
 };
+
+void ix_model_ctx_get_profile(const ix_model_ctx *c, ix_model_profile *out) { *out = c->prof; }
+
+/* Adds the time since *t to *acc and restarts *t: one clock read per stage,
+ * a few hundred per forward pass, against milliseconds of work. */
+static void lap(uint64_t *acc, uint64_t *t) {
+    uint64_t now = ix_time_ns();
+    *acc += now - *t;
+    *t = now;
+}
 
 ix_model_ctx_params ix_model_ctx_default_params(void) {
     return (ix_model_ctx_params){.max_batch_tokens = 512, .n_threads = 0};
@@ -505,24 +516,35 @@ static ix_status forward(ix_model_ctx *c, const ix_batch *b, float *logits, floa
         .ext_factor = hp->rope_scaling == IX_ROPE_SCALING_YARN ? 1.0f : 0.0f,
         .beta_fast = 32.0f, .beta_slow = 1.0f, .n_ctx_orig = (uint32_t)hp->rope_orig_ctx,
     };
+    ix_model_profile *pf = &c->prof;
+    pf->n_forward++;
+    pf->n_tokens += T;
+    pf->n_logits += (uint64_t)n_out;
+    uint64_t t = ix_time_ns();
     /* x (T, E) = embeddings; xb = layer 0's attention norm of x */
     if ((s = rows(c, b, ROW_EMBED, 0, NULL, T, E)) != IX_OK) return s;
+    lap(&pf->rows_ns, &t);
     for (int32_t il = 0; il < hp->n_layer; il++) {
         const ix__layer *l = &m->layers[il];
         /* attention; xb holds the normed residual */
         if ((s = matmul_n(c, (const ix__weight *const[]){&l->wq, &l->wk, &l->wv},
                           (float *const[]){c->q, c->k, c->v}, 3, c->xb, T)) != IX_OK)
             return s;
+        lap(&pf->matmul_ns, &t);
         if ((s = rows(c, b, ROW_QKV, il, &rp, T, 2 * (Q + 2 * KV))) != IX_OK) return s;
+        lap(&pf->rows_ns, &t);
         attention(c, b, il);
+        lap(&pf->attention_ns, &t);
         /* sequential: x += attention output, xb = ffn_norm(x); parallel: the
          * FFN reads the same xb and the attention output waits in ya */
         if (hp->parallel_blocks) {
             if ((s = matmul(c, &l->wo, c->att, T, c->ya)) != IX_OK) return s;
         } else {
             if ((s = matmul(c, &l->wo, c->att, T, c->xb)) != IX_OK) return s;
+            lap(&pf->matmul_ns, &t);
             if ((s = rows(c, b, ROW_ATTN_RESID, il, NULL, T, E)) != IX_OK) return s;
         }
+        lap(hp->parallel_blocks ? &pf->matmul_ns : &pf->rows_ns, &t);
         /* feed-forward: down(act(gate(xb)) * up(xb)) or down(gelu(up(xb))) */
         const float *ffn_in;
         if (l->w_gate.data) {
@@ -534,11 +556,15 @@ static ix_status forward(ix_model_ctx *c, const ix_batch *b, float *logits, floa
             if ((s = matmul(c, &l->w_up, c->xb, T, c->up)) != IX_OK) return s;
             ffn_in = c->up;
         }
+        lap(&pf->matmul_ns, &t);
         if ((s = rows(c, b, ROW_FFN_ACT, il, NULL, T, F)) != IX_OK) return s;
+        lap(&pf->rows_ns, &t);
         if ((s = matmul(c, &l->w_down, ffn_in, T, c->xb)) != IX_OK) return s;
+        lap(&pf->matmul_ns, &t);
         /* x += the block's outputs, normed for the next layer (the last
          * layer's residual is needed only in the rows that give logits) */
         if (il + 1 < hp->n_layer && (s = rows(c, b, ROW_FFN_RESID, il, NULL, T, E)) != IX_OK) return s;
+        lap(&pf->rows_ns, &t);
     }
 
     if (n_out == 0) return IX_OK;
@@ -554,6 +580,7 @@ static ix_status forward(ix_model_ctx *c, const ix_batch *b, float *logits, floa
         if (m->output_b) ix_kernels_add(row, row, m->output_b, V);
         if (hp->final_softcap > 0) ix_kernels_softcap(row, V, hp->final_softcap);
     }
+    lap(&pf->output_ns, &t);
     return IX_OK;
 }
 

@@ -19,7 +19,13 @@ typedef struct loader {
     ix_model *m;
     const ix_gguf *g;
     ix_errbuf *err;
+    ix_load_progress_fn progress; /* NULL: none */
+    void *progress_user;
 } loader;
+
+static void report(const loader *L, double fraction) {
+    if (L->progress) L->progress(L->progress_user, fraction);
+}
 
 /* "F32, F16, ...": the weight types the kernels read (a type with kernels
  * loads in any role, any mix of them in one file). */
@@ -279,7 +285,12 @@ typedef struct pack_job {
     _Atomic size_t next;
     _Atomic uint64_t done_bytes;
     _Atomic int failed;
+    const loader *L; /* its progress callback (thread 0 calls it) */
 } pack_job;
+
+/* The share of the load the repacking takes: reading the file's header,
+ * hyperparameters, vocabulary and tensor table is the first tenth. */
+#define LOAD_PACK_FROM 0.1
 
 static void pack_worker(void *ctx, int ith, int nth) {
     (void)nth;
@@ -296,7 +307,12 @@ static void pack_worker(void *ctx, int ith, int nth) {
         if (ix_kernels_pack(wt->type, wt->data, 0, N, K, r0, r1, j->dst[w]) != IX_OK) atomic_store(&j->failed, 1);
         uint64_t row_bytes = 0;
         ix_dtype_row_bytes(wt->type, (uint64_t)K, &row_bytes);
+        /* The grain's source rows are never read again: dropping them now
+         * keeps the load's peak near the packed size instead of twice the
+         * model (the pages it shares with the next grain go at the end). */
+        drop_pages((const uint8_t *)wt->data + r0 * row_bytes, (r1 - r0) * row_bytes);
         uint64_t done = atomic_fetch_add_explicit(&j->done_bytes, row_bytes * (r1 - r0), memory_order_relaxed);
+        if (ith == 0) report(j->L, LOAD_PACK_FROM + (1.0 - LOAD_PACK_FROM) * (double)done / (double)j->total_bytes);
         /* a progress line a second for large models (thread 0 only) */
         if (ith == 0 && ix_time_ns() > next_report) {
             next_report += 1000000000ull;
@@ -336,7 +352,7 @@ static ix_status repack_weights(loader *L) {
     /* destinations first, then the rows of every weight in grains spread
      * over all cores: packing is a memory copy, and one core cannot stream
      * what the machine can */
-    pack_job j = {.ws = ws, .n = n, .total_bytes = total};
+    pack_job j = {.ws = ws, .n = n, .total_bytes = total, .L = L};
     j.dst = ix_calloc(n, sizeof *j.dst);
     j.first = ix_calloc(n + 1, sizeof *j.first);
     if (!j.dst || !j.first) {
@@ -369,7 +385,7 @@ static ix_status repack_weights(loader *L) {
         if (!j.dst[i]) continue;
         m->weight_bytes -= ws[i]->n_bytes; /* the file's copy, replaced by the packed one */
         m->weight_bytes += ix_kernels_packed_bytes(ws[i]->type, (size_t)ws[i]->ne1, (size_t)ws[i]->ne0);
-        drop_pages(ws[i]->data, ws[i]->n_bytes);
+        drop_pages(ws[i]->data, ws[i]->n_bytes); /* what the grains left: pages two of them shared */
         ws[i]->data = j.dst[i];
         ws[i]->packed = true;
     }
@@ -389,17 +405,25 @@ static ix_status repack_weights(loader *L) {
 }
 
 ix_status ix_model_load(ix_model **out, const char *path, ix_errbuf *err) {
+    return ix_model_load_progress(out, path, NULL, NULL, err);
+}
+
+ix_status ix_model_load_progress(ix_model **out, const char *path, ix_load_progress_fn progress, void *user,
+                                 ix_errbuf *err) {
     *out = NULL;
     ix_model *m = ix_calloc(1, sizeof *m);
     if (!m) return ix_errf(err, IX_ERR_NOMEM, "out of memory");
-    loader L = {m, NULL, err};
+    loader L = {m, NULL, err, progress, user};
+    report(&L, 0.0);
     ix_status s = ix_gguf_open(&m->gguf, path, err);
     if (s != IX_OK) goto fail;
     L.g = m->gguf;
     if ((s = read_hparams(&L)) != IX_OK) goto fail;
     if ((s = ix_tokenizer_create(&m->tok, m->gguf, err)) != IX_OK) goto fail;
     if ((s = bind_tensors(&L)) != IX_OK) goto fail;
+    report(&L, LOAD_PACK_FROM);
     if ((s = repack_weights(&L)) != IX_OK) goto fail;
+    report(&L, 1.0);
     *out = m;
     return IX_OK;
 fail:
@@ -423,6 +447,9 @@ const ix_gguf *ix_model_gguf(const ix_model *m) { return m->gguf; }
 uint64_t ix_model_decode_bytes(const ix_model *m) { return m->decode_bytes; }
 uint64_t ix_model_n_params(const ix_model *m) { return m->n_params; }
 uint64_t ix_model_weight_bytes(const ix_model *m) { return m->weight_bytes; }
+uint64_t ix_model_weight_resident_bytes(const ix_model *m) {
+    return ix_resident_bytes(m->packed, m->packed_bytes) + ix_gguf_resident_bytes(m->gguf);
+}
 
 void ix_model_kv_params(const ix_model *m, ix_kv_params *p) {
     p->n_layer = m->hp.n_layer;

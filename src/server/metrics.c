@@ -364,6 +364,13 @@ ix_status ix__metrics_render(ix_server *s, ix_buf *b) {
     one(&p, "inferx:prompt_tokens_cached_total", "counter", "Prompt tokens of admitted requests served from the "
         "prefix cache.", (double)st.n_cached_prompt_tokens);
     one(&p, "inferx:engine_steps_total", "counter", "Engine steps run.", (double)st.n_steps);
+    one(&p, "inferx:step_token_budget", "gauge",
+        "Token budget of the last engine step: the cap, or what fits in the target step time while sequences "
+        "decode.", (double)st.step_budget);
+    one(&p, "inferx:step_cost_fixed_seconds", "gauge",
+        "Fitted fixed cost of an engine step (step time = fixed + tokens x per_token).", st.step_cost_fixed_ms / 1e3);
+    one(&p, "inferx:step_cost_per_token_seconds", "gauge", "Fitted cost of one more token in an engine step.",
+        st.step_cost_per_token_ms / 1e3);
     one(&p, "inferx:kv_cache_num_blocks", "gauge", "KV cache blocks in the pool.", (double)kv->n_blocks_total);
     one(&p, "inferx:kv_cache_blocks_used", "gauge", "KV cache blocks referenced by a sequence.",
         (double)kv->n_blocks_used);
@@ -394,6 +401,12 @@ ix_status ix__metrics_render(ix_server *s, ix_buf *b) {
     one(&p, "inferx:model_weight_bytes", "gauge",
         "Bytes of model weights held in memory (packed copies and tensors read from the file).",
         (double)ix_model_weight_bytes(s->model));
+    one(&p, "inferx:model_weight_resident_bytes", "gauge",
+        "Of the model's memory (packed weights and the file's mapping), the bytes resident in this process.",
+        (double)ix_model_weight_resident_bytes(s->model));
+    one(&p, "inferx:kv_cache_pool_resident_bytes", "gauge",
+        "Bytes of the KV cache pool resident in this process (blocks touched so far).",
+        (double)ix_engine_kv_pool_resident_bytes(s->engine));
     process_metrics(&p);
     ix_buf_free(&label);
     return p.bad ? IX_ERR_NOMEM : IX_OK;
