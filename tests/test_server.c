@@ -2111,11 +2111,38 @@ static void test_tool_calls(void **state) {
     assert_true(json_is_string(json_object_get(msg, "content")) || json_is_array(json_object_get(msg, "tool_calls")));
     json_decref(j);
 
+    /* auto with a JSON Schema answer: either calls, or content valid under the schema. */
+    for (int k = 0; k < 3; k++) {
+        char b[4096];
+        snprintf(b, sizeof b,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"Who is on deck?\"}],\"max_tokens\":150,"
+                 "\"temperature\":0.9,\"seed\":%d," WEATHER_TOOLS ",\"response_format\":{\"type\":\"json_schema\","
+                 "\"json_schema\":{\"name\":\"p\",\"schema\":%s}}}",
+                 k, k_person_schema);
+        j = post_json("/v1/chat/completions", b, 200);
+        c0 = json_array_get(json_object_get(j, "choices"), 0);
+        msg = json_object_get(c0, "message");
+        const char *fr = json_string_value(json_object_get(c0, "finish_reason"));
+        if (json_is_array(json_object_get(msg, "tool_calls"))) {
+            assert_string_equal(fr, "tool_calls");
+            json_array_foreach(json_object_get(msg, "tool_calls"), i, call)
+                assert_weather_call(call, json_string_value(json_object_get(json_object_get(call, "function"), "arguments")));
+        } else if (!strcmp(fr, "stop")) {
+            assert_person(json_string_value(json_object_get(msg, "content")));
+        } else {
+            assert_string_equal(fr, "length");
+        }
+        json_decref(j);
+    }
+
     /* Errors name the field. */
     CHAT_ERR("{" MSGS "," WEATHER_TOOLS ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"x\"}}}",
              "tool_choice", "not in 'tools'");
     CHAT_ERR("{" MSGS ",\"tool_choice\":\"required\"}", "tool_choice", NULL);
-    CHAT_ERR("{" MSGS "," WEATHER_TOOLS ",\"response_format\":{\"type\":\"json_object\"}}", "response_format", "tools");
+    CHAT_ERR("{" MSGS "," WEATHER_TOOLS ",\"tool_choice\":\"required\",\"response_format\":{\"type\":\"json_object\"}}",
+             "response_format", "forces a call");
+    CHAT_ERR("{" MSGS "," WEATHER_TOOLS ",\"tool_choice\":\"required\",\"grammar\":\"root ::= \\\"a\\\"\"}", "grammar",
+             "forces a call");
     CHAT_ERR("{" MSGS ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":"
              "{\"type\":\"object\",\"not\":{}}}}],\"tool_choice\":\"required\"}",
              "tools", "function 'f'");
