@@ -39,27 +39,31 @@ static char *dup_or_null(json_t *s) {
 }
 
 /* The chat a server builds from template text, with the case's bos/eos (a
- * server takes them from its vocabulary) and a fixed clock. */
+ * server takes them from its vocabulary) and clock (the case's now_unix_s,
+ * else Llama 3.1's default date). */
 static void chat_from(ixs_chat *c, const char *tmpl, json_t *ctx) {
     ix_errbuf err = {{0}};
     if (ix__chat_init(c, NULL, NULL, 0, tmpl, &err) != IX_OK) fail_msg("init: %s", err.msg);
     assert_non_null(c->tmpl);
     c->bos = dup_or_null(json_object_get(ctx, "bos_token"));
     c->eos = dup_or_null(json_object_get(ctx, "eos_token"));
-    c->now_unix_s = JUL_26_2024;
+    json_t *now = json_object_get(ctx, "now_unix_s");
+    c->now_unix_s = json_is_integer(now) ? (int64_t)json_integer_value(now) : JUL_26_2024;
 }
 
 /* Whether a chat request can say what the case's context says: messages,
- * tools, bos/eos (the vocabulary's) and the generation prompt on. */
-static bool request_shaped(json_t *ctx) {
+ * tools, bos/eos (the vocabulary's), the clock, the generation prompt on, and
+ * other variables as chat_template_kwargs (returned, a new reference). */
+static bool request_shaped(json_t *ctx, json_t **kwargs) {
     const char *key;
     json_t *v;
+    *kwargs = json_object();
     json_object_foreach(ctx, key, v) {
         if (!strcmp(key, "add_generation_prompt")) {
             if (!json_is_true(v)) return false;
         } else if (strcmp(key, "messages") && strcmp(key, "tools") && strcmp(key, "bos_token") &&
-                   strcmp(key, "eos_token")) {
-            return false;
+                   strcmp(key, "eos_token") && strcmp(key, "now_unix_s")) {
+            json_object_set(*kwargs, key, v);
         }
     }
     return true;
@@ -84,26 +88,28 @@ static void test_conformance(void **state) {
     (void)state;
     static const char *const k_families[] = {"llama2 /", "llama3 /", "llama3.1 /", "mistral-v1 /", "mistral-v3 /",
                                              "chatml /", "qwen2.5 /", "phi3 /", "gemma /", "zephyr /"};
-    int per_family[IX_ARRAY_LEN(k_families)] = {0}, n_tools = 0, n_refused = 0, n_run = 0;
+    int per_family[IX_ARRAY_LEN(k_families)] = {0}, n_tools = 0, n_refused = 0, n_run = 0, n_kwargs = 0;
     size_t live = ix_mem_live_count();
     for (size_t k = 0; k < IX_ARRAY_LEN(k_cases); k++) {
         const tpl_case *tc = &k_cases[k];
         json_t *ctx = json_loads(tc->context, 0, NULL);
         assert_non_null(ctx);
-        json_t *msgs = json_deep_copy(json_object_get(ctx, "messages"));
+        json_t *msgs = json_deep_copy(json_object_get(ctx, "messages")), *kwargs = NULL;
         ixs_err e;
-        if (!request_shaped(ctx) || ix__chat_validate(msgs, &e)) { /* e.g. image parts, other variables */
+        if (!request_shaped(ctx, &kwargs) || ix__chat_validate(msgs, &e)) { /* e.g. image parts, no generation prompt */
+            json_decref(kwargs);
             json_decref(msgs);
             json_decref(ctx);
             continue;
         }
+        n_kwargs += json_object_size(kwargs) > 0;
         args_as_strings(msgs);
         ixs_chat c;
         chat_from(&c, tc->tmpl, ctx);
         ix_buf b = {0};
         ix_errbuf err = {{0}};
         json_t *tools = json_object_get(ctx, "tools");
-        ix_status st = ix__chat_render_text(&c, msgs, tools, &b, &err);
+        ix_status st = ix__chat_render_text(&c, msgs, tools, json_object_size(kwargs) ? kwargs : NULL, &b, &err);
         if (st != tc->want_status)
             fail_msg("%s: status %s (%s), want %s", tc->name, ix_status_name(st), err.msg,
                      ix_status_name(tc->want_status));
@@ -128,14 +134,17 @@ static void test_conformance(void **state) {
         n_run++;
         ix_buf_free(&b);
         ix__chat_free(&c);
+        json_decref(kwargs);
         json_decref(msgs);
         json_decref(ctx);
     }
     for (size_t f = 0; f < IX_ARRAY_LEN(k_families); f++)
         if (!per_family[f]) fail_msg("no case of %s went through the server's path", k_families[f]);
-    printf("%d of %zu table cases as chat requests (%d with tools, %d refused by the template)\n", n_run,
-           IX_ARRAY_LEN(k_cases), n_tools, n_refused);
+    printf("%d of %zu table cases as chat requests (%d with tools, %d with chat_template_kwargs, %d refused by "
+           "the template)\n",
+           n_run, IX_ARRAY_LEN(k_cases), n_tools, n_kwargs, n_refused);
     assert_true(n_tools >= 5);
+    assert_true(n_kwargs >= 2);
     assert_true(n_refused >= 3);
     assert_int_equal(ix_mem_live_count(), live);
 }
@@ -227,7 +236,7 @@ static void check_fixed(ixs_chat_format f, const char *tools, const char *want) 
     ixs_chat c;
     ix__chat_init_format(&c, f);
     ix_buf b = {0};
-    assert_int_equal(ix__chat_render_text(&c, m, t, &b, NULL), IX_OK);
+    assert_int_equal(ix__chat_render_text(&c, m, t, NULL, &b, NULL), IX_OK);
     if (strcmp(b.data, want))
         fail_msg("%s:\n  rendered \"%s\"\n  want     \"%s\"", ix__chat_format_name(f), tpl_show(b.data, b.len),
                  tpl_show(want, strlen(want)));
@@ -373,6 +382,69 @@ static void test_tokens_phi3(void **state) {
     ix_gguf_close(g);
 }
 
+/* What a long chat costs through the server's path (printed, for
+ * docs/server.md): Llama 3.1's template, 5 tools, 100 turns with tool calls
+ * and results, rendered and tokenized with the bundled vocabulary. */
+static void test_render_cost(void **state) {
+    (void)state;
+    json_t *tools = json_array(), *msgs = json_array();
+    json_t *tool = json_loads(TOOLS, 0, NULL);
+    for (int i = 0; i < 5; i++) json_array_append(tools, json_array_get(tool, 0));
+    json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "system", "content", "You are a helpful assistant."));
+    for (int i = 0; i < 25; i++) {
+        json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "user", "content", "What's the weather in Paris?"));
+        json_array_append_new(msgs, json_loads("{\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": "
+                                               "\"call12345\", \"type\": \"function\", \"function\": {\"name\": "
+                                               "\"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}}]}",
+                                               0, NULL));
+        json_array_append_new(msgs, json_pack("{s:s, s:s, s:s}", "role", "tool", "tool_call_id", "call12345", "content",
+                                              "{\"temperature\": 22}"));
+        json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "assistant", "content", "It is 22 C in Paris."));
+    }
+    json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "user", "content", "And tomorrow?"));
+    ixs_err e;
+    assert_int_equal(ix__chat_validate(msgs, &e), 0);
+    const ix_tokenizer *t = ix_model_tokenizer(g_model);
+    ixs_chat c;
+    ix_errbuf err = {{0}};
+    assert_int_equal(ix__chat_init(&c, t, k_llama3_1, strlen(k_llama3_1), NULL, &err), IX_OK);
+    double best_ms = 1e9;
+    size_t n_tokens = 0;
+    for (int rep = 0; rep < 10; rep++) {
+        ix_token_vec ids = {0};
+        uint64_t t0 = ix_time_ns();
+        if (ix__chat_render(&c, t, msgs, tools, &ids, &err) != IX_OK) fail_msg("render: %s", err.msg);
+        double ms = (double)(ix_time_ns() - t0) / 1e6;
+        if (ms < best_ms) best_ms = ms;
+        n_tokens = ids.n;
+        ix_token_vec_free(&ids);
+    }
+    /* The baseline, same run: tokenizing the rendered text alone. */
+    ix_buf text = {0};
+    assert_int_equal(ix__chat_render_text(&c, msgs, tools, NULL, &text, &err), IX_OK);
+    double enc_ms = 1e9;
+    for (int rep = 0; rep < 10; rep++) {
+        ix_token_vec ids = {0};
+        uint64_t t0 = ix_time_ns();
+        assert_int_equal(ix_tokenizer_encode(t, text.data, text.len, IX_TOK_ADD_SPECIAL | IX_TOK_PARSE_SPECIAL, &ids,
+                                             NULL),
+                         IX_OK);
+        double ms = (double)(ix_time_ns() - t0) / 1e6;
+        if (ms < enc_ms) enc_ms = ms;
+        ix_token_vec_free(&ids);
+    }
+    printf("Llama 3.1 template, %zu messages + 5 tools: %zu bytes, %zu prompt tokens; render + tokenize %.2f ms, "
+           "tokenizing the text alone %.2f ms (best of 10)\n",
+           json_array_size(msgs), text.len, n_tokens, best_ms, enc_ms);
+    ix_buf_free(&text);
+    assert_true(n_tokens > 1000);
+    assert_true(best_ms < 2000); /* a bound far above any real cost, not a benchmark */
+    ix__chat_free(&c);
+    json_decref(tool);
+    json_decref(tools);
+    json_decref(msgs);
+}
+
 /* ---- validation -------------------------------------------------------------- */
 
 static void check_bad(const char *messages, const char *param, const char *msg) {
@@ -421,7 +493,7 @@ static void test_validate(void **state) {
     ix_errbuf err = {{0}};
     assert_int_equal(ix__chat_init(&c, NULL, k_qwen2_5, strlen(k_qwen2_5), NULL, &err), IX_OK);
     ix_buf b = {0};
-    assert_int_equal(ix__chat_render_text(&c, m, NULL, &b, &err), IX_ERR_INVALID);
+    assert_int_equal(ix__chat_render_text(&c, m, NULL, NULL, &b, &err), IX_ERR_INVALID);
     assert_non_null(strstr(err.msg, "messages[1].tool_calls[0].function.arguments is not a JSON object"));
     ix_buf_free(&b);
     ix__chat_free(&c);
@@ -451,7 +523,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conformance), cmocka_unit_test(test_init),          cmocka_unit_test(test_tool_syntax),
         cmocka_unit_test(test_fixed_tools), cmocka_unit_test(test_tokens_llama2), cmocka_unit_test(test_tokens_phi3),
-        cmocka_unit_test(test_validate),
+        cmocka_unit_test(test_validate),    cmocka_unit_test(test_render_cost),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1246,7 +1246,7 @@ static void check_render(const char *tmpl, ixs_chat_format want_format, const ch
     ixs_chat c;
     ix__chat_init_format(&c, f);
     ix_buf b = {0};
-    assert_int_equal(ix__chat_render_text(&c, m, NULL, &b, NULL), IX_OK);
+    assert_int_equal(ix__chat_render_text(&c, m, NULL, NULL, &b, NULL), IX_OK);
     assert_non_null(b.data);
     if (strcmp(b.data, want)) fail_msg("%s rendered\n[%s]\nwant\n[%s]", ix__chat_format_name(f), b.data, want);
     /* Tokens: as the text with special tokens parsed (this content spells
@@ -1388,6 +1388,7 @@ static void write_model_with_template(const char *path, const char *tmpl) {
 /* A Hermes-style template (tool list, <tool_call>, <tool_response>) that
  * refuses a system message after the first. */
 static const char k_tmpl_tools[] =
+    "{%- if greeting is defined %}{{ greeting }}{% endif %}"
     "{%- if tools %}{{ '<|im_start|>system\\n# Tools\\n' }}{% for t in tools %}{{ t | tojson + '\\n' }}{% endfor %}"
     "{{ '<|im_end|>\\n' }}{% endif %}"
     "{%- for m in messages %}"
@@ -1459,6 +1460,20 @@ static void test_gguf_chat_template(void **state) {
                   "{\"messages\":" TOOL_HISTORY ",\"max_tokens\":3,\"temperature\":0}", 200);
     assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "usage"), "prompt_tokens")), n_prompt);
     json_decref(j);
+    /* chat_template_kwargs: more template variables. */
+    j = post_json("/tokenize", "{\"messages\":" TOOL_HISTORY ",\"chat_template_kwargs\":{\"greeting\":\"Hello. \"}}",
+                  200);
+    expect_tokens(j, "Hello. " TOOL_HISTORY_TEXT);
+    json_int_t n_greeted = json_integer_value(json_object_get(j, "count"));
+    json_decref(j);
+    j = post_json("/v1/chat/completions",
+                  "{\"messages\":" TOOL_HISTORY ",\"max_tokens\":1,\"chat_template_kwargs\":{\"greeting\":\"Hello. \"}}",
+                  200);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "usage"), "prompt_tokens")), n_greeted);
+    json_decref(j);
+    const char *bad_kw = "{\"messages\":" TOOL_HISTORY ",\"chat_template_kwargs\":[1]}";
+    expect_error(g_port, "POST", "/v1/chat/completions", NULL, bad_kw, strlen(bad_kw), 400, "chat_template_kwargs",
+                 "must be an object");
     const char *refused = "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"system\",\"content\":\"b\"}]}";
     expect_error(g_port, "POST", "/v1/chat/completions", NULL, refused, strlen(refused), 400, "messages",
                  "System messages must come first");

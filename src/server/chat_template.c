@@ -107,10 +107,11 @@ void ix__chat_init_format(ixs_chat *c, ixs_chat_format f) {
     snprintf(c->desc, sizeof c->desc, "built-in %s", ix__chat_format_name(c->format));
 }
 
-/* The first line of a template, for the description. */
+/* The first line of a template, for the description (cut at a character). */
 static void first_line(const char *src, size_t len, char *out, size_t size) {
     size_t n = 0;
     while (n < len && src[n] != '\n' && n + 4 < size) n++;
+    while (n < len && n > 0 && ((unsigned char)src[n] & 0xC0) == 0x80) n--;
     snprintf(out, size, "%.*s%s", (int)n, src, n < len ? "..." : "");
 }
 
@@ -202,8 +203,8 @@ static ix_status template_messages(const ixs_chat *c, json_t *messages, json_t *
     return IX_OK;
 }
 
-static ix_status render_text(const ixs_chat *c, json_t *messages, json_t *tools, ix_template_result *r,
-                             ix_errbuf *err) {
+static ix_status render_text(const ixs_chat *c, json_t *messages, json_t *tools, json_t *kwargs,
+                             ix_template_result *r, ix_errbuf *err) {
     if (tools && !json_array_size(tools)) tools = NULL;
     memset(r, 0, sizeof *r);
     if (!c->tmpl) {
@@ -224,6 +225,7 @@ static ix_status render_text(const ixs_chat *c, json_t *messages, json_t *tools,
         .add_generation_prompt = true,
         .bos_token = c->bos,
         .eos_token = c->eos,
+        .extra = kwargs,
         .now_unix_s = c->now_unix_s > 0 ? c->now_unix_s : (int64_t)time(NULL),
     };
     st = ix_template_render(c->tmpl, &v, r, err);
@@ -231,13 +233,22 @@ static ix_status render_text(const ixs_chat *c, json_t *messages, json_t *tools,
     return st;
 }
 
-ix_status ix__chat_render_text(const ixs_chat *c, json_t *messages, json_t *tools, ix_buf *out, ix_errbuf *err) {
+ix_status ix__chat_render_text(const ixs_chat *c, json_t *messages, json_t *tools, json_t *kwargs, ix_buf *out,
+                               ix_errbuf *err) {
     ix_template_result r;
-    ix_status st = render_text(c, messages, tools, &r, err);
+    ix_status st = render_text(c, messages, tools, kwargs, &r, err);
     if (st == IX_OK && r.len && ix_buf_append(out, r.text, r.len) != IX_OK)
         st = ix_errf(err, IX_ERR_NOMEM, "out of memory");
     ix_template_result_free(&r);
     return st;
+}
+
+int ix__chat_kwargs(json_t *req, json_t **out, ixs_err *e) {
+    json_t *kw = json_object_get(req, "chat_template_kwargs");
+    *out = json_is_null(kw) ? NULL : kw;
+    if (kw && !json_is_null(kw) && !json_is_object(kw))
+        return IXS_BAD(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object of template variables");
+    return 0;
 }
 
 /* Tokens of a rendered prompt: special tokens wherever the vocabulary has
@@ -275,16 +286,21 @@ static ix_status tokenize(const ix_tokenizer *t, const ix_template_result *r, ix
     return st;
 }
 
-ix_status ix__chat_render(const ixs_chat *c, const ix_tokenizer *t, json_t *messages, json_t *tools,
-                          ix_token_vec *out, ix_errbuf *err) {
+ix_status ix__chat_render_kw(const ixs_chat *c, const ix_tokenizer *t, json_t *messages, json_t *tools,
+                             json_t *kwargs, ix_token_vec *out, ix_errbuf *err) {
     ix_template_result r;
     size_t n0 = out->n;
-    ix_status st = render_text(c, messages, tools, &r, err);
+    ix_status st = render_text(c, messages, tools, kwargs, &r, err);
     if (st == IX_OK) st = tokenize(t, &r, out, err);
     ix_template_result_free(&r);
     if (st != IX_OK) out->n = n0;
     if (st == IX_ERR_NOMEM) ix_errf(err, st, "out of memory");
     return st;
+}
+
+ix_status ix__chat_render(const ixs_chat *c, const ix_tokenizer *t, json_t *messages, json_t *tools,
+                          ix_token_vec *out, ix_errbuf *err) {
+    return ix__chat_render_kw(c, t, messages, tools, NULL, out, err);
 }
 
 int ix__chat_error(ixs_err *e, ix_status st, const char *msg) {

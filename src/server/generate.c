@@ -939,7 +939,9 @@ static int parse_request(ix_server *s, json_t *req, bool chat, parsed *p, ixs_jo
         if (ix__tools_parse_request(req, &p->tools, e)) return -1;
         /* tool_choice none: the model is not shown the tools */
         json_t *tools = p->tools.choice != IXS_TOOL_CHOICE_NONE ? p->tools.tools : NULL;
-        ix_status st = ix__chat_render(&s->chat, s->tok, msgs, tools, &p->prompts[0], &err);
+        json_t *kwargs;
+        if (ix__chat_kwargs(req, &kwargs, e)) return -1;
+        ix_status st = ix__chat_render_kw(&s->chat, s->tok, msgs, tools, kwargs, &p->prompts[0], &err);
         if (st != IX_OK) return ix__chat_error(e, st, err.msg);
         p->n_prompts = 1;
     } else if (parse_prompt(s, req, p, e)) {

@@ -257,7 +257,10 @@ static enum MHD_Result do_tokenize(ixs_conn *cc, json_t *req) {
             IXS_BAD(&e, "tools", "'tools' must be an array");
             return ix__srv_reply_err(cc, &e);
         }
-        ix_status st = ix__chat_render(&s->chat, s->tok, msgs, json_is_array(tools) ? tools : NULL, &ids, &err);
+        json_t *kwargs;
+        if (ix__chat_kwargs(req, &kwargs, &e)) return ix__srv_reply_err(cc, &e);
+        ix_status st =
+            ix__chat_render_kw(&s->chat, s->tok, msgs, json_is_array(tools) ? tools : NULL, kwargs, &ids, &err);
         if (st != IX_OK) {
             ix_token_vec_free(&ids);
             ix__chat_error(&e, st, err.msg);

@@ -145,8 +145,19 @@ ixs_chat_format ix__chat_format_from_name(const char *name);
  * IX_ERR_TOO_LONG, IX_ERR_UTF8 (all the request's fault: 400), IX_ERR_NOMEM. */
 ix_status ix__chat_render(const ixs_chat *c, const ix_tokenizer *t, json_t *messages, json_t *tools,
                           ix_token_vec *out, ix_errbuf *err);
+/* ix__chat_render with the request's chat_template_kwargs: an object whose
+ * members become further template variables (e.g. {"enable_thinking":
+ * false}; messages, tools, add_generation_prompt, bos_token and eos_token
+ * win over members of those names); NULL: none. The fixed renderers have no
+ * variables. */
+ix_status ix__chat_render_kw(const ixs_chat *c, const ix_tokenizer *t, json_t *messages, json_t *tools,
+                             json_t *kwargs, ix_token_vec *out, ix_errbuf *err);
 /* The same prompt as text (without an added BOS), appended to out. */
-ix_status ix__chat_render_text(const ixs_chat *c, json_t *messages, json_t *tools, ix_buf *out, ix_errbuf *err);
+ix_status ix__chat_render_text(const ixs_chat *c, json_t *messages, json_t *tools, json_t *kwargs, ix_buf *out,
+                               ix_errbuf *err);
+/* The request's chat_template_kwargs (absent or null: *out NULL): 0, or -1
+ * with a 400 naming it when it is not an object. */
+int ix__chat_kwargs(json_t *req, json_t **out, ixs_err *e);
 /* chat.c's side: the fixed renderer f as text with everything but its
  * markers as data ranges (freed with ix_template_result_free). */
 ix_status ix__chat_render_fixed(ixs_chat_format f, ixs_tool_syntax ts, json_t *messages, json_t *tools,
