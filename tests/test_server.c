@@ -2029,7 +2029,8 @@ static void test_tool_calls(void **state) {
 
     /* The same, streamed: deltas as OpenAI sends them, arguments in fragments. */
     resp r;
-    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"}],\"max_tokens\":150,"
+    const char *body;
+    body = "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"}],\"max_tokens\":150,"
                        "\"temperature\":0,\"stream\":true," WEATHER_TOOLS
                        ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}}";
     assert_int_equal(http(g_port, "POST", "/v1/chat/completions", NULL, body, &r), 0);
@@ -2090,6 +2091,45 @@ static void test_tool_calls(void **state) {
     }
     json_decref(j);
 
+    /* Streamed, n = 2, parallel calls off, logprobs on: each choice streams its one call. */
+    body = "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"max_tokens\":150,\"n\":2,"
+           "\"temperature\":0.7,\"seed\":9,\"stream\":true,\"logprobs\":true,\"parallel_tool_calls\":false,"
+           WEATHER_TOOLS ",\"tool_choice\":\"required\"}";
+    assert_int_equal(http(g_port, "POST", "/v1/chat/completions", NULL, body, &r), 0);
+    assert_int_equal(r.status, 200);
+    chunks = parse_sse(r.body, &done_last);
+    assert_true(done_last);
+    char args2[2][2048] = {"", ""};
+    const char *names[2] = {NULL, NULL}, *finishes[2] = {NULL, NULL};
+    json_array_foreach(chunks, i, ck) {
+        json_t *ch = json_array_get(json_object_get(ck, "choices"), 0);
+        json_int_t idx = json_integer_value(json_object_get(ch, "index"));
+        assert_true(idx == 0 || idx == 1);
+        json_t *tc = json_object_get(json_object_get(ch, "delta"), "tool_calls");
+        if (tc) {
+            json_t *d = json_array_get(tc, 0);
+            assert_int_equal(json_integer_value(json_object_get(d, "index")), 0); /* one call per choice */
+            json_t *fn = json_object_get(d, "function");
+            if (json_object_get(fn, "name")) {
+                assert_null(names[idx]);
+                names[idx] = json_string_value(json_object_get(fn, "name"));
+            }
+            strncat(args2[idx], json_string_value(json_object_get(fn, "arguments")), sizeof args2[idx] - strlen(args2[idx]) - 1);
+        }
+        if (json_is_string(json_object_get(ch, "finish_reason")))
+            finishes[idx] = json_string_value(json_object_get(ch, "finish_reason"));
+    }
+    for (int c = 0; c < 2; c++) {
+        assert_non_null(names[c]);
+        assert_non_null(finishes[c]);
+        assert_string_equal(finishes[c], "tool_calls");
+        json_t *call2 = json_pack("{s:{s:s}}", "function", "name", names[c]);
+        assert_weather_call(call2, args2[c]);
+        json_decref(call2);
+    }
+    json_decref(chunks);
+    resp_free(&r);
+
     /* auto: an answer either way; a history with calls and tool results renders. */
     j = post_json("/v1/chat/completions",
                   "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Oslo?\"},"
@@ -2103,11 +2143,38 @@ static void test_tool_calls(void **state) {
     assert_true(json_is_string(json_object_get(msg, "content")) || json_is_array(json_object_get(msg, "tool_calls")));
     json_decref(j);
 
+    /* auto with a JSON Schema answer: either calls, or content valid under the schema. */
+    for (int k = 0; k < 3; k++) {
+        char b[4096];
+        snprintf(b, sizeof b,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"Who is on deck?\"}],\"max_tokens\":150,"
+                 "\"temperature\":0.9,\"seed\":%d," WEATHER_TOOLS ",\"response_format\":{\"type\":\"json_schema\","
+                 "\"json_schema\":{\"name\":\"p\",\"schema\":%s}}}",
+                 k, k_person_schema);
+        j = post_json("/v1/chat/completions", b, 200);
+        c0 = json_array_get(json_object_get(j, "choices"), 0);
+        msg = json_object_get(c0, "message");
+        const char *fr = json_string_value(json_object_get(c0, "finish_reason"));
+        if (json_is_array(json_object_get(msg, "tool_calls"))) {
+            assert_string_equal(fr, "tool_calls");
+            json_array_foreach(json_object_get(msg, "tool_calls"), i, call)
+                assert_weather_call(call, json_string_value(json_object_get(json_object_get(call, "function"), "arguments")));
+        } else if (!strcmp(fr, "stop")) {
+            assert_person(json_string_value(json_object_get(msg, "content")));
+        } else {
+            assert_string_equal(fr, "length");
+        }
+        json_decref(j);
+    }
+
     /* Errors name the field. */
     CHAT_ERR("{" MSGS "," WEATHER_TOOLS ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"x\"}}}",
              "tool_choice", "not in 'tools'");
     CHAT_ERR("{" MSGS ",\"tool_choice\":\"required\"}", "tool_choice", NULL);
-    CHAT_ERR("{" MSGS "," WEATHER_TOOLS ",\"response_format\":{\"type\":\"json_object\"}}", "response_format", "tools");
+    CHAT_ERR("{" MSGS "," WEATHER_TOOLS ",\"tool_choice\":\"required\",\"response_format\":{\"type\":\"json_object\"}}",
+             "response_format", "forces a call");
+    CHAT_ERR("{" MSGS "," WEATHER_TOOLS ",\"tool_choice\":\"required\",\"grammar\":\"root ::= \\\"a\\\"\"}", "grammar",
+             "forces a call");
     CHAT_ERR("{" MSGS ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":"
              "{\"type\":\"object\",\"not\":{}}}}],\"tool_choice\":\"required\"}",
              "tools", "function 'f'");

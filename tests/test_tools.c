@@ -99,10 +99,12 @@ static void test_parse_families(void **state) {
 }
 
 /* Compiles the forced-call grammar and checks which texts it accepts. */
-static void check_grammar(ixs_tools_req *t, ixs_tool_syntax ts, const char *const *good, const char *const *bad) {
+static void check_grammar_or(ixs_tools_req *t, ixs_tool_syntax ts, const ix_constraint *doc, const char *const *good,
+                             const char *const *bad) {
     ix_buf g = {0};
     ix_errbuf err = {{0}};
-    if (ix__tools_grammar(t, ts, &g, &err) != IX_OK) fail_msg("tools grammar: %s", err.msg);
+    ix_status st = doc ? ix__tools_grammar_or(t, ts, doc, &g, &err) : ix__tools_grammar(t, ts, &g, &err);
+    if (st != IX_OK) fail_msg("tools grammar: %s", err.msg);
     ix_grammar *gr = NULL;
     if (ix_grammar_parse(&gr, g.data, g.len, &err) != IX_OK) fail_msg("%s\n%.*s", err.msg, (int)g.len, g.data);
     /* a byte vocabulary: token i is byte i */
@@ -120,10 +122,15 @@ static void check_grammar(ixs_tools_req *t, ixs_tool_syntax ts, const char *cons
         ix_grammar_matcher_reset(m);
         if (ix_grammar_matcher_accept_bytes(m, good[i], strlen(good[i])) != IX_OK || !ix_grammar_matcher_can_end(m))
             { fprintf(stderr, "%.*s\n", (int)g.len, g.data); fail_msg("refused: %s", good[i]); }
-        /* what the grammar accepts parses back into calls */
+        /* what the grammar accepts parses back into calls (or, with a doc, is the doc) */
+        if (doc && good[i][0] != '{') continue;
         json_t *calls = NULL;
         ix_buf content = {0};
         assert_int_equal(ix__tools_parse_output(good[i], strlen(good[i]), ts, t->tools, &calls, &content), IX_OK);
+        if (doc && !calls && strstr(good[i], "\"name\"") == NULL) {
+            ix_buf_free(&content);
+            continue; /* the document: content */
+        }
         if (!calls) fail_msg("accepted but not parsed: %s", good[i]);
         assert_int_equal(content.len, 0);
         json_decref(calls);
@@ -138,6 +145,10 @@ static void check_grammar(ixs_tools_req *t, ixs_tool_syntax ts, const char *cons
     ix_grammar_vocab_destroy(v);
     ix_grammar_destroy(gr);
     ix_buf_free(&g);
+}
+
+static void check_grammar(ixs_tools_req *t, ixs_tool_syntax ts, const char *const *good, const char *const *bad) {
+    check_grammar_or(t, ts, NULL, good, bad);
 }
 
 static void test_forced_grammar(void **state) {
@@ -179,6 +190,24 @@ static void test_forced_grammar(void **state) {
     const char *bad5[] = {"[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Lima\"}}, "
                           "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Lima\"}}]", NULL};
     check_grammar(&t, IXS_TOOLS_MISTRAL, good5, bad5);
+    /* auto with a constrained answer: a call, or a document of the schema */
+    t = (ixs_tools_req){tl, IXS_TOOL_CHOICE_AUTO, NULL, false};
+    static const char doc_schema[] = "{\"type\":\"object\",\"properties\":{\"root\":{\"type\":\"integer\"}},"
+                                     "\"required\":[\"root\"],\"additionalProperties\":false}";
+    ix_constraint doc = {IX_CONSTRAINT_JSON_SCHEMA, doc_schema, sizeof doc_schema - 1, 0};
+    const char *good6[] = {"{\"name\": \"now\", \"arguments\": {}}", "{\"root\": 5}", " {\"root\":-12}", NULL};
+    const char *bad6[] = {"{\"root\": \"x\"}", "{\"name\": \"rm\", \"arguments\": {}}", "{}", NULL};
+    check_grammar_or(&t, IXS_TOOLS_HERMES, &doc, good6, bad6);
+    static const char doc_gbnf[] = "root ::= \"yes\" | \"no\" # root, ws and call are renamed apart\nws ::= \"x\"";
+    ix_constraint gdoc = {IX_CONSTRAINT_GRAMMAR, doc_gbnf, sizeof doc_gbnf - 1, 0};
+    const char *good7[] = {"yes", "no", "[{\"name\": \"ping\", \"arguments\": {}}]", NULL};
+    const char *bad7[] = {"x", "yesno", NULL};
+    t.parallel = true;
+    check_grammar_or(&t, IXS_TOOLS_GENERIC, &gdoc, good7, bad7);
+    const char *good8[] = {"{}", "{\"a\": [1, 2]}", NULL};
+    const char *bad8[] = {"[]", "3", NULL};
+    ix_constraint odoc = {IX_CONSTRAINT_JSON_OBJECT, NULL, 0, 0};
+    check_grammar_or(&t, IXS_TOOLS_MISTRAL, &odoc, good8, bad8);
     /* a schema the grammar module refuses names the function */
     json_t *badtl = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":"
                                "{\"type\":\"object\",\"patternProperties\":{}}}}]", 0, NULL);

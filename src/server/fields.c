@@ -128,6 +128,7 @@ static const field k_fields[] = {
     {"cache_salt", BOTH, F_DONE, NULL},
     {"grammar", BOTH, F_DONE, NULL},
     {"chat_template_kwargs", CHAT, F_DONE, NULL},
+    {"chat_template_kwargs", CHAT, F_DONE, NULL},
 };
 
 int ix__srv_check_fields(json_t *req, bool chat, ixs_err *e) {

@@ -1120,17 +1120,19 @@ static int parse_request(ix_server *s, json_t *req, bool chat, parsed *p, ixs_jo
     if (ix__srv_parse_constraint(s, req, &p->con, e)) return -1;
     r->constraint = p->con.c;
     if (chat && p->tools.choice != IXS_TOOL_CHOICE_NONE) {
-        if (p->con.c.kind != IX_CONSTRAINT_NONE)
+        bool forced = p->tools.choice == IXS_TOOL_CHOICE_REQUIRED || p->tools.choice == IXS_TOOL_CHOICE_NAMED;
+        if (p->con.c.kind != IX_CONSTRAINT_NONE && forced)
             return IXS_BAD(e, p->con.param[0] == 'g' ? "grammar" : "response_format",
-                           "a JSON 'response_format' or a 'grammar' cannot be combined with tools "
-                           "(unless tool_choice is none)");
+                           "a JSON 'response_format' or a 'grammar' cannot apply when tool_choice forces a call");
         j->tools_on = true;
         j->parallel_calls = p->tools.parallel;
         j->tool_syntax = s->chat.tool_syntax;
         if (!(j->tools = json_deep_copy(p->tools.tools))) return ix__srv_errf(e, 500, "server_error", NULL, "out of memory");
-        if (p->tools.choice == IXS_TOOL_CHOICE_REQUIRED || p->tools.choice == IXS_TOOL_CHOICE_NAMED) {
+        if (forced || p->con.c.kind != IX_CONSTRAINT_NONE) {
+            /* forced: only calls; auto with a constrained answer: calls or the answer */
             ix_errbuf err = {{0}};
-            ix_status st = ix__tools_grammar(&p->tools, j->tool_syntax, &p->tool_gbnf, &err);
+            ix_status st = forced ? ix__tools_grammar(&p->tools, j->tool_syntax, &p->tool_gbnf, &err)
+                                  : ix__tools_grammar_or(&p->tools, j->tool_syntax, &p->con.c, &p->tool_gbnf, &err);
             if (st == IX_ERR_NOMEM) return ix__srv_errf(e, 500, "server_error", NULL, "out of memory");
             if (st != IX_OK) return IXS_BAD(e, "tools", "tools: %s", err.msg);
             r->constraint = (ix_constraint){IX_CONSTRAINT_GRAMMAR, p->tool_gbnf.data, p->tool_gbnf.len, 0};

@@ -241,6 +241,11 @@ int ix__tools_parse_request(json_t *req, ixs_tools_req *out, ixs_err *e);
  * array). A parameters schema the grammar module refuses: its error, naming
  * the function. */
 ix_status ix__tools_grammar(const ixs_tools_req *t, ixs_tool_syntax ts, ix_buf *out, ix_errbuf *err);
+/* For tool_choice auto with a constrained answer (response_format or
+ * grammar): the calls of ix__tools_grammar or a sentence of doc, whose rules
+ * are renamed apart ("c-" and "d-"). */
+ix_status ix__tools_grammar_or(const ixs_tools_req *t, ixs_tool_syntax ts, const ix_constraint *doc, ix_buf *out,
+                               ix_errbuf *err);
 /* Parses an answer: in syntax ts, then the generic fallback (the whole answer
  * is call objects or an array of them). *calls gets a new array of
  * {"name", "arguments" (a JSON text)} of functions in tools, and content the

@@ -224,6 +224,30 @@ ix_status ix__tools_grammar(const ixs_tools_req *t, ixs_tool_syntax ts, ix_buf *
     return s;
 }
 
+ix_status ix__tools_grammar_or(const ixs_tools_req *t, ixs_tool_syntax ts, const ix_constraint *doc, ix_buf *out,
+                               ix_errbuf *err) {
+    ix_buf calls = {0}, text = {0};
+    ix_status s = ix__tools_grammar(t, ts, &calls, err);
+    if (s == IX_OK) {
+        if (doc->kind == IX_CONSTRAINT_GRAMMAR) {
+            s = ix_buf_append(&text, doc->text, doc->len);
+        } else {
+            static const char any_object[] = "{\"type\":\"object\",\"additionalProperties\":true}";
+            const char *schema = doc->kind == IX_CONSTRAINT_JSON_SCHEMA ? doc->text : any_object;
+            size_t len = doc->kind == IX_CONSTRAINT_JSON_SCHEMA ? doc->len : sizeof any_object - 1;
+            s = ix_json_schema_to_gbnf(schema, len, doc->flags, &text, err);
+        }
+    }
+    if (s == IX_OK) s = ix_buf_printf(out, "root ::= c-root | d-root\n");
+    if (s == IX_OK) s = append_renamed(out, calls.data, calls.len, "c-");
+    if (s == IX_OK) s = ix_buf_printf(out, "\n");
+    if (s == IX_OK) s = append_renamed(out, text.data ? text.data : "", text.len, "d-");
+    if (s == IX_ERR_NOMEM) ix_errf(err, s, "out of memory");
+    ix_buf_free(&calls);
+    ix_buf_free(&text);
+    return s;
+}
+
 /* ---- parsing the answer ---------------------------------------------------------- */
 
 static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
