@@ -853,7 +853,7 @@ static void test_loading_then_attach(void **state) {
     assert_int_equal(http(port, "GET", "/ready", NULL, NULL, &r), 0);
     assert_int_equal(r.status, 503);
     assert_non_null(strstr(r.body, "\"loading\""));
-    assert_non_null(strstr(r.body, "\"progress\":0.25"));
+    assert_non_null(strstr(r.body, "\"progress_percent\":25"));
     resp_free(&r);
     assert_int_equal(http(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"a\"}", &r), 0);
     assert_int_equal(r.status, 503);

@@ -76,7 +76,7 @@ ix_server_params ix_server_default_params(void);
 typedef struct ix_server ix_server;
 
 /* Loading in the open: ix_server_create with a NULL engine binds and serves
- * at once -- /health 200, /ready 503 {"status": "loading", "progress"},
+ * at once -- /health 200, /ready 503 {"status": "loading", "progress_percent"},
  * everything else 503 -- while the caller loads the model (reporting
  * ix_server_set_load_progress), then ix_server_attach gives it the engine
  * and requests are served. An orchestrator sees a live process with a

@@ -457,7 +457,7 @@ static enum MHD_Result dispatch(ixs_conn *cc) {
         /* the model is still loading: the port is open so that probes see it */
         double pct = atomic_load_explicit(&s->load_permille, memory_order_relaxed) / 10.0;
         if (rt->id == R_READY)
-            return ix__srv_reply_json(cc, 503, json_pack("{s:s, s:f}", "status", "loading", "progress", pct / 100.0));
+            return ix__srv_reply_json(cc, 503, json_pack("{s:s, s:i}", "status", "loading", "progress_percent", (int)pct));
         char msg[96];
         snprintf(msg, sizeof msg, "the model is loading (%.0f%%); retry when /ready answers 200", pct);
         return reply_errf(cc, 503, "server_error", "loading", NULL, msg);
