@@ -65,7 +65,8 @@ int main(void) {
         F(ix_engine_stats, n_preempt_recompute), F(ix_engine_stats, n_preempt_swap),
         F(ix_engine_stats, n_deadline_shed), F(ix_engine_stats, n_deadline_missed), F(ix_engine_stats, step_budget),
         F(ix_engine_stats, step_cost_fixed_ms), F(ix_engine_stats, step_cost_per_token_ms), F(ix_engine_stats, plan_ns),
-        F(ix_engine_stats, forward_ns), F(ix_engine_stats, sample_ns), F(ix_engine_stats, forward),
+        F(ix_engine_stats, forward_ns), F(ix_engine_stats, sample_ns), F(ix_engine_stats, step_tokens),
+        F(ix_engine_stats, step_tokens_sum), F(ix_engine_stats, forward),
         F(ix_engine_stats, kv), E();
     S(ix_generation), F(ix_generation, info), F(ix_generation, tokens), F(ix_generation, text), E();
     printf("\n}\n");

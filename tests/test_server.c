@@ -739,6 +739,7 @@ static void test_metrics(void **state) {
                            "inferx:request_queue_time_seconds_count", "inferx:request_prompt_tokens_count",
                            "inferx:request_generation_tokens_count", "inferx:request_params_max_tokens_count",
                            "inferx:request_prefill_time_seconds_count", "inferx:request_decode_time_seconds_count",
+                           "inferx:iteration_tokens_total_count",
                            /* and inferx's own */
                            "inferx:num_requests_swapped", "inferx:prompt_tokens_cached_total",
                            "inferx:kv_cache_num_blocks", "inferx:kv_cache_blocks_used",
@@ -786,6 +787,10 @@ static void test_metrics(void **state) {
     assert_true(metric(r.body, "inferx:num_preemptions_total", "mode=\"swap\"", &v));
     assert_true(metric(r.body, "inferx:request_generation_tokens_count", NULL, &v) && v > 0);
     assert_true(metric(r.body, "inferx:request_params_max_tokens_count", NULL, &v) && v > 0);
+    double steps = 0;
+    assert_true(metric(r.body, "inferx:iteration_tokens_total_count", NULL, &v) && v > 0);
+    assert_true(metric(r.body, "inferx:engine_steps_total", NULL, &steps) && v <= steps);
+    assert_true(metric(r.body, "inferx:iteration_tokens_total_sum", NULL, &q) && q >= v);
     assert_true(metric(r.body, "inferx:request_prompt_tokens_bucket", "le=\"1\"", &v));
     assert_true(metric(r.body, "inferx:request_prefill_time_seconds_bucket", "le=\"7680\"", &v));
     const char *cc = strstr(r.body, "\ninferx:cache_config_info{model_name=\"tiny\",block_size=\"16\",cache_dtype=");

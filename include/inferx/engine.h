@@ -195,6 +195,10 @@ ix_status ix_engine_step(ix_engine *e, bool *did_work);
  * a step's error otherwise. `inferx run` is one submit and one call of this. */
 ix_status ix_engine_run_until(ix_engine *e, const bool *done, int64_t max_steps);
 
+/* vLLM's iteration_tokens_total buckets. */
+#define IX_ENGINE_STEP_TOKEN_BUCKETS 13
+#define IX_ENGINE_STEP_TOKEN_BOUNDS {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384}
+
 typedef struct ix_engine_stats {
     int32_t n_waiting, n_running, n_swapped;
     uint64_t n_steps, n_finished;
@@ -208,6 +212,11 @@ typedef struct ix_engine_stats {
      * (scheduler, KV appends), the forward pass (broken down in forward),
      * and sampling plus handing the tokens to the streams. */
     uint64_t plan_ns, forward_ns, sample_ns;
+    /* Tokens per step (forward passes run), as a histogram: step_tokens[i]
+     * counts steps of at most IX_ENGINE_STEP_TOKEN_BOUNDS[i] tokens (and more
+     * than the bound before); the last entry, steps above every bound. */
+    uint64_t step_tokens[IX_ENGINE_STEP_TOKEN_BUCKETS + 1];
+    uint64_t step_tokens_sum;
     ix_model_profile forward;
     ix_kv_stats kv;
 } ix_engine_stats;

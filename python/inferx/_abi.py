@@ -9,6 +9,7 @@ import ctypes as C
 MAX_SEQS = 16  # IX_SCHED_MAX_SEQS
 MAX_LOGPROBS = 20  # IX_SAMPLE_MAX_LOGPROBS
 ERRMSG_MAX = 512  # IX_ERRMSG_MAX
+STEP_TOKEN_BUCKETS = 13  # IX_ENGINE_STEP_TOKEN_BUCKETS
 
 token_t = C.c_int32
 
@@ -217,6 +218,8 @@ class EngineStats(C.Structure):
         ("plan_ns", C.c_uint64),
         ("forward_ns", C.c_uint64),
         ("sample_ns", C.c_uint64),
+        ("step_tokens", C.c_uint64 * (STEP_TOKEN_BUCKETS + 1)),
+        ("step_tokens_sum", C.c_uint64),
         ("forward", ModelProfile),
         ("kv", KvStats),
     ]

@@ -796,6 +796,13 @@ static ix_status step(ix_engine *e, bool *did_work) {
     uint64_t t_end = ix_time_ns();
     e->stats.sample_ns += t_end - now;
     ix_sched_observe_step(e->sched, T, t_end - t0);
+    if (T > 0) {
+        static const int32_t bounds[IX_ENGINE_STEP_TOKEN_BUCKETS] = IX_ENGINE_STEP_TOKEN_BOUNDS;
+        int b = 0;
+        while (b < IX_ENGINE_STEP_TOKEN_BUCKETS && T > bounds[b]) b++;
+        e->stats.step_tokens[b]++;
+        e->stats.step_tokens_sum += (uint64_t)T;
+    }
     publish(e);
     return IX_OK;
 }

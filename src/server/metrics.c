@@ -332,6 +332,21 @@ ix_status ix__metrics_render(ix_server *s, ix_buf *b) {
     hist(&p, "inferx:request_prefill_time_seconds", "First scheduled to prompt computed.", &c.req_prefill);
     hist(&p, "inferx:request_decode_time_seconds", "First token to finish.", &c.req_decode);
     {
+        /* tokens per engine step; vLLM's buckets up to the step's cap */
+        static const double bounds[IX_ENGINE_STEP_TOKEN_BUCKETS] = IX_ENGINE_STEP_TOKEN_BOUNDS;
+        ix_engine_params ep = ix_engine_get_params(s->engine);
+        ixs_hist it;
+        int nb = 0;
+        while (nb < IX_ENGINE_STEP_TOKEN_BUCKETS && bounds[nb] <= ep.sched.max_num_batched_tokens) nb++;
+        hist_init(&it, bounds, nb);
+        for (int i = 0; i <= IX_ENGINE_STEP_TOKEN_BUCKETS; i++) {
+            it.counts[i < nb ? i : nb] += st.step_tokens[i];
+            it.count += st.step_tokens[i];
+        }
+        it.sum = (double)st.step_tokens_sum;
+        hist(&p, "inferx:iteration_tokens_total", "Tokens per engine step.", &it);
+    }
+    {
         ix_engine_params ep = ix_engine_get_params(s->engine);
         char bs[16], nb[32], ns[32], gib[32];
         snprintf(bs, sizeof bs, "%d", (int)ep.kv_block_size);
