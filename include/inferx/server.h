@@ -97,6 +97,9 @@ uint16_t ix_server_port(const ix_server *s);
  * drain_ms, then cancels the rest in the engine (they end with finish_reason
  * "abort") and stops the HTTP threads. Idempotent. */
 void ix_server_shutdown(ix_server *s, int64_t drain_ms);
+/* From another thread while ix_server_shutdown drains: stop waiting for the
+ * requests in flight and cancel them now (a second SIGTERM). */
+void ix_server_hurry(ix_server *s);
 /* Shuts down (drain 0 ms) if that was not done, then frees. NULL is a no-op. */
 void ix_server_destroy(ix_server *s);
 

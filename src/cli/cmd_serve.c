@@ -1,16 +1,22 @@
 /* inferx serve: the OpenAI-compatible HTTP server (include/inferx/server.h)
- * over one engine. SIGINT / SIGTERM shut it down gracefully: stop accepting,
- * let requests in flight finish for --shutdown-timeout seconds, cancel the
- * rest, exit 0. The signals are blocked in every thread and taken with
- * sigwait on the main thread, so no handler runs in async-signal context.
+ * over one engine. SIGINT / SIGTERM shut it down gracefully: stop listening
+ * (new connections are refused), let requests in flight finish for
+ * --shutdown-timeout seconds, cancel the rest, exit 0; a second SIGINT /
+ * SIGTERM cancels them at once. SIGHUP reopens the access log file (log
+ * rotation). The signals are blocked in every thread and taken with sigwait
+ * on the main thread, so no handler runs in async-signal context.
  * API keys come from --api-key (repeatable), --api-key-file (one per line)
  * or $INFERX_API_KEY; the JSON access log goes to stderr, a file or nowhere. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "inferx/engine.h"
@@ -139,6 +145,42 @@ static void write_access_line(void *user, const char *line, size_t len) {
 
 static void on_load_progress(void *user, double fraction) { ix_server_set_load_progress(user, fraction); }
 
+/* SIGHUP: the access log file opened again under its name (a rotated file
+ * is let go), swapped under the stream's lock so no line is split. */
+static void reopen_log(FILE *log, const char *path) {
+    if (!log || log == stderr) {
+        fprintf(stderr, "inferx serve: SIGHUP: no access log file to reopen\n");
+        return;
+    }
+    FILE *nf = fopen(path, "a");
+    if (!nf) {
+        fprintf(stderr, "inferx serve: SIGHUP: cannot reopen %s: %s (still writing the old file)\n", path,
+                strerror(errno));
+        return;
+    }
+    flockfile(log);
+    fflush(log);
+    int ok = dup2(fileno(nf), fileno(log)) >= 0;
+    funlockfile(log);
+    fclose(nf);
+    fprintf(stderr, ok ? "inferx serve: SIGHUP: reopened the access log %s\n"
+                       : "inferx serve: SIGHUP: cannot reopen %s (still writing the old file)\n",
+            path);
+}
+
+typedef struct drain_job {
+    ix_server *srv;
+    int64_t drain_ms;
+    atomic_int done;
+} drain_job;
+
+static void *drain_main(void *arg) {
+    drain_job *j = arg;
+    ix_server_shutdown(j->srv, j->drain_ms);
+    atomic_store(&j->done, 1);
+    return NULL;
+}
+
 int ix_cli_serve(int argc, char **argv) {
     const char *model = ix_cli_default_model(), *name = NULL, *access_log = "-", *chat_template = NULL;
     key_opts keys = {{0}, false, NULL};
@@ -219,6 +261,7 @@ int ix_cli_serve(int argc, char **argv) {
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -299,10 +342,32 @@ int ix_cli_serve(int argc, char **argv) {
         fprintf(stderr, "inferx serve: model '%s' (%s) on http://%s:%u\n", name, model, sp.host,
                 (unsigned)ix_server_port(srv));
     int sig = 0;
-    sigwait(&sigs, &sig);
-    fprintf(stderr, "inferx serve: %s: shutting down (up to %llu s for requests in flight)\n",
-            sig == SIGINT ? "SIGINT" : "SIGTERM", (unsigned long long)shutdown_s);
-    ix_server_shutdown(srv, (int64_t)shutdown_s * 1000);
+    while (sigwait(&sigs, &sig) == 0 && sig == SIGHUP) reopen_log(log, access_log);
+    fprintf(stderr, "inferx serve: %s: shutting down (up to %llu s for requests in flight; %s again cancels them)\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM", (unsigned long long)shutdown_s, sig == SIGINT ? "SIGINT" : "SIGTERM");
+    /* The drain runs on a thread of its own, so that this one still takes
+     * signals: a second SIGINT / SIGTERM hurries it, SIGHUP still reopens. */
+    drain_job dj = {srv, (int64_t)shutdown_s * 1000, 0};
+    pthread_t drainer;
+    if (pthread_create(&drainer, NULL, drain_main, &dj) != 0) {
+        ix_server_shutdown(srv, (int64_t)shutdown_s * 1000);
+    } else {
+        bool hurried = false;
+        while (!atomic_load(&dj.done)) {
+            struct timespec ts = {0, 100 * 1000 * 1000};
+            int s2 = sigtimedwait(&sigs, NULL, &ts);
+            if (s2 == SIGHUP) {
+                reopen_log(log, access_log);
+            } else if ((s2 == SIGINT || s2 == SIGTERM) && !hurried) {
+                fprintf(stderr, "inferx serve: %s again: cancelling the requests in flight now\n",
+                        s2 == SIGINT ? "SIGINT" : "SIGTERM");
+                ix_server_hurry(srv);
+                hurried = true;
+            }
+        }
+        pthread_join(drainer, NULL);
+    }
+    fprintf(stderr, "inferx serve: stopped\n");
     rc = 0;
 done:
     ix_server_destroy(srv);

@@ -710,6 +710,7 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
     atomic_init(&s->aborting, false);
     atomic_init(&s->watch_stop, false);
     atomic_init(&s->ready, false);
+    atomic_init(&s->hurry, false);
     atomic_init(&s->load_permille, 0);
     pthread_mutex_init(&s->jobs_mu, NULL);
     s->listen_fd = MHD_INVALID_SOCKET;
@@ -788,8 +789,13 @@ void ix_server_shutdown(ix_server *s, int64_t drain_ms) {
     atomic_store(&s->draining, true);
     if (!s->daemon) return;
     s->listen_fd = MHD_quiesce_daemon(s->daemon);
+    /* Stop listening now, not at exit: new connections are refused at once
+     * instead of waiting in the kernel's backlog through the drain. (The fd
+     * itself is closed after MHD_stop_daemon, as MHD asks; shutdown() of a
+     * listening socket on Linux just ends the listening.) */
+    if (s->listen_fd != MHD_INVALID_SOCKET) shutdown(s->listen_fd, SHUT_RDWR);
     uint64_t end = ix_time_ns() + (uint64_t)(drain_ms > 0 ? drain_ms : 0) * 1000000ull;
-    while (atomic_load(&s->n_inflight) > 0 && ix_time_ns() < end) sleep_ms(10);
+    while (atomic_load(&s->n_inflight) > 0 && ix_time_ns() < end && !atomic_load(&s->hurry)) sleep_ms(10);
     if (atomic_load(&s->n_inflight) > 0) {
         IX_LOGI("server: cancelling %d request(s) still in flight", atomic_load(&s->n_inflight));
         atomic_store(&s->aborting, true);
@@ -815,6 +821,8 @@ void ix_server_shutdown(ix_server *s, int64_t drain_ms) {
     if (s->listen_fd != MHD_INVALID_SOCKET) close(s->listen_fd);
     s->listen_fd = MHD_INVALID_SOCKET;
 }
+
+void ix_server_hurry(ix_server *s) { atomic_store(&s->hurry, true); }
 
 void ix_server_destroy(ix_server *s) {
     if (!s) return;

@@ -284,6 +284,7 @@ struct ix_server {
     atomic_bool draining;    /* refuse new requests */
     atomic_bool aborting;    /* cancel requests in flight */
     atomic_bool ready;       /* the engine is attached: requests are served (else 503, loading) */
+    atomic_bool hurry;       /* ix_server_hurry: the drain stops waiting */
     atomic_int load_permille; /* while loading: progress, 0..1000 */
     char *pending_template;  /* chat_template, kept for ix_server_attach */
     bool shut_down;
