@@ -18,6 +18,8 @@ int ix_cli_mkmodel(int argc, char **argv);
 int ix_cli_serve(int argc, char **argv);
 /* inferx perplexity (cmd_perplexity.c) */
 int ix_cli_perplexity(int argc, char **argv);
+/* inferx quantize (cmd_quantize.c) */
+int ix_cli_quantize(int argc, char **argv);
 
 /* The bundled model: $INFERX_MODEL if set, else models/target-f16.gguf of the
  * source tree this binary was built from. */
