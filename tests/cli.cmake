@@ -46,5 +46,5 @@ if(TARGET inferx)
   add_test(NAME cli_quantize_ref
     COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/cli_quantize_test.sh $<TARGET_FILE:inferx> $<TARGET_FILE:json_get>
             ${INFERX_SOURCE_DIR} ${INFERX_SHARED_DIR} ${CMAKE_CURRENT_BINARY_DIR} --reference)
-  set_tests_properties(cli_quantize cli_quantize_ref PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+  set_tests_properties(cli_quantize cli_quantize_ref PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77)
 endif()

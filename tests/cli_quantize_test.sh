@@ -128,6 +128,50 @@ quant "$model" "$tmp/ovr2.gguf" Q4_0 --override 'nothing*=Q8_0'
 out=$(cat "$tmp/progress")
 expect "matches no tensor"
 
+# Calibration: an imatrix (llama.cpp's layout: 43 entries for 6 layers x 7
+# matmuls + the head) with X^T X beside it; --imatrix and --method gptq use it.
+text=$src/README.md
+"$bin" imatrix -m "$model" -f "$text" -o "$tmp/im.dat" -c 64 --chunks 4 --xtx -t 2 2>"$errf" ||
+    { out=$(cat "$errf"); fail "inferx imatrix exited $?"; }
+out=$(cat "$errf")
+expect "[4/4] chunks, 43 weights observed"
+[ -s "$tmp/im.dat.xtx" ] || fail "imatrix --xtx wrote no $tmp/im.dat.xtx"
+quant "$model" "$tmp/imq.gguf" Q4_0 --imatrix "$tmp/im.dat"
+out=$(cat "$tmp/progress")
+expect "43 entries from 4 chunks"
+expect "token_embd.weight"
+expect "(no imatrix entry)"
+pi=$(ppl "$tmp/imq.gguf")
+check "$pi / $base < 1.10" "Q4_0 --imatrix perplexity $pi is not within 10% of F16's $base"
+quant "$model" "$tmp/gptq.gguf" Q4_0 --imatrix "$tmp/im.dat" --method gptq
+out=$(cat "$tmp/progress")
+expect "(gptq)"
+pg=$(ppl "$tmp/gptq.gguf")
+check "$pg / $base < 1.10" "Q4_0 --method gptq perplexity $pg is not within 10% of F16's $base"
+cmp -s "$tmp/imq.gguf" "$tmp/gptq.gguf" && fail "--method gptq wrote the same file as rtn"
+[ "$(type_of "$tmp/gptq.gguf" blk.0.ffn_down.weight)" = Q4_0 ] || fail "gptq: ffn_down is not Q4_0"
+# A truncated or corrupt imatrix is an error, at any length.
+size=$(wc -c <"$tmp/im.dat")
+for n in 0 3 4 9 100 $((size / 2)) $((size - 1)); do
+    head -c "$n" "$tmp/im.dat" >"$tmp/im_bad.dat"
+    expect_exit 1 quantize "$model" "$tmp/bad.gguf" Q4_0 --imatrix "$tmp/im_bad.dat"
+    expect "im_bad.dat"
+done
+head -c "$size" "$tmp/im.dat" >"$tmp/im_bad.dat" && printf '\001\000' >>"$tmp/im_bad.dat"
+expect_exit 1 quantize "$model" "$tmp/bad.gguf" Q4_0 --imatrix "$tmp/im_bad.dat"
+expect "2 unexpected bytes after the trailer"
+expect_exit 1 quantize "$model" "$tmp/bad.gguf" Q4_0 --imatrix "$tmp/im.dat.xtx"
+expect "im.dat.xtx"
+cp "$tmp/im.dat" "$tmp/noxtx.dat"
+expect_exit 1 quantize "$model" "$tmp/bad.gguf" Q4_0 --imatrix "$tmp/noxtx.dat" --method gptq
+expect "needs the X^T X statistics"
+expect_exit 2 imatrix -m "$model" -o "$tmp/x.dat"
+expect "-f TEXT is required"
+expect_exit 1 imatrix -m "$model" -f "$tmp/nothing.txt" -o "$tmp/x.dat"
+expect "nothing.txt"
+expect_exit 2 imatrix -m "$model" -f "$text" -c 4
+expect "-c must be in"
+
 # Bad input: a message, exit 2 (usage) or 1 (runtime), and no output file.
 o=$tmp/bad.gguf
 expect_exit 2 quantize "$model" "$o" Q9_Z
@@ -155,5 +199,6 @@ expect "--allow-requantize"
 quant "$tmp/Q8_0.gguf" "$o" Q4_0 --allow-requantize
 [ "$(type_of "$o" blk.2.attn_k.weight)" = Q4_0 ] || fail "--allow-requantize did not requantize"
 
-echo "ok: plain types, mixes, --pure, --override, bad input; PPL F16 $base, Q8_0 $q8, Q4_K_M $p"
+echo "ok: plain types, mixes, --pure, --override, calibration, bad input; PPL F16 $base, Q8_0 $q8," \
+    "Q4_K_M $p, Q4_0 --imatrix $pi, --method gptq $pg"
 rm -rf "$tmp"

@@ -136,6 +136,10 @@ bool ix_cli_imat_read(imat *m, const char *path, ix_errbuf *err) {
     if (!(m->dataset = malloc((size_t)dlen + 1))) goto nomem;
     take(&c, m->dataset, (size_t)dlen);
     m->dataset[dlen] = 0;
+    if (c.left) {
+        ix_errf(err, IX_ERR_FORMAT, "%s: %zu unexpected bytes after the trailer", path, c.left);
+        goto done;
+    }
     ok = true;
     goto done;
 nomem:

@@ -103,17 +103,15 @@ static void dequant_q(const ix__wtype *wt, const uint8_t *src, float *dst, size_
 }
 
 /* ---- importance weights ------------------------------------------------------- */
-/* The mean square of a row (the s2 of the importance weighting). */
-static float row_sigma2(const float *x, size_t n) {
-    double sq = 0.0;
-    for (size_t i = 0; i < n; i++) sq += (double)x[i] * x[i];
-    return n ? (float)(sq / (double)n) : 0.0f;
-}
-
-/* w[i] = qw[i] sqrt(s2 + x[i]^2): an element matters as its column's
- * activations do (qw, from an imatrix) and as its own size does. */
-static void imp_weights(const float *x, const float *qw, float s2, int n, float *w) {
-    for (int i = 0; i < n; i++) w[i] = qw[i] * sqrtf(s2 + x[i] * x[i]);
+/* The error of a matmul output y = w . x from rounding w_j by e_j is
+ * sum_j e_j x_j: over the calibration inputs its mean square is, leaving out
+ * the cross terms, sum_j E[x_j^2] e_j^2. So the importance of element j is
+ * its column's mean squared activation qw[j] (an imatrix entry), and the
+ * searches minimize sum qw e^2. (llama.cpp multiplies in sqrt(s2 + x^2) as
+ * well; on the bundled model that measured worse: docs/quantization.md.) */
+static void imp_weights(const float *x, const float *qw, int n, float *w) {
+    (void)x;
+    for (int i = 0; i < n; i++) w[i] = qw[i];
 }
 
 /* ---- scale searches (the reference quantizers' shared parts) ------------------ */
@@ -149,11 +147,11 @@ static float fit_sym(const float *x, const float *w, int n, int nmax, int8_t *L)
  * (256), weighted by x^2 as llama.cpp's Q3_K / Q6_K reference quantizers
  * weigh them (imp_weights with qw); returns the one of largest magnitude,
  * with its sign. */
-static float sym_scales16(const float *x, int nmax, const float *qw, float s2, float *s) {
+static float sym_scales16(const float *x, int nmax, const float *qw, float *s) {
     float w[16], smax = 0.0f;
     int8_t L[16];
     for (int j = 0; j < 16; j++) {
-        if (qw) imp_weights(x + 16 * j, qw + 16 * j, s2, 16, w);
+        if (qw) imp_weights(x + 16 * j, qw + 16 * j, 16, w);
         else
             for (int i = 0; i < 16; i++) w[i] = x[16 * j + i] * x[16 * j + i];
         s[j] = fit_sym(x + 16 * j, w, 16, nmax, L);
@@ -265,22 +263,49 @@ static float signed_max(const float *x) {
     return vmax;
 }
 
+/* The weighted squared error of a symmetric 32-block at the stored (fp16)
+ * scale d, rounded as pack_sym_codes rounds (codes 0..2 nmax - 1, offset nmax). */
+static float sym_err(const float *x, const float *w, float d, int nmax) {
+    float dh = ix__fp16_to_fp32(ix__fp32_to_fp16(d)), id = dh != 0.0f ? 1.0f / dh : 0.0f, err = 0.0f;
+    for (int j = 0; j < IX__QK; j++) {
+        float c = fminf(fmaxf(floorf(x[j] * id + (float)nmax + 0.5f), 0.0f), (float)(2 * nmax - 1));
+        float e = x[j] - dh * (c - (float)nmax);
+        err += w[j] * e * e;
+    }
+    return err;
+}
+
 /* The scale of a symmetric 32-block with codes in [-nmax, nmax - 1]: the
- * largest magnitude at -nmax, or with importance weights the weighted
- * search of fit_sym. */
-static float sym_scale32(const float *x, const float *qw, float s2, int nmax) {
-    if (!qw) return signed_max(x) / -(float)nmax;
+ * largest magnitude at -nmax; with importance weights, the best by weighted
+ * error (as stored and rounded) of that scale, the scales that put the
+ * largest magnitude at -nmax +- 0.9 levels and their weighted least-squares
+ * refits, so it is never worse than the plain choice on that measure. */
+static float sym_scale32(const float *x, const float *qw, int nmax) {
+    const float vmax = signed_max(x), plain = vmax / -(float)nmax;
+    if (!qw || !(fabsf(vmax) > 1e-30f)) return plain;
     float w[IX__QK];
-    int8_t L[IX__QK];
-    imp_weights(x, qw, s2, IX__QK, w);
-    return fit_sym(x, w, IX__QK, nmax, L);
+    imp_weights(x, qw, IX__QK, w);
+    float best = plain, best_err = sym_err(x, w, plain, nmax);
+    for (int k = -9; k <= 9; k++) {
+        float d = vmax / -((float)nmax + 0.1f * (float)k), sxl = 0.0f, sll = 0.0f;
+        for (int j = 0; j < IX__QK; j++) {
+            int l = round_clamp(x[j] / d, -nmax, nmax - 1);
+            sxl += w[j] * x[j] * (float)l;
+            sll += w[j] * (float)(l * l);
+        }
+        const float cand[2] = {d, sll > 0.0f ? sxl / sll : d};
+        for (int c = 0; c < 2; c++) {
+            float e = sym_err(x, w, cand[c], nmax);
+            if (e < best_err) best_err = e, best = cand[c];
+        }
+    }
+    return best;
 }
 
 static void quantize_q4_0(const float *src, uint8_t *p, size_t n, const float *qw) {
-    const float s2 = qw ? row_sigma2(src, n) : 0.0f;
     for (size_t b = 0; b < n / IX__QK; b++, p += IX__Q4_0_BYTES) {
         const float *x = src + b * IX__QK;
-        pack_sym_codes(x, st_h(p, sym_scale32(x, qw ? qw + b * IX__QK : NULL, s2, 8)), 8, 15, p + 2, NULL);
+        pack_sym_codes(x, st_h(p, sym_scale32(x, qw ? qw + b * IX__QK : NULL, 8)), 8, 15, p + 2, NULL);
     }
 }
 
@@ -296,11 +321,10 @@ static void unpack_q5_0(const uint8_t *b, size_t j, ix__q32 *u) {
 }
 
 static void quantize_q5_0(const float *src, uint8_t *p, size_t n, const float *qw) {
-    const float s2 = qw ? row_sigma2(src, n) : 0.0f;
     for (size_t b = 0; b < n / IX__QK; b++, p += BYTES_Q5_0) {
         const float *x = src + b * IX__QK;
         uint32_t qh;
-        pack_sym_codes(x, st_h(p, sym_scale32(x, qw ? qw + b * IX__QK : NULL, s2, 16)), 16, 31, p + 6, &qh);
+        pack_sym_codes(x, st_h(p, sym_scale32(x, qw ? qw + b * IX__QK : NULL, 16)), 16, 31, p + 6, &qh);
         memcpy(p + 2, &qh, 4);
     }
 }
@@ -333,7 +357,6 @@ static void unpack_q5_1(const uint8_t *b, size_t j, ix__q32 *u) {
 /* min / max of 32 as d and m (x = d code + m), codes 0..nmax; with
  * importance weights, the weighted affine search of fit_affine. */
 static void quantize_minmax(const float *src, uint8_t *p, size_t n, int nmax, size_t bytes, const float *qw) {
-    const float s2 = qw ? row_sigma2(src, n) : 0.0f;
     for (size_t b = 0; b < n / IX__QK; b++, p += bytes) {
         const float *x = src + b * IX__QK;
         float lo = FLT_MAX, hi = -FLT_MAX;
@@ -341,7 +364,7 @@ static void quantize_minmax(const float *src, uint8_t *p, size_t n, int nmax, si
         float scale = (hi - lo) / (float)nmax;
         if (qw) {
             float w[IX__QK], mneg;
-            imp_weights(x, qw + b * IX__QK, s2, IX__QK, w);
+            imp_weights(x, qw + b * IX__QK, IX__QK, w);
             scale = fit_affine(x, w, IX__QK, nmax, -0.5f, 0.1f, 10, &mneg);
             lo = -mneg;
         }
@@ -390,13 +413,13 @@ static void pack_iq4_codes(const float *x, float d, uint8_t *qs) {
 /* The scale of 32 values on the IQ4 grid: the value of largest magnitude at
  * -127 (the grid's widest end), then refitted by least squares weighted by
  * x^2 (imp_weights with qw) over the codes that scale gives. */
-static float iq4_scale(const float *x, const float *qw, float s2) {
+static float iq4_scale(const float *x, const float *qw) {
     float vmax = signed_max(x);
     if (!(fabsf(vmax) > 1e-30f)) return 0.0f;
     float d = vmax / (float)k_iq4nl[0], sqx = 0.0f, sqq = 0.0f;
     for (int j = 0; j < IX__QK; j++) {
         float q = (float)k_iq4nl[nearest_iq4(x[j] / d)];
-        float w = qw ? qw[j] * sqrtf(s2 + x[j] * x[j]) : x[j] * x[j];
+        float w = qw ? qw[j] : x[j] * x[j];
         sqx += w * q * x[j];
         sqq += w * q * q;
     }
@@ -404,10 +427,9 @@ static float iq4_scale(const float *x, const float *qw, float s2) {
 }
 
 static void quantize_iq4_nl(const float *src, uint8_t *p, size_t n, const float *qw) {
-    const float s2 = qw ? row_sigma2(src, n) : 0.0f;
     for (size_t b = 0; b < n / IX__QK; b++, p += BYTES_IQ4_NL) {
         const float *x = src + b * IX__QK;
-        pack_iq4_codes(x, st_h(p, iq4_scale(x, qw ? qw + b * IX__QK : NULL, s2)), p + 2);
+        pack_iq4_codes(x, st_h(p, iq4_scale(x, qw ? qw + b * IX__QK : NULL)), p + 2);
     }
 }
 
@@ -427,12 +449,11 @@ static void unpack_iq4_xs(const uint8_t *b, size_t j, ix__q32 *u) {
 }
 
 static void quantize_iq4_xs(const float *src, uint8_t *p, size_t n, const float *qw) {
-    const float s2 = qw ? row_sigma2(src, n) : 0.0f;
     for (size_t b = 0; b < n / 256; b++, p += BYTES_IQ4_XS) {
         const float *x = src + b * 256;
         float s[8], smax = 0.0f;
         for (int j = 0; j < 8; j++) {
-            s[j] = iq4_scale(x + 32 * j, qw ? qw + b * 256 + 32 * j : NULL, s2);
+            s[j] = iq4_scale(x + 32 * j, qw ? qw + b * 256 + 32 * j : NULL);
             if (fabsf(s[j]) > fabsf(smax)) smax = s[j];
         }
         float d = st_h(p, smax / -32.0f), id = d != 0.0f ? 1.0f / d : 0.0f;
@@ -496,13 +517,12 @@ static uint8_t affine_code(float x, float sd, float md, int nmax) {
 }
 
 static void quantize_q2_k(const float *src, uint8_t *p, size_t n, const float *qw) {
-    const float s2 = qw ? row_sigma2(src, n) : 0.0f;
     for (size_t b = 0; b < n / 256; b++, p += BYTES_Q2_K) {
         const float *x = src + b * 256;
         float s[16], m[16], w[16], d, dmin;
         uint8_t ls[16], lm[16], L[256];
         for (int j = 0; j < 16; j++) {
-            if (qw) imp_weights(x + 16 * j, qw + b * 256 + 16 * j, s2, 16, w);
+            if (qw) imp_weights(x + 16 * j, qw + b * 256 + 16 * j, 16, w);
             else
                 for (int i = 0; i < 16; i++) w[i] = fabsf(x[16 * j + i]);
             s[j] = fit_affine(x + 16 * j, w, 16, 3, -0.5f, 0.1f, 15, &m[j]);
@@ -539,10 +559,9 @@ static void unpack_q3_k(const uint8_t *b, size_t j, ix__q32 *u) {
 }
 
 static void quantize_q3_k(const float *src, uint8_t *p, size_t n, const float *qw) {
-    const float s2 = qw ? row_sigma2(src, n) : 0.0f;
     for (size_t b = 0; b < n / 256; b++, p += BYTES_Q3_K) {
         const float *x = src + b * 256;
-        float s[16], smax = sym_scales16(x, 4, qw ? qw + b * 256 : NULL, s2, s);
+        float s[16], smax = sym_scales16(x, 4, qw ? qw + b * 256 : NULL, s);
         float d = st_h(p + 108, smax / -32.0f), id = d != 0.0f ? 1.0f / d : 0.0f;
         uint8_t *sc = p + 96, L[256];
         memset(sc, 0, 12);
@@ -588,7 +607,6 @@ static void unpack_q4_k(const uint8_t *b, size_t j, ix__q32 *u) { unpack_q45_k(b
 static void unpack_q5_k(const uint8_t *b, size_t j, ix__q32 *u) { unpack_q45_k(b, j, b + 16, b + 48, u); }
 
 static void quantize_q45_k(const float *src, uint8_t *p, size_t n, int nmax, const float *qw) {
-    const float s2 = qw ? row_sigma2(src, n) : 0.0f;
     const size_t bytes = nmax > 15 ? BYTES_Q5_K : BYTES_Q4_K;
     uint8_t *qh = nmax > 15 ? p + 16 : NULL, *qs = p + (nmax > 15 ? 48 : 16);
     for (size_t b = 0; b < n / 256; b++, p += bytes, qs += bytes, qh = qh ? qh + bytes : NULL) {
@@ -600,7 +618,7 @@ static void quantize_q45_k(const float *src, uint8_t *p, size_t n, int nmax, con
             float sq = 0.0f;
             for (int i = 0; i < 32; i++) sq += xs[i] * xs[i];
             float rms = sqrtf(sq / 32.0f);
-            if (qw) imp_weights(xs, qw + b * 256 + 32 * j, s2, 32, w);
+            if (qw) imp_weights(xs, qw + b * 256 + 32 * j, 32, w);
             else
                 for (int i = 0; i < 32; i++) w[i] = rms + fabsf(xs[i]);
             s[j] = nmax > 15 ? fit_affine(xs, w, 32, nmax, -0.5f, 0.1f, 15, &m[j])
@@ -652,10 +670,9 @@ static void unpack_q6_k(const uint8_t *b, size_t j, ix__q32 *u) {
 }
 
 static void quantize_q6_k(const float *src, uint8_t *p, size_t n, const float *qw) {
-    const float s2 = qw ? row_sigma2(src, n) : 0.0f;
     for (size_t b = 0; b < n / 256; b++, p += BYTES_Q6_K) {
         const float *x = src + b * 256;
-        float s[16], smax = sym_scales16(x, 32, qw ? qw + b * 256 : NULL, s2, s);
+        float s[16], smax = sym_scales16(x, 32, qw ? qw + b * 256 : NULL, s);
         float d = st_h(p + 208, smax / -128.0f), id = d != 0.0f ? 1.0f / d : 0.0f;
         memset(p, 0, 192);
         for (int j = 0; j < 16; j++) {
