@@ -278,7 +278,7 @@ static float sym_err(const float *x, const float *w, float d, int nmax) {
 /* The scale of a symmetric 32-block with codes in [-nmax, nmax - 1]: the
  * largest magnitude at -nmax; with importance weights, the best by weighted
  * error (as stored and rounded) of that scale, the scales that put the
- * largest magnitude at -nmax +- 0.9 levels and their weighted least-squares
+ * largest magnitude at -nmax +- 2 levels (steps of 0.1) and their weighted least-squares
  * refits, so it is never worse than the plain choice on that measure. */
 static float sym_scale32(const float *x, const float *qw, int nmax) {
     const float vmax = signed_max(x), plain = vmax / -(float)nmax;
@@ -286,7 +286,7 @@ static float sym_scale32(const float *x, const float *qw, int nmax) {
     float w[IX__QK];
     imp_weights(x, qw, IX__QK, w);
     float best = plain, best_err = sym_err(x, w, plain, nmax);
-    for (int k = -9; k <= 9; k++) {
+    for (int k = -20; k <= 20; k++) {
         float d = vmax / -((float)nmax + 0.1f * (float)k), sxl = 0.0f, sll = 0.0f;
         for (int j = 0; j < IX__QK; j++) {
             int l = round_clamp(x[j] / d, -nmax, nmax - 1);
