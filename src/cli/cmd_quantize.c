@@ -77,10 +77,11 @@ static const opt_row k_opts[] = {
 static void usage(FILE *f) {
     fprintf(f, "usage: inferx quantize IN.gguf OUT.gguf TYPE [options]\n"
                "\n"
-               "Writes a copy of IN with its weights quantized. TYPE is a mix of llama.cpp's\n"
-               "quantizer, with its per-tensor choices (the output head in Q6_K, more bits for\n"
-               "attn_v / ffn_down on some layers in the _M and _L mixes; a tensor whose rows are\n"
-               "not a whole number of the type's blocks falls back as llama.cpp's does):\n ");
+               "Writes a copy of IN (all metadata, general.file_type set) with its weights\n"
+               "quantized. TYPE is a type or one of llama.cpp's mixes, with its per-tensor\n"
+               "choices (the output head in Q6_K, more bits for attn_v / ffn_down on some\n"
+               "layers in the _M and _L mixes; a tensor whose rows are not a whole number of\n"
+               "the type's blocks falls back as llama.cpp's does):\n ");
     size_t n, col = 1;
     const qmix *m = ix_cli_qmixes(&n);
     for (size_t i = 0; i < n; i++) {
