@@ -23,7 +23,7 @@ errf="$tmp/err"
 # types FILE: "name type" per tensor, from `inferx info`
 types() {
     "$bin" info "$1" >"$tmp/info" 2>"$errf" || { out=$(cat "$errf"); fail "inferx info $1"; }
-    awk '/^tensors:/ { t = 1; next } t && $1 ~ /^[0-9]+$/ { print $2, $3 }' "$tmp/info"
+    awk '/^tensors:/ { t = 1; next } t && $1 == "total" { exit } t && $1 ~ /^[0-9]+$/ { print $2, $3 }' "$tmp/info"
 }
 # type_of FILE NAME
 type_of() {
