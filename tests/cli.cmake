@@ -37,3 +37,14 @@ if(TARGET inferx)
             ${CMAKE_CURRENT_BINARY_DIR})
   set_tests_properties(cli_run PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
 endif()
+# inferx quantize / imatrix: types and mixes reloaded and run, overrides, calibration,
+# bad input; and (cli_quantize_ref, needs ../shared) llama.cpp's tensor types per mix.
+if(TARGET inferx)
+  add_test(NAME cli_quantize
+    COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/cli_quantize_test.sh $<TARGET_FILE:inferx> $<TARGET_FILE:json_get>
+            ${INFERX_SOURCE_DIR} ${INFERX_SHARED_DIR} ${CMAKE_CURRENT_BINARY_DIR})
+  add_test(NAME cli_quantize_ref
+    COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/cli_quantize_test.sh $<TARGET_FILE:inferx> $<TARGET_FILE:json_get>
+            ${INFERX_SOURCE_DIR} ${INFERX_SHARED_DIR} ${CMAKE_CURRENT_BINARY_DIR} --reference)
+  set_tests_properties(cli_quantize cli_quantize_ref PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77)
+endif()

@@ -528,6 +528,49 @@ static void test_quantize_roundtrip(void **state) {
     }
 }
 
+/* ix_kernels_quantize_row_imp: without weights the bits of
+ * ix_kernels_quantize_row; with them, for every quantized type, a weighted
+ * squared error no larger than the plain quantizer's (to 2% for the types
+ * whose sub-block scales are rounded again after the search; Q4_0 / Q5_0
+ * pick among candidates that include the plain scale, so never larger); bad
+ * weights refused. */
+static void test_quantize_imp(void **state) {
+    (void)state;
+    enum { N = 256 * 16 };
+    static float x[N], y[N], imp[N];
+    static uint8_t q[N * 4], q2[N * 4];
+    fill(x, N, 2.0f);
+    for (int i = 0; i < N; i++) imp[i] = (rnd64() % 10 == 0) ? 50.0f + 50.0f * rndf() : 0.05f + 0.04f * rndf();
+    ix_dtype types[64];
+    size_t nt = ix_kernels_types(types, IX_ARRAY_LEN(types));
+    for (size_t ti = 0; ti < nt; ti++) {
+        const ix_dtype t = types[ti];
+        assert_int_equal(ix_kernels_quantize_row_imp(t, x, q, N, NULL), IX_OK);
+        assert_int_equal(ix_kernels_quantize_row(t, x, q2, N), IX_OK);
+        uint64_t rb = 0;
+        assert_true(ix_dtype_row_bytes(t, N, &rb));
+        assert_memory_equal(q, q2, rb);
+        if (ix_dtype_block_size(t) == 1) continue;
+        double e_plain = 0.0, e_imp = 0.0;
+        assert_int_equal(ix_kernels_dequant_row(t, q, y, N), IX_OK);
+        for (int i = 0; i < N; i++) e_plain += (double)imp[i] * (x[i] - y[i]) * (x[i] - y[i]);
+        assert_int_equal(ix_kernels_quantize_row_imp(t, x, q, N, imp), IX_OK);
+        assert_int_equal(ix_kernels_dequant_row(t, q, y, N), IX_OK);
+        for (int i = 0; i < N; i++) e_imp += (double)imp[i] * (x[i] - y[i]) * (x[i] - y[i]);
+        const double slack = t == IX_DTYPE_Q4_0 || t == IX_DTYPE_Q5_0 ? 1.0 : t == IX_DTYPE_Q8_0 ? 1.0 : 1.02;
+        if (!(e_imp <= e_plain * slack))
+            fail_msg("%s: weighted error %g with importance weights, %g without", ix_dtype_name(t), e_imp, e_plain);
+        float keep = imp[7];
+        imp[7] = NAN;
+        assert_int_equal(ix_kernels_quantize_row_imp(t, x, q, N, imp), IX_ERR_INVALID);
+        imp[7] = -1.0f;
+        assert_int_equal(ix_kernels_quantize_row_imp(t, x, q, N, imp), IX_ERR_INVALID);
+        imp[7] = INFINITY;
+        assert_int_equal(ix_kernels_quantize_row_imp(t, x, q, N, imp), IX_ERR_INVALID);
+        imp[7] = keep;
+    }
+}
+
 static void test_quantize_act(void **state) {
     (void)state;
     const size_t ks[] = {32, 96, 2048};
@@ -1556,6 +1599,7 @@ int main(void) {
         cmocka_unit_test(test_dequant),
         cmocka_unit_test(test_quantize_roundtrip),
         cmocka_unit_test(test_quantize_bounds),
+        cmocka_unit_test(test_quantize_imp),
         cmocka_unit_test(test_quantize_act),
         cmocka_unit_test(test_matmul_check),
         cmocka_unit_test(test_matmul_generic_vs_double),

@@ -171,6 +171,13 @@ ix_status ix_kernels_matmul_n(const ix_matmul *mms, size_t n, ix_pool *pool);
  * searches of llama.cpp's reference quantizers), for tools and tests
  * (generic C only). */
 ix_status ix_kernels_quantize_row(ix_dtype dst_type, const float *src, void *dst, size_t n);
+/* The same with importance weights imp[n] (one per element of the row, each
+ * finite and >= 0, e.g. an imatrix's mean squared activation per column):
+ * every type's scale search then minimizes sum imp_i (x_i - q_i)^2 instead
+ * of its plain weighting (for Q4_0 / Q5_0 among candidates that include the
+ * plain scale, so never worse by that measure); Q8_0 and the float types
+ * ignore them. IX_ERR_INVALID for a bad weight. */
+ix_status ix_kernels_quantize_row_imp(ix_dtype dst_type, const float *src, void *dst, size_t n, const float *imp);
 /* Widens n elements of a GGUF row (n a multiple of its block size) to f32,
  * e.g. for the embedding lookup. */
 ix_status ix_kernels_dequant_row(ix_dtype src_type, const void *src, float *dst, size_t n);

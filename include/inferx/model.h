@@ -192,6 +192,13 @@ ix_status ix_model_ctx_create(ix_model_ctx **out, const ix_model *m, ix_kv *kv,
 void ix_model_ctx_destroy(ix_model_ctx *c);
 const char *ix_model_ctx_errmsg(const ix_model_ctx *c);
 ix_pool *ix_model_ctx_pool(ix_model_ctx *c);
+/* Observes the input of every matmul with a weight of the file (e.g. for
+ * `inferx imatrix`): fn(user, weight name, x, M, K) runs on the context's
+ * thread before each matmul, x holding M rows of K floats (the rows that
+ * produce logits only, for the output head). NULL fn removes it. The
+ * forward pass tests one pointer per matmul when none is set. */
+typedef void (*ix_model_mm_observer)(void *user, ix_str weight, const float *x, size_t M, size_t K);
+void ix_model_ctx_set_observer(ix_model_ctx *c, ix_model_mm_observer fn, void *user);
 
 /* A ragged batch: new tokens of any number of sequences, each with its
  * position, in any order; prefill chunks and decode tokens mixed. Slots for

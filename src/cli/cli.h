@@ -8,6 +8,7 @@
 
 #include "inferx/core.h"
 #include "inferx/engine.h"
+#include "inferx/tokenizer.h"
 
 int ix_cli_info(int argc, char **argv);
 int ix_cli_run(int argc, char **argv);
@@ -21,6 +22,16 @@ int ix_cli_mkmodel(int argc, char **argv);
 int ix_cli_serve(int argc, char **argv);
 /* inferx perplexity (cmd_perplexity.c) */
 int ix_cli_perplexity(int argc, char **argv);
+/* inferx quantize (cmd_quantize.c) */
+int ix_cli_quantize(int argc, char **argv);
+
+/* inferx imatrix (cmd_imatrix.c) */
+int ix_cli_imatrix(int argc, char **argv);
+
+/* The tokens of the text file at path, BOS first when the vocabulary adds it
+ * (as llama.cpp's perplexity and imatrix tools tokenize: special-token text
+ * not parsed, no EOS). Prints "inferx CMD: ..." on failure. */
+bool ix_cli_tokenize_file(const char *cmd, const char *path, const ix_tokenizer *tok, ix_token_vec *ids);
 
 /* The bundled model: $INFERX_MODEL if set, else models/target-f16.gguf of the
  * source tree this binary was built from. */

@@ -547,12 +547,10 @@ static bool base_read_head(FILE *f, const char *path, const ix_model_hparams *hp
 
 /* ---- the text ----------------------------------------------------------------------- */
 
-/* The tokens of the file at path, BOS first when the vocabulary adds it (as
- * the reference tokenizes: special-token text is not parsed, no EOS). */
-static bool tokenize_file(const char *path, const ix_tokenizer *tok, ix_token_vec *ids) {
+bool ix_cli_tokenize_file(const char *cmd, const char *path, const ix_tokenizer *tok, ix_token_vec *ids) {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        fprintf(stderr, "inferx perplexity: cannot open %s: %s\n", path, strerror(errno));
+        fprintf(stderr, "inferx %s: cannot open %s: %s\n", cmd, path, strerror(errno));
         return false;
     }
     ix_buf text = {0};
@@ -561,18 +559,18 @@ static bool tokenize_file(const char *path, const ix_tokenizer *tok, ix_token_ve
     bool ok = true;
     while (ok && (n = fread(chunk, 1, sizeof chunk, f)) > 0) ok = ix_buf_append(&text, chunk, n) == IX_OK;
     if (!ok || ferror(f)) {
-        fprintf(stderr, "inferx perplexity: %s: %s\n", path, ok ? strerror(errno) : "out of memory");
+        fprintf(stderr, "inferx %s: %s: %s\n", cmd, path, ok ? strerror(errno) : "out of memory");
         ok = false;
     }
     fclose(f);
     ix_errbuf err = {{0}};
     if (ok && ix_tokenizer_add_bos(tok) && ix_tokenizer_bos(tok) != IX_TOKEN_NONE &&
         ix_token_vec_push(ids, ix_tokenizer_bos(tok)) != IX_OK) {
-        fprintf(stderr, "inferx perplexity: out of memory\n");
+        fprintf(stderr, "inferx %s: out of memory\n", cmd);
         ok = false;
     }
     if (ok && ix_tokenizer_encode(tok, text.data ? text.data : "", text.len, 0, ids, &err) != IX_OK) {
-        fprintf(stderr, "inferx perplexity: %s: %s\n", path, err.msg);
+        fprintf(stderr, "inferx %s: %s: %s\n", cmd, path, err.msg);
         ok = false;
     }
     ix_buf_free(&text);
@@ -623,7 +621,7 @@ static bool load_chunks(run *r) {
         }
     }
     if (!o->text) return true;
-    if (!tokenize_file(o->text, ix_model_tokenizer(r->m), &r->ids)) return false;
+    if (!ix_cli_tokenize_file("perplexity", o->text, ix_model_tokenizer(r->m), &r->ids)) return false;
     r->n_text_tokens = r->ids.n;
     size_t need = o->kl ? (size_t)r->n_chunk * (size_t)r->n_ctx : 2 * (size_t)r->n_ctx;
     if (r->ids.n < need) {

@@ -21,6 +21,8 @@ static const command k_commands[] = {
     {"tokenize", ix_cli_tokenize, "print the token ids of text read from stdin"},
     {"bench", ix_cli_bench, "prefill and decode throughput against the memory-bandwidth bound"},
     {"perplexity", ix_cli_perplexity, "perplexity on a text, and KL divergence from a base model"},
+    {"quantize", ix_cli_quantize, "write a copy of a model with quantized weights (types and mixes)"},
+    {"imatrix", ix_cli_imatrix, "activation statistics of a text, for calibrated quantization"},
     {"mkmodel", ix_cli_mkmodel, "write a model of a real shape with random weights"},
 };
 

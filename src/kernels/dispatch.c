@@ -88,9 +88,16 @@ ix_status ix_kernels_dequant_row(ix_dtype src_type, const void *src, float *dst,
 }
 
 ix_status ix_kernels_quantize_row(ix_dtype dst_type, const float *src, void *dst, size_t n) {
+    return ix_kernels_quantize_row_imp(dst_type, src, dst, n, NULL);
+}
+
+ix_status ix_kernels_quantize_row_imp(ix_dtype dst_type, const float *src, void *dst, size_t n, const float *imp) {
     const ix__wtype *wt;
     ix_status st = row_args(dst_type, src, dst, n, &wt);
-    if (st == IX_OK && n) wt->quantize(src, dst, n);
+    if (st == IX_OK && imp)
+        for (size_t i = 0; i < n; i++)
+            if (!(imp[i] >= 0.0f) || isinf(imp[i])) return IX_ERR_INVALID; /* NaN, negative or infinite */
+    if (st == IX_OK && n) wt->quantize(src, dst, n, imp);
     return st;
 }
 

@@ -256,8 +256,10 @@ struct ix__wtype {
     void (*dequant)(const ix__wtype *wt, const uint8_t *src, float *dst, size_t n);
     /* quantized types: 32-element part j (< blck / 32) of the block at blk */
     void (*unpack)(const uint8_t *blk, size_t j, ix__q32 *out);
-    /* n floats (whole blocks) to a row: reference quality, round to nearest */
-    void (*quantize)(const float *src, uint8_t *dst, size_t n);
+    /* n floats (whole blocks) to a row: reference quality, round to nearest.
+     * qw: NULL, or n importance weights (one per column, >= 0) that weigh
+     * the squared rounding error in the type's scale searches. */
+    void (*quantize)(const float *src, uint8_t *dst, size_t n, const float *qw);
     /* matmul per path; [IX__PATH_GENERIC] is always set */
     ix__mm_fn mm[IX__PATH_COUNT];
 };

@@ -65,9 +65,13 @@ static void dequant_bf16(const ix__wtype *wt, const uint8_t *src, float *dst, si
     for (size_t i = 0; i < n; i++) dst[i] = ix__bf16_to_fp32(ix__load_u16(src + 2 * i));
 }
 
-static void quantize_f32(const float *src, uint8_t *dst, size_t n) { memcpy(dst, src, n * 4); }
+static void quantize_f32(const float *src, uint8_t *dst, size_t n, const float *qw) {
+    (void)qw;
+    memcpy(dst, src, n * 4);
+}
 
-static void quantize_f16(const float *src, uint8_t *dst, size_t n) {
+static void quantize_f16(const float *src, uint8_t *dst, size_t n, const float *qw) {
+    (void)qw;
     if ((uintptr_t)dst % 2 == 0) {
         ix_kernels_fp32_to_fp16(src, (uint16_t *)(void *)dst, n);
         return;
@@ -75,7 +79,8 @@ static void quantize_f16(const float *src, uint8_t *dst, size_t n) {
     for (size_t i = 0; i < n; i++) st_h(dst + 2 * i, src[i]);
 }
 
-static void quantize_bf16(const float *src, uint8_t *dst, size_t n) {
+static void quantize_bf16(const float *src, uint8_t *dst, size_t n, const float *qw) {
+    (void)qw;
     for (size_t i = 0; i < n; i++) {
         uint16_t h = ix__fp32_to_bf16(src[i]);
         memcpy(dst + 2 * i, &h, 2);
@@ -95,6 +100,18 @@ static void dequant_q(const ix__wtype *wt, const uint8_t *src, float *dst, size_
                 dst[b * IX__QK + (size_t)i] = wt->has_min ? s * (float)u.q[i] + m : s * (float)u.q[i];
         }
     }
+}
+
+/* ---- importance weights ------------------------------------------------------- */
+/* The error of a matmul output y = w . x from rounding w_j by e_j is
+ * sum_j e_j x_j: over the calibration inputs its mean square is, leaving out
+ * the cross terms, sum_j E[x_j^2] e_j^2. So the importance of element j is
+ * its column's mean squared activation qw[j] (an imatrix entry), and the
+ * searches minimize sum qw e^2. (llama.cpp multiplies in sqrt(s2 + x^2) as
+ * well; on the bundled model that measured worse: docs/quantization.md.) */
+static void imp_weights(const float *x, const float *qw, int n, float *w) {
+    (void)x;
+    for (int i = 0; i < n; i++) w[i] = qw[i];
 }
 
 /* ---- scale searches (the reference quantizers' shared parts) ------------------ */
@@ -128,12 +145,15 @@ static float fit_sym(const float *x, const float *w, int n, int nmax, int8_t *L)
 
 /* fit_sym's scales s[16] of the 16 sub-blocks of 16 of a super-block x
  * (256), weighted by x^2 as llama.cpp's Q3_K / Q6_K reference quantizers
- * weigh them; returns the one of largest magnitude, with its sign. */
-static float sym_scales16(const float *x, int nmax, float *s) {
+ * weigh them (imp_weights with qw); returns the one of largest magnitude,
+ * with its sign. */
+static float sym_scales16(const float *x, int nmax, const float *qw, float *s) {
     float w[16], smax = 0.0f;
     int8_t L[16];
     for (int j = 0; j < 16; j++) {
-        for (int i = 0; i < 16; i++) w[i] = x[16 * j + i] * x[16 * j + i];
+        if (qw) imp_weights(x + 16 * j, qw + 16 * j, 16, w);
+        else
+            for (int i = 0; i < 16; i++) w[i] = x[16 * j + i] * x[16 * j + i];
         s[j] = fit_sym(x + 16 * j, w, 16, nmax, L);
         if (fabsf(s[j]) > fabsf(smax)) smax = s[j];
     }
@@ -197,7 +217,8 @@ static void unpack_q8_0(const uint8_t *b, size_t j, ix__q32 *u) {
     q32_plain(u, ld_h(b));
 }
 
-static void quantize_q8_0(const float *src, uint8_t *p, size_t n) {
+static void quantize_q8_0(const float *src, uint8_t *p, size_t n, const float *qw) {
+    (void)qw; /* 8 bits: round to nearest is as good as a search */
     for (size_t b = 0; b < n / IX__QK; b++, p += IX__Q8_0_BYTES) {
         const float *x = src + b * IX__QK;
         float amax = 0.0f;
@@ -242,10 +263,49 @@ static float signed_max(const float *x) {
     return vmax;
 }
 
-static void quantize_q4_0(const float *src, uint8_t *p, size_t n) {
+/* The weighted squared error of a symmetric 32-block at the stored (fp16)
+ * scale d, rounded as pack_sym_codes rounds (codes 0..2 nmax - 1, offset nmax). */
+static float sym_err(const float *x, const float *w, float d, int nmax) {
+    float dh = ix__fp16_to_fp32(ix__fp32_to_fp16(d)), id = dh != 0.0f ? 1.0f / dh : 0.0f, err = 0.0f;
+    for (int j = 0; j < IX__QK; j++) {
+        float c = fminf(fmaxf(floorf(x[j] * id + (float)nmax + 0.5f), 0.0f), (float)(2 * nmax - 1));
+        float e = x[j] - dh * (c - (float)nmax);
+        err += w[j] * e * e;
+    }
+    return err;
+}
+
+/* The scale of a symmetric 32-block with codes in [-nmax, nmax - 1]: the
+ * largest magnitude at -nmax; with importance weights, the best by weighted
+ * error (as stored and rounded) of that scale, the scales that put the
+ * largest magnitude at -nmax +- 2 levels (steps of 0.1) and their weighted least-squares
+ * refits, so it is never worse than the plain choice on that measure. */
+static float sym_scale32(const float *x, const float *qw, int nmax) {
+    const float vmax = signed_max(x), plain = vmax / -(float)nmax;
+    if (!qw || !(fabsf(vmax) > 1e-30f)) return plain;
+    float w[IX__QK];
+    imp_weights(x, qw, IX__QK, w);
+    float best = plain, best_err = sym_err(x, w, plain, nmax);
+    for (int k = -20; k <= 20; k++) {
+        float d = vmax / -((float)nmax + 0.1f * (float)k), sxl = 0.0f, sll = 0.0f;
+        for (int j = 0; j < IX__QK; j++) {
+            int l = round_clamp(x[j] / d, -nmax, nmax - 1);
+            sxl += w[j] * x[j] * (float)l;
+            sll += w[j] * (float)(l * l);
+        }
+        const float cand[2] = {d, sll > 0.0f ? sxl / sll : d};
+        for (int c = 0; c < 2; c++) {
+            float e = sym_err(x, w, cand[c], nmax);
+            if (e < best_err) best_err = e, best = cand[c];
+        }
+    }
+    return best;
+}
+
+static void quantize_q4_0(const float *src, uint8_t *p, size_t n, const float *qw) {
     for (size_t b = 0; b < n / IX__QK; b++, p += IX__Q4_0_BYTES) {
         const float *x = src + b * IX__QK;
-        pack_sym_codes(x, st_h(p, signed_max(x) / -8.0f), 8, 15, p + 2, NULL);
+        pack_sym_codes(x, st_h(p, sym_scale32(x, qw ? qw + b * IX__QK : NULL, 8)), 8, 15, p + 2, NULL);
     }
 }
 
@@ -260,11 +320,11 @@ static void unpack_q5_0(const uint8_t *b, size_t j, ix__q32 *u) {
     q32_plain(u, ld_h(b));
 }
 
-static void quantize_q5_0(const float *src, uint8_t *p, size_t n) {
+static void quantize_q5_0(const float *src, uint8_t *p, size_t n, const float *qw) {
     for (size_t b = 0; b < n / IX__QK; b++, p += BYTES_Q5_0) {
         const float *x = src + b * IX__QK;
         uint32_t qh;
-        pack_sym_codes(x, st_h(p, signed_max(x) / -16.0f), 16, 31, p + 6, &qh);
+        pack_sym_codes(x, st_h(p, sym_scale32(x, qw ? qw + b * IX__QK : NULL, 16)), 16, 31, p + 6, &qh);
         memcpy(p + 2, &qh, 4);
     }
 }
@@ -294,13 +354,21 @@ static void unpack_q5_1(const uint8_t *b, size_t j, ix__q32 *u) {
     u->dm = ld_h(b + 2);
 }
 
-/* min / max of 32 as d and m (x = d code + m), codes 0..nmax. */
-static void quantize_minmax(const float *src, uint8_t *p, size_t n, int nmax, size_t bytes) {
+/* min / max of 32 as d and m (x = d code + m), codes 0..nmax; with
+ * importance weights, the weighted affine search of fit_affine. */
+static void quantize_minmax(const float *src, uint8_t *p, size_t n, int nmax, size_t bytes, const float *qw) {
     for (size_t b = 0; b < n / IX__QK; b++, p += bytes) {
         const float *x = src + b * IX__QK;
         float lo = FLT_MAX, hi = -FLT_MAX;
         for (int j = 0; j < IX__QK; j++) lo = fminf(lo, x[j]), hi = fmaxf(hi, x[j]);
-        float d = st_h(p, (hi - lo) / (float)nmax), m = st_h(p + 2, lo);
+        float scale = (hi - lo) / (float)nmax;
+        if (qw) {
+            float w[IX__QK], mneg;
+            imp_weights(x, qw + b * IX__QK, IX__QK, w);
+            scale = fit_affine(x, w, IX__QK, nmax, -0.5f, 0.1f, 10, &mneg);
+            lo = -mneg;
+        }
+        float d = st_h(p, scale), m = st_h(p + 2, lo);
         float shifted[IX__QK];
         for (int j = 0; j < IX__QK; j++) shifted[j] = x[j] - m;
         uint32_t qh;
@@ -309,8 +377,12 @@ static void quantize_minmax(const float *src, uint8_t *p, size_t n, int nmax, si
     }
 }
 
-static void quantize_q4_1(const float *src, uint8_t *p, size_t n) { quantize_minmax(src, p, n, 15, BYTES_Q4_1); }
-static void quantize_q5_1(const float *src, uint8_t *p, size_t n) { quantize_minmax(src, p, n, 31, BYTES_Q5_1); }
+static void quantize_q4_1(const float *src, uint8_t *p, size_t n, const float *qw) {
+    quantize_minmax(src, p, n, 15, BYTES_Q4_1, qw);
+}
+static void quantize_q5_1(const float *src, uint8_t *p, size_t n, const float *qw) {
+    quantize_minmax(src, p, n, 31, BYTES_Q5_1, qw);
+}
 
 /* ---- IQ4_NL: fp16 d | u8 qs[16]        x[j] = d kv[lo(qs[j])], x[j+16] = d kv[hi] --- */
 static const int8_t k_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
@@ -340,23 +412,24 @@ static void pack_iq4_codes(const float *x, float d, uint8_t *qs) {
 
 /* The scale of 32 values on the IQ4 grid: the value of largest magnitude at
  * -127 (the grid's widest end), then refitted by least squares weighted by
- * x^2 over the codes that scale gives. */
-static float iq4_scale(const float *x) {
+ * x^2 (imp_weights with qw) over the codes that scale gives. */
+static float iq4_scale(const float *x, const float *qw) {
     float vmax = signed_max(x);
     if (!(fabsf(vmax) > 1e-30f)) return 0.0f;
     float d = vmax / (float)k_iq4nl[0], sqx = 0.0f, sqq = 0.0f;
     for (int j = 0; j < IX__QK; j++) {
-        float q = (float)k_iq4nl[nearest_iq4(x[j] / d)], w = x[j] * x[j];
+        float q = (float)k_iq4nl[nearest_iq4(x[j] / d)];
+        float w = qw ? qw[j] : x[j] * x[j];
         sqx += w * q * x[j];
         sqq += w * q * q;
     }
     return sqq > 0.0f ? sqx / sqq : d;
 }
 
-static void quantize_iq4_nl(const float *src, uint8_t *p, size_t n) {
+static void quantize_iq4_nl(const float *src, uint8_t *p, size_t n, const float *qw) {
     for (size_t b = 0; b < n / IX__QK; b++, p += BYTES_IQ4_NL) {
         const float *x = src + b * IX__QK;
-        pack_iq4_codes(x, st_h(p, iq4_scale(x)), p + 2);
+        pack_iq4_codes(x, st_h(p, iq4_scale(x, qw ? qw + b * IX__QK : NULL)), p + 2);
     }
 }
 
@@ -375,12 +448,12 @@ static void unpack_iq4_xs(const uint8_t *b, size_t j, ix__q32 *u) {
     u->sc[0] = u->sc[1] = (int32_t)ls - 32;
 }
 
-static void quantize_iq4_xs(const float *src, uint8_t *p, size_t n) {
+static void quantize_iq4_xs(const float *src, uint8_t *p, size_t n, const float *qw) {
     for (size_t b = 0; b < n / 256; b++, p += BYTES_IQ4_XS) {
         const float *x = src + b * 256;
         float s[8], smax = 0.0f;
         for (int j = 0; j < 8; j++) {
-            s[j] = iq4_scale(x + 32 * j);
+            s[j] = iq4_scale(x + 32 * j, qw ? qw + b * 256 + 32 * j : NULL);
             if (fabsf(s[j]) > fabsf(smax)) smax = s[j];
         }
         float d = st_h(p, smax / -32.0f), id = d != 0.0f ? 1.0f / d : 0.0f;
@@ -443,13 +516,15 @@ static uint8_t affine_code(float x, float sd, float md, int nmax) {
     return sd != 0.0f ? (uint8_t)round_clamp((x + md) / sd, 0, nmax) : 0;
 }
 
-static void quantize_q2_k(const float *src, uint8_t *p, size_t n) {
+static void quantize_q2_k(const float *src, uint8_t *p, size_t n, const float *qw) {
     for (size_t b = 0; b < n / 256; b++, p += BYTES_Q2_K) {
         const float *x = src + b * 256;
         float s[16], m[16], w[16], d, dmin;
         uint8_t ls[16], lm[16], L[256];
         for (int j = 0; j < 16; j++) {
-            for (int i = 0; i < 16; i++) w[i] = fabsf(x[16 * j + i]);
+            if (qw) imp_weights(x + 16 * j, qw + b * 256 + 16 * j, 16, w);
+            else
+                for (int i = 0; i < 16; i++) w[i] = fabsf(x[16 * j + i]);
             s[j] = fit_affine(x + 16 * j, w, 16, 3, -0.5f, 0.1f, 15, &m[j]);
         }
         quantize_scales(s, m, 16, 15, p + 80, p + 82, ls, lm, &d, &dmin);
@@ -483,10 +558,10 @@ static void unpack_q3_k(const uint8_t *b, size_t j, ix__q32 *u) {
     u->sc[1] = q3_scale(b + 96, 2 * j + 1);
 }
 
-static void quantize_q3_k(const float *src, uint8_t *p, size_t n) {
+static void quantize_q3_k(const float *src, uint8_t *p, size_t n, const float *qw) {
     for (size_t b = 0; b < n / 256; b++, p += BYTES_Q3_K) {
         const float *x = src + b * 256;
-        float s[16], smax = sym_scales16(x, 4, s);
+        float s[16], smax = sym_scales16(x, 4, qw ? qw + b * 256 : NULL, s);
         float d = st_h(p + 108, smax / -32.0f), id = d != 0.0f ? 1.0f / d : 0.0f;
         uint8_t *sc = p + 96, L[256];
         memset(sc, 0, 12);
@@ -531,7 +606,7 @@ static void unpack_q45_k(const uint8_t *b, size_t j, const uint8_t *qh, const ui
 static void unpack_q4_k(const uint8_t *b, size_t j, ix__q32 *u) { unpack_q45_k(b, j, NULL, b + 16, u); }
 static void unpack_q5_k(const uint8_t *b, size_t j, ix__q32 *u) { unpack_q45_k(b, j, b + 16, b + 48, u); }
 
-static void quantize_q45_k(const float *src, uint8_t *p, size_t n, int nmax) {
+static void quantize_q45_k(const float *src, uint8_t *p, size_t n, int nmax, const float *qw) {
     const size_t bytes = nmax > 15 ? BYTES_Q5_K : BYTES_Q4_K;
     uint8_t *qh = nmax > 15 ? p + 16 : NULL, *qs = p + (nmax > 15 ? 48 : 16);
     for (size_t b = 0; b < n / 256; b++, p += bytes, qs += bytes, qh = qh ? qh + bytes : NULL) {
@@ -543,7 +618,9 @@ static void quantize_q45_k(const float *src, uint8_t *p, size_t n, int nmax) {
             float sq = 0.0f;
             for (int i = 0; i < 32; i++) sq += xs[i] * xs[i];
             float rms = sqrtf(sq / 32.0f);
-            for (int i = 0; i < 32; i++) w[i] = rms + fabsf(xs[i]);
+            if (qw) imp_weights(xs, qw + b * 256 + 32 * j, 32, w);
+            else
+                for (int i = 0; i < 32; i++) w[i] = rms + fabsf(xs[i]);
             s[j] = nmax > 15 ? fit_affine(xs, w, 32, nmax, -0.5f, 0.1f, 15, &m[j])
                              : fit_affine(xs, w, 32, nmax, -1.0f, 0.1f, 20, &m[j]);
         }
@@ -570,8 +647,12 @@ static void quantize_q45_k(const float *src, uint8_t *p, size_t n, int nmax) {
     }
 }
 
-static void quantize_q4_k(const float *src, uint8_t *p, size_t n) { quantize_q45_k(src, p, n, 15); }
-static void quantize_q5_k(const float *src, uint8_t *p, size_t n) { quantize_q45_k(src, p, n, 31); }
+static void quantize_q4_k(const float *src, uint8_t *p, size_t n, const float *qw) {
+    quantize_q45_k(src, p, n, 15, qw);
+}
+static void quantize_q5_k(const float *src, uint8_t *p, size_t n, const float *qw) {
+    quantize_q45_k(src, p, n, 31, qw);
+}
 
 /* ---- Q6_K: u8 ql[128] | u8 qh[64] | int8 scales[16] | fp16 d          (210 bytes) -
  * x = d scale code, code 6 bits - 32, 16 sub-blocks of 16. Element e
@@ -588,10 +669,10 @@ static void unpack_q6_k(const uint8_t *b, size_t j, ix__q32 *u) {
     u->sc[1] = (int8_t)b[192 + 2 * j + 1];
 }
 
-static void quantize_q6_k(const float *src, uint8_t *p, size_t n) {
+static void quantize_q6_k(const float *src, uint8_t *p, size_t n, const float *qw) {
     for (size_t b = 0; b < n / 256; b++, p += BYTES_Q6_K) {
         const float *x = src + b * 256;
-        float s[16], smax = sym_scales16(x, 32, s);
+        float s[16], smax = sym_scales16(x, 32, qw ? qw + b * 256 : NULL, s);
         float d = st_h(p + 208, smax / -128.0f), id = d != 0.0f ? 1.0f / d : 0.0f;
         memset(p, 0, 192);
         for (int j = 0; j < 16; j++) {

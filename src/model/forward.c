@@ -51,6 +51,8 @@ struct ix_model_ctx {
     const int32_t **tables; /* (T) each token's block table, for this forward */
     int32_t *out_rows;      /* (T) batch rows with logits */
     ix_model_profile prof;
+    ix_model_mm_observer observe; /* NULL: no observer (the hot path tests one pointer per matmul) */
+    void *observe_user;
 };
 
 void ix_model_ctx_get_profile(const ix_model_ctx *c, ix_model_profile *out) { *out = c->prof; }
@@ -143,6 +145,10 @@ ix_status ix_model_ctx_create(ix_model_ctx **out, const ix_model *m, ix_kv *kv,
 }
 
 const char *ix_model_ctx_errmsg(const ix_model_ctx *c) { return c->err.msg; }
+void ix_model_ctx_set_observer(ix_model_ctx *c, ix_model_mm_observer fn, void *user) {
+    c->observe = fn;
+    c->observe_user = user;
+}
 ix_pool *ix_model_ctx_pool(ix_model_ctx *c) { return c->pool; }
 
 /* ---- pieces ---------------------------------------------------------------- */
@@ -152,6 +158,8 @@ ix_pool *ix_model_ctx_pool(ix_model_ctx *c) { return c->pool; }
  * once per weight. */
 static ix_status matmul_n(ix_model_ctx *c, const ix__weight *const *w, float *const *y, size_t n,
                           const float *x, size_t M) {
+    if (c->observe)
+        for (size_t i = 0; i < n; i++) c->observe(c->observe_user, w[i]->name, x, M, (size_t)w[i]->ne0);
     ix_matmul mms[IX_KERNELS_MATMUL_MAX];
     for (size_t i = 0; i < n; i++)
         mms[i] = (ix_matmul){

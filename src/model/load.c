@@ -62,7 +62,7 @@ static ix_status bind_weight(loader *L, const char *name, int64_t ne0, int64_t n
     if (!ix_dtype_row_bytes(t->type, (uint64_t)ne0, &rb))
         return ix_errf(L->err, IX_ERR_FORMAT, "tensor '%s': rows of %lld elements do not fit %s blocks", name,
                        (long long)ne0, ix_dtype_name(t->type));
-    *w = (ix__weight){t->data, t->type, ne0, ne1, t->n_bytes, false};
+    *w = (ix__weight){t->data, t->type, ne0, ne1, t->n_bytes, false, t->name};
     return IX_OK;
 }
 
@@ -128,7 +128,7 @@ static ix__weight row_view(const ix__weight *w, int64_t row0, int64_t n_rows) {
     uint64_t rb = 0;
     ix_dtype_row_bytes(w->type, (uint64_t)w->ne0, &rb);
     return (ix__weight){(const unsigned char *)w->data + (uint64_t)row0 * rb, w->type, w->ne0, n_rows,
-                        (uint64_t)n_rows * rb, false};
+                        (uint64_t)n_rows * rb, false, w->name};
 }
 
 /* Binds one role (global when il < 0) where the table says it lives. */

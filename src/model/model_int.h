@@ -23,6 +23,7 @@ typedef struct ix__weight {
     int64_t ne0, ne1; /* (ne1 rows of ne0 elements) */
     uint64_t n_bytes;
     bool packed; /* data is in ix_kernels_pack's layout, in ix_model.packed */
+    ix_str name; /* the GGUF tensor's (in the file's mapping), for matmul observers */
 } ix__weight;
 
 /* One layer. Absent optional tensors are NULL / data NULL; the forward pass
