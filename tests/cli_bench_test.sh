@@ -25,6 +25,17 @@ expect '"prefill_tokens_per_s": null'
 # The default -p 512 shrinks to the bundled model's context of 512 less the generated token.
 out=$("$bin" bench -m "$model" -n 2 -r 1 --bw-mib 16 2>&1) || fail "bench with the default -p exited $?"
 expect " pp511 |"
+# --throughput: the concurrent run, pure prefill in the same run, the engine profile.
+out=$("$bin" bench --throughput -m "$model" --num-prompts 4 --max-concurrency 4 --input-len 16 --output-len 4 \
+    --no-sequential 2>&1) || fail "bench --throughput exited $?"
+expect "pure prefill (same prompts, 1 token out): "
+expect "% of it"
+expect "concurrent run, "
+expect "(matmuls "
+out=$("$bin" bench --throughput -m "$model" --num-prompts 2 --max-concurrency 2 --input-len 8 --output-len 2 \
+    --no-sequential --json 2>/dev/null) || fail "bench --throughput --json exited $?"
+expect '"total_vs_prefill":'
+expect '"profile":{"wall_s":'
 out=$("$bin" bench --help) || fail "--help exited $?"
 expect "usage: inferx bench"
 

@@ -4,7 +4,8 @@
  * through the public gguf API. Nothing here knows a model architecture:
  * hyperparameters are read as `<general.architecture>.<key>`, and whatever is
  * missing is shown as "-" (a vocab-only file has no tensors and often no
- * usable layer/head counts).
+ * usable layer/head counts). With --load it also loads the model as inferx
+ * serve does and reports the load time and the memory held.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -108,7 +109,8 @@ void ix_cli_print_memory(FILE *f, const char *prefix, ix_engine *e) {
     ix_engine_get_stats(e, &st);
     char w[32], wr[32], kv[32], kvr[32], p[32];
     fprintf(f, "%sweights %s (resident %s), KV pool %s (resident %s), process resident %s\n", prefix,
-            human_bytes(w, sizeof w, ix_model_weight_bytes(m)), human_bytes(wr, sizeof wr, ix_model_weight_resident_bytes(m)),
+            human_bytes(w, sizeof w, ix_model_weight_bytes(m)),
+            human_bytes(wr, sizeof wr, ix_model_weight_resident_bytes(m)),
             human_bytes(kv, sizeof kv, st.kv.pool_bytes),
             human_bytes(kvr, sizeof kvr, ix_engine_kv_pool_resident_bytes(e)),
             human_bytes(p, sizeof p, ix_process_resident_bytes()));
