@@ -35,7 +35,7 @@ mv "$tmp/access.log" "$tmp/access.log.1"
 kill -HUP $pid
 wait_for "reopened the access log" "$tmp/err" 10 || fail "no reopen after SIGHUP"
 wait $c1 || fail "the stream across SIGHUP failed"
-tail -c 20 "$tmp/s1" | grep -q '\[DONE\]' || fail "the stream across SIGHUP did not end with [DONE]"
+grep -q '\[DONE\]' <<<"$(tail -c 20 "$tmp/s1")" || fail "the stream across SIGHUP did not end with [DONE]"
 [ "$(grep -c '"finish_reason":"length"' "$tmp/s1")" -eq 8 ] || fail "the stream across SIGHUP lost choices"
 kill -0 $pid || fail "SIGHUP killed the server"
 curl -sf "$base/health" >/dev/null || fail "health after SIGHUP"

@@ -16,7 +16,10 @@ so=$(readlink "$prefix/lib/libinferx.so")
 soname=$(objdump -p "$prefix/lib/$so" | awk '/SONAME/ {print $2}')
 echo "libinferx.so -> $so, SONAME $soname"
 [ -n "$soname" ] || { echo "no SONAME"; exit 1; }
-if nm -D --defined-only "$prefix/lib/$so" | awk '{print $3}' | grep -q '^ix__'; then
+# (whole outputs captured first: with pipefail, grep -q leaving early would
+# fail the pipe and hide a match)
+syms=$(nm -D --defined-only "$prefix/lib/$so" | awk '{print $3}')
+if grep -q '^ix__' <<<"$syms"; then
   echo "internal ix__ symbols exported"; exit 1
 fi
 model=$src/models/target-f16.gguf
@@ -33,7 +36,8 @@ export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
   "$prefix/lib/libinferx.a" $(pkg-config --static --libs inferx | sed "s/-linferx//")
 run "pkg-config, shared" "$tmp/pc_shared"
 run "pkg-config, static" "$tmp/pc_static"
-if ldd "$tmp/pc_static" | grep -q libinferx; then echo "static build links libinferx.so"; exit 1; fi
+libs=$(ldd "$tmp/pc_static")
+if grep -q libinferx <<<"$libs"; then echo "static build links libinferx.so"; exit 1; fi
 cmake -S "$src/tests/install" -B "$tmp/cm" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_C_COMPILER="$cc" \
   -DCMAKE_C_FLAGS="$extra" -DCMAKE_EXE_LINKER_FLAGS="$extra" -DEXAMPLE_SOURCE="$src/examples/engine.c" >/dev/null
 cmake --build "$tmp/cm" >/dev/null

@@ -52,13 +52,13 @@ case $page in *"<title>inferx chat</title>"*) ;; *) fail "GET / is not the chat 
 pre() { curl -s -o /dev/null -D - -X OPTIONS "$base/v1/chat/completions" -H "Origin: $1" \
           -H 'Access-Control-Request-Method: POST' -H 'Access-Control-Request-Headers: authorization, content-type'; }
 h=$(pre http://allowed.test)
-echo "$h" | grep -q '^HTTP/1.1 204' || fail "preflight: $h"
-echo "$h" | grep -qi '^access-control-allow-origin: http://allowed.test' || fail "preflight lacks the origin: $h"
-echo "$h" | grep -qi '^access-control-allow-methods: POST, OPTIONS' || fail "preflight methods: $h"
-echo "$h" | grep -qi '^access-control-allow-headers: authorization, content-type' || fail "preflight headers: $h"
+grep -q '^HTTP/1.1 204' <<<"$h" || fail "preflight: $h"
+grep -qi '^access-control-allow-origin: http://allowed.test' <<<"$h" || fail "preflight lacks the origin: $h"
+grep -qi '^access-control-allow-methods: POST, OPTIONS' <<<"$h" || fail "preflight methods: $h"
+grep -qi '^access-control-allow-headers: authorization, content-type' <<<"$h" || fail "preflight headers: $h"
 h=$(pre http://evil.test)
-echo "$h" | grep -q '^HTTP/1.1 204' || fail "preflight (other origin): $h"
-echo "$h" | grep -qi '^access-control-allow-origin' && fail "an origin not allowed got CORS headers: $h"
+grep -q '^HTTP/1.1 204' <<<"$h" || fail "preflight (other origin): $h"
+grep -qi '^access-control-allow-origin' <<<"$h" && fail "an origin not allowed got CORS headers: $h"
 body='{"messages":[{"role":"user","content":"Who is Emma?"}],"max_tokens":24,"temperature":0}'
 curl -s -D "$tmp/h" -o "$tmp/chat.json" "$base/v1/chat/completions" -H 'content-type: application/json' \
   -H 'Origin: http://other.test' -d "$body"
