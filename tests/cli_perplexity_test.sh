@@ -120,7 +120,7 @@ head -c 5000 "$base" >"$tmp/cli_ppl_trunc.bin"
 expect_exit 2 perplexity -m "$model"
 expect "-f TEXT is required"
 expect_exit 2 perplexity -m "$model" -f "$text" -c 4
-expect "-c must be in"
+expect "--ctx-size expects an integer in [8, 1048576]"
 expect_exit 2 perplexity -m "$model" -f "$text" -c abc
 expect_exit 2 perplexity -m "$model" -f "$text" --bogus
 expect_exit 2 perplexity -m "$model" -f

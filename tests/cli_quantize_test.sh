@@ -170,7 +170,7 @@ expect "-f TEXT is required"
 expect_exit 1 imatrix -m "$model" -f "$tmp/nothing.txt" -o "$tmp/x.dat"
 expect "nothing.txt"
 expect_exit 2 imatrix -m "$model" -f "$text" -c 4
-expect "-c must be in"
+expect "--ctx-size expects an integer in [8, 1048576]"
 
 # Bad input: a message, exit 2 (usage) or 1 (runtime), and no output file.
 o=$tmp/bad.gguf

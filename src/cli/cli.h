@@ -82,6 +82,11 @@ enum { IX_CLI_OK = 0, IX_CLI_HELP = 1, IX_CLI_USAGE = 2 };
 void ix_cli_print_memory(FILE *f, const char *prefix, ix_engine *e);
 
 int ix_cli_parse_opts(const char *cmd, const ix_cli_opt *opts, size_t n_opts, int argc, char **argv);
+/* The same for a command with operands: arguments that do not start with
+ * '-' (and "-" alone) go to pos, at most max_pos of them (one more is a
+ * usage error); *n_pos says how many came. */
+int ix_cli_parse_opts_pos(const char *cmd, const ix_cli_opt *opts, size_t n_opts, int argc, char **argv,
+                          const char **pos, int max_pos, int *n_pos);
 /* The table's --help lines: "  -a, --name METAVAR   help", aligned. */
 void ix_cli_print_opts(FILE *f, const ix_cli_opt *opts, size_t n_opts);
 

@@ -31,93 +31,45 @@
 typedef struct im_opts {
     const char *model, *text, *out;
     uint64_t n_ctx, threads, max_chunks;
-    bool xtx, help;
+    bool xtx;
 } im_opts;
 
-typedef enum opt_kind { OPT_FLAG, OPT_U64, OPT_STR } opt_kind;
-
-typedef struct opt_row {
-    const char *shrt, *lng, *arg;
-    opt_kind kind;
-    size_t off;
-    uint64_t lo, hi;
-    const char *help;
-} opt_row;
-
-#define OPT(s, l, a, k, field, h) {s, l, a, k, offsetof(im_opts, field), 0, 0, h}
-#define OPT_N(s, l, field, lo, hi, h) {s, l, "N", OPT_U64, offsetof(im_opts, field), lo, hi, h}
-static const opt_row k_opts[] = {
-    OPT("-m", "--model", "FILE", OPT_STR, model, "GGUF model (default: the bundled model)"),
-    OPT("-f", "--file", "FILE", OPT_STR, text, "UTF-8 calibration text (required)"),
-    OPT("-o", "--output", "FILE", OPT_STR, out, "the imatrix file to write (default imatrix.dat)"),
-    OPT_N("-c", "--ctx-size", n_ctx, IMAT_MIN_CTX, 1u << 20, "tokens per chunk, up to the model's context (default 512)"),
-    OPT_N(NULL, "--chunks", max_chunks, 1, INT32_MAX, "use at most N chunks (default: all the text holds)"),
-    OPT_N("-t", "--threads", threads, 0, 1024, "worker threads (default or 0: all cores)"),
-    OPT(NULL, "--xtx", NULL, OPT_FLAG, xtx,
-        "also write FILE.xtx: the mean x x^T of every weight's input\n"
-        "(K x K floats each), which --method gptq needs"),
-    OPT("-h", "--help", NULL, OPT_FLAG, help, "show this help"),
-};
-
-static void usage(FILE *f) {
-    fprintf(f, "usage: inferx imatrix [-m MODEL.gguf] -f TEXT [-o FILE] [options]\n"
-               "\n"
-               "Runs the model over TEXT in chunks of n_ctx tokens and writes, for every matmul\n"
-               "weight, the mean of the squared input activation of each input column, in\n"
-               "llama.cpp's imatrix.dat format (usable by its llama-quantize too).\n"
-               "`inferx quantize --imatrix FILE` weighs the rounding error by them.\n\n");
-    for (size_t i = 0; i < IX_ARRAY_LEN(k_opts); i++) {
-        const opt_row *r = &k_opts[i];
-        char name[64];
-        snprintf(name, sizeof name, "%s%s%s%s%s", r->shrt ? r->shrt : "", r->shrt ? ", " : "    ", r->lng,
-                 r->arg ? " " : "", r->arg ? r->arg : "");
-        if (strlen(name) > 22) fprintf(f, "  %s\n  %-22s ", name, "");
-        else fprintf(f, "  %-22s ", name);
-        for (const char *h = r->help; *h; h++) {
-            fputc(*h, f);
-            if (*h == '\n') fprintf(f, "  %-22s ", "");
-        }
-        fputc('\n', f);
-    }
-    fprintf(f, "\nProgress goes to stderr. The bundled model is %s.\n", ix_cli_default_model());
-}
-
+/* Parses argv into o: 0, -1 after --help, else the exit status. One table
+ * (cli.h's option rows) drives the parser, the checks and --help. */
 static int parse_args(int argc, char **argv, im_opts *o) {
     *o = (im_opts){.out = "imatrix.dat"};
-    for (int i = 1; i < argc; i++) {
-        const opt_row *r = NULL;
-        for (size_t k = 0; k < IX_ARRAY_LEN(k_opts) && !r; k++)
-            if ((k_opts[k].shrt && !strcmp(argv[i], k_opts[k].shrt)) || !strcmp(argv[i], k_opts[k].lng))
-                r = &k_opts[k];
-        if (!r) {
-            fprintf(stderr, "inferx imatrix: unknown option '%s' (see --help)\n", argv[i]);
-            return 2;
-        }
-        void *field = (char *)o + r->off;
-        if (r->kind == OPT_FLAG) {
-            *(bool *)field = true;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "inferx imatrix: %s needs a value (see --help)\n", argv[i]);
-            return 2;
-        }
-        i++;
-        if (r->kind == OPT_STR) {
-            *(const char **)field = argv[i];
-            continue;
-        }
-        if (!ix_cli_parse_u64(argv[i - 1], argv[i], field)) return 2;
-        if (*(uint64_t *)field < r->lo || *(uint64_t *)field > r->hi) {
-            fprintf(stderr, "inferx imatrix: %s must be in [%llu, %llu]\n", argv[i - 1], (unsigned long long)r->lo,
-                    (unsigned long long)r->hi);
-            return 2;
-        }
-    }
-    if (o->help) {
-        usage(stdout);
+    const ix_cli_opt opts[] = {
+        {"--model", "-m", "FILE", "GGUF model (default: the bundled model)", IX_CLI_OPT_STR, &o->model, 0, 0, false,
+         NULL},
+        {"--file", "-f", "FILE", "UTF-8 calibration text (required)", IX_CLI_OPT_STR, &o->text, 0, 0, false, NULL},
+        {"--output", "-o", "FILE", "the imatrix file to write (default imatrix.dat)", IX_CLI_OPT_STR, &o->out, 0, 0,
+         false, NULL},
+        {"--ctx-size", "-c", "N", "tokens per chunk, up to the model's context (default 512)", IX_CLI_OPT_U64,
+         &o->n_ctx, IMAT_MIN_CTX, 1u << 20, false, NULL},
+        {"--chunks", NULL, "N", "use at most N chunks (default: all the text holds)", IX_CLI_OPT_U64, &o->max_chunks,
+         1, INT32_MAX, false, NULL},
+        {"--threads", "-t", "N", "worker threads (default or 0: all cores)", IX_CLI_OPT_U64, &o->threads, 0, 1024,
+         false, NULL},
+        {"--xtx", NULL, "",
+         "also write FILE.xtx: the mean x x^T of every weight's input\n"
+         "(K x K floats each), which --method gptq needs",
+         IX_CLI_OPT_FLAG, &o->xtx, 0, 0, false, NULL},
+    };
+    int prc = ix_cli_parse_opts("imatrix", opts, IX_ARRAY_LEN(opts), argc, argv);
+    if (prc == IX_CLI_HELP) {
+        fprintf(stdout, "usage: inferx imatrix [-m MODEL.gguf] -f TEXT [-o FILE] [options]\n"
+                        "\n"
+                        "Runs the model over TEXT in chunks of n_ctx tokens and writes, for every matmul\n"
+                        "weight, the mean of the squared input activation of each input column, in\n"
+                        "llama.cpp's imatrix.dat format (usable by its llama-quantize too).\n"
+                        "`inferx quantize --imatrix FILE` weighs the rounding error by them.\n\n");
+        ix_cli_print_opts(stdout, opts, IX_ARRAY_LEN(opts));
+        fprintf(stdout, "  -h, --help                   show this help\n"
+                        "\nProgress goes to stderr. The bundled model is %s.\n",
+                ix_cli_default_model());
         return -1;
     }
+    if (prc != IX_CLI_OK) return 2;
     if (!o->text) {
         fprintf(stderr, "inferx imatrix: -f TEXT is required (see --help)\n");
         return 2;

@@ -47,114 +47,63 @@ typedef struct ppl_opts {
     const char *model, *text, *kl_base;
     /* 0: not given (n_ctx: 512 or the base file's; threads: all cores; max_chunks: all) */
     uint64_t n_ctx, n_batch, threads, max_chunks;
-    bool kl, json, help;
+    bool kl, json;
 } ppl_opts;
 
-typedef enum opt_kind { OPT_FLAG, OPT_U64, OPT_STR } opt_kind;
-
-typedef struct opt_row {
-    const char *shrt, *lng, *arg; /* arg: the value's name in --help; NULL for a flag */
-    opt_kind kind;
-    size_t off;      /* of the field in ppl_opts */
-    uint64_t lo, hi; /* OPT_U64: the values accepted */
-    const char *help;
-} opt_row;
-
-#define OPT(s, l, a, k, field, h) {s, l, a, k, offsetof(ppl_opts, field), 0, 0, h}
-#define OPT_N(s, l, field, lo, hi, h) {s, l, "N", OPT_U64, offsetof(ppl_opts, field), lo, hi, h}
-static const opt_row k_opts[] = {
-    OPT("-m", "--model", "FILE", OPT_STR, model, "GGUF model (default: the bundled model)"),
-    OPT("-f", "--file", "FILE", OPT_STR, text,
-        "UTF-8 text to score (required, except with\n"
-        "--kl-divergence, which takes the tokens from the base\n"
-        "file; given there, it must tokenize to them)"),
-    OPT_N("-c", "--ctx-size", n_ctx, PPL_MIN_CTX, 1u << 20,
-        "tokens per chunk, from 8 to the model's context\n"
-        "(default 512; with --kl-divergence the base file's)"),
-    OPT_N("-b", "--batch-size", n_batch, 1, 1u << 20,
-        "tokens per forward pass: N / n_ctx chunks go through\n"
-        "together (default 2048)"),
-    OPT_N("-t", "--threads", threads, 0, 1024, "worker threads (default or 0: all cores)"),
-    OPT_N(NULL, "--chunks", max_chunks, 1, INT32_MAX, "score at most N chunks (default: all the text holds)"),
-    OPT(NULL, "--kl-divergence-base", "FILE", OPT_STR, kl_base,
-        "save the log-probabilities of the scored positions\n"
-        "to FILE (with --kl-divergence: read them from it)"),
-    OPT(NULL, "--kl-divergence", NULL, OPT_FLAG, kl,
-        "compare this model with the one that wrote the\n"
-        "--kl-divergence-base FILE, on the same tokens"),
-    OPT(NULL, "--json", NULL, OPT_FLAG, json, "print one JSON object instead of text"),
-    OPT("-h", "--help", NULL, OPT_FLAG, help, "show this help"),
-};
-
-static void usage(FILE *f) {
-    fprintf(f, "usage: inferx perplexity [-m MODEL.gguf] -f TEXT [options]\n"
-               "       inferx perplexity -m OTHER.gguf --kl-divergence-base BASE --kl-divergence\n"
-               "\n"
-               "Perplexity of the model on TEXT as llama.cpp's perplexity tool computes it: the\n"
-               "text in chunks of n_ctx tokens, each evaluated from scratch, the second half of\n"
-               "each scored. Prints the estimate after each chunk, then the final one.\n"
-               "\n"
-               "KL divergence: run the base model with --kl-divergence-base BASE, which saves its\n"
-               "distributions, then another (e.g. quantized) model with the same BASE and\n"
-               "--kl-divergence: KL divergence, top-token agreement, change of p, PPL ratio.\n"
-               "\n");
-    for (size_t i = 0; i < IX_ARRAY_LEN(k_opts); i++) {
-        const opt_row *r = &k_opts[i];
-        char name[64];
-        snprintf(name, sizeof name, "%s%s%s%s%s", r->shrt ? r->shrt : "", r->shrt ? ", " : "    ", r->lng,
-                 r->arg ? " " : "", r->arg ? r->arg : "");
-        /* a name too long for its column gets a line of its own */
-        if (strlen(name) > 22) fprintf(f, "  %s\n  %-22s ", name, "");
-        else fprintf(f, "  %-22s ", name);
-        for (const char *h = r->help; *h; h++) {
-            fputc(*h, f);
-            if (*h == '\n') fprintf(f, "  %-22s ", "");
-        }
-        fputc('\n', f);
-    }
-    fprintf(f, "\nThe bundled model is %s.\n", ix_cli_default_model());
-}
-
-static const opt_row *find_opt(const char *a) {
-    for (size_t k = 0; k < IX_ARRAY_LEN(k_opts); k++)
-        if ((k_opts[k].shrt && !strcmp(a, k_opts[k].shrt)) || !strcmp(a, k_opts[k].lng)) return &k_opts[k];
-    return NULL;
-}
-
-/* Returns 0 on success, -1 after --help, else the exit status. */
+/* Parses argv into o: 0, -1 after --help, else the exit status. One table
+ * (cli.h's option rows) drives the parser, the checks and --help. */
 static int parse_args(int argc, char **argv, ppl_opts *o) {
     *o = (ppl_opts){.n_batch = 2048};
-    for (int i = 1; i < argc; i++) {
-        const opt_row *r = find_opt(argv[i]);
-        if (!r) {
-            fprintf(stderr, "inferx perplexity: unknown option '%s' (see --help)\n", argv[i]);
-            return 2;
-        }
-        void *field = (char *)o + r->off;
-        if (r->kind == OPT_FLAG) {
-            *(bool *)field = true;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "inferx perplexity: %s needs a value (see --help)\n", argv[i]);
-            return 2;
-        }
-        i++;
-        if (r->kind == OPT_STR) {
-            *(const char **)field = argv[i];
-            continue;
-        }
-        if (!ix_cli_parse_u64(argv[i - 1], argv[i], field)) return 2;
-        if (*(uint64_t *)field < r->lo || *(uint64_t *)field > r->hi) {
-            fprintf(stderr, "inferx perplexity: %s must be in [%llu, %llu]\n", argv[i - 1],
-                    (unsigned long long)r->lo, (unsigned long long)r->hi);
-            return 2;
-        }
-    }
-    if (o->help) {
-        usage(stdout);
+    const ix_cli_opt opts[] = {
+        {"--model", "-m", "FILE", "GGUF model (default: the bundled model)", IX_CLI_OPT_STR, &o->model, 0, 0, false,
+         NULL},
+        {"--file", "-f", "FILE",
+         "UTF-8 text to score (required, except with\n"
+         "--kl-divergence, which takes the tokens from the base\n"
+         "file; given there, it must tokenize to them)",
+         IX_CLI_OPT_STR, &o->text, 0, 0, false, NULL},
+        {"--ctx-size", "-c", "N",
+         "tokens per chunk, from 8 to the model's context\n"
+         "(default 512; with --kl-divergence the base file's)",
+         IX_CLI_OPT_U64, &o->n_ctx, PPL_MIN_CTX, 1u << 20, false, NULL},
+        {"--batch-size", "-b", "N",
+         "tokens per forward pass: N / n_ctx chunks go through\n"
+         "together (default 2048)",
+         IX_CLI_OPT_U64, &o->n_batch, 1, 1u << 20, false, NULL},
+        {"--threads", "-t", "N", "worker threads (default or 0: all cores)", IX_CLI_OPT_U64, &o->threads, 0, 1024,
+         false, NULL},
+        {"--chunks", NULL, "N", "score at most N chunks (default: all the text holds)", IX_CLI_OPT_U64,
+         &o->max_chunks, 1, INT32_MAX, false, NULL},
+        {"--kl-divergence-base", NULL, "FILE",
+         "save the log-probabilities of the scored positions\n"
+         "to FILE (with --kl-divergence: read them from it)",
+         IX_CLI_OPT_STR, &o->kl_base, 0, 0, false, NULL},
+        {"--kl-divergence", NULL, "",
+         "compare this model with the one that wrote the\n"
+         "--kl-divergence-base FILE, on the same tokens",
+         IX_CLI_OPT_FLAG, &o->kl, 0, 0, false, NULL},
+        {"--json", NULL, "", "print one JSON object instead of text", IX_CLI_OPT_FLAG, &o->json, 0, 0, false, NULL},
+    };
+    int prc = ix_cli_parse_opts("perplexity", opts, IX_ARRAY_LEN(opts), argc, argv);
+    if (prc == IX_CLI_HELP) {
+        fprintf(stdout,
+                "usage: inferx perplexity [-m MODEL.gguf] -f TEXT [options]\n"
+                "       inferx perplexity -m OTHER.gguf --kl-divergence-base BASE --kl-divergence\n"
+                "\n"
+                "Perplexity of the model on TEXT as llama.cpp's perplexity tool computes it: the\n"
+                "text in chunks of n_ctx tokens, each evaluated from scratch, the second half of\n"
+                "each scored. Prints the estimate after each chunk, then the final one.\n"
+                "\n"
+                "KL divergence: run the base model with --kl-divergence-base BASE, which saves its\n"
+                "distributions, then another (e.g. quantized) model with the same BASE and\n"
+                "--kl-divergence: KL divergence, top-token agreement, change of p, PPL ratio.\n"
+                "\n");
+        ix_cli_print_opts(stdout, opts, IX_ARRAY_LEN(opts));
+        fprintf(stdout, "  -h, --help                   show this help\n\nThe bundled model is %s.\n",
+                ix_cli_default_model());
         return -1;
     }
+    if (prc != IX_CLI_OK) return 2;
     const char *bad = NULL;
     if (!o->kl && !o->text) bad = "-f TEXT is required (see --help)";
     else if (o->kl && !o->kl_base) bad = "--kl-divergence needs --kl-divergence-base FILE from a base model's run";

@@ -33,48 +33,18 @@ typedef struct q_opts {
     const char *ovr[MAX_OVERRIDES];
     size_t n_ovr;
     uint64_t threads;
-    bool pure, requant, help;
+    bool pure, requant;
 } q_opts;
 
-typedef enum opt_kind { OPT_FLAG, OPT_U64, OPT_STR, OPT_LIST } opt_kind;
+/* --override, repeatable: each one appended. */
+static const char *add_override(void *dst, const char *value) {
+    q_opts *o = dst;
+    if (o->n_ovr == MAX_OVERRIDES) return "may be given at most 64 times";
+    o->ovr[o->n_ovr++] = value;
+    return NULL;
+}
 
-typedef struct opt_row {
-    const char *shrt, *lng, *arg;
-    opt_kind kind;
-    size_t off;
-    uint64_t lo, hi;
-    const char *help;
-} opt_row;
-
-#define OPT(s, l, a, k, field, h) {s, l, a, k, offsetof(q_opts, field), 0, 0, h}
-static const opt_row k_opts[] = {
-    OPT(NULL, "--pure", NULL, OPT_FLAG, pure,
-        "every quantized tensor in TYPE's base type (no per-tensor\n"
-        "choices; rows that do not fit still fall back)"),
-    OPT(NULL, "--override", "PAT=TYPE", OPT_LIST, ovr,
-        "tensors whose name matches PAT get TYPE (repeatable; the\n"
-        "first match wins). PAT is a glob (fnmatch: * ? [..]) of the\n"
-        "whole name, or re:REGEX, a POSIX extended regular\n"
-        "expression found anywhere in it. E.g. 'blk.[0-2].*=Q8_0',\n"
-        "'re:ffn_down=Q6_K', 'output.weight=F16'"),
-    OPT(NULL, "--imatrix", "FILE", OPT_STR, imatrix,
-        "importance matrix (llama.cpp's imatrix.dat format, e.g.\n"
-        "from `inferx imatrix`): weighs each column's rounding\n"
-        "error by its mean squared activation in the scale searches"),
-    OPT(NULL, "--method", "M", OPT_STR, method,
-        "rtn (default: round to nearest after the scale search) or\n"
-        "gptq (column-by-column error compensation with the\n"
-        "X^T X that `inferx imatrix --xtx` saved beside FILE;\n"
-        "needs --imatrix FILE)"),
-    OPT(NULL, "--allow-requantize", NULL, OPT_FLAG, requant,
-        "accept quantized input tensors (dequantized first; the\n"
-        "errors add up)"),
-    {"-t", "--threads", "N", OPT_U64, offsetof(q_opts, threads), 0, 1024,
-     "worker threads (default or 0: all cores)"},
-    OPT("-h", "--help", NULL, OPT_FLAG, help, "show this help"),
-};
-
-static void usage(FILE *f) {
+static void usage(FILE *f, const ix_cli_opt *opts, size_t n_opts) {
     fprintf(f, "usage: inferx quantize IN.gguf OUT.gguf TYPE [options]\n"
                "\n"
                "Writes a copy of IN (all metadata, general.file_type set) with its weights\n"
@@ -93,19 +63,8 @@ static void usage(FILE *f) {
         col += strlen(item);
     }
     fprintf(f, "\nNorms, 1-D tensors and a few small ones are copied as they are.\n\noptions:\n");
-    for (size_t i = 0; i < IX_ARRAY_LEN(k_opts); i++) {
-        const opt_row *r = &k_opts[i];
-        char name[64];
-        snprintf(name, sizeof name, "%s%s%s%s%s", r->shrt ? r->shrt : "", r->shrt ? ", " : "    ", r->lng,
-                 r->arg ? " " : "", r->arg ? r->arg : "");
-        if (strlen(name) > 24) fprintf(f, "  %s\n  %-24s ", name, "");
-        else fprintf(f, "  %-24s ", name);
-        for (const char *h = r->help; *h; h++) {
-            fputc(*h, f);
-            if (*h == '\n') fprintf(f, "  %-24s ", "");
-        }
-        fputc('\n', f);
-    }
+    ix_cli_print_opts(f, opts, n_opts);
+    fprintf(f, "  -h, --help                   show this help\n");
     fprintf(f, "\nOverride types: ");
     ix_dtype types[64];
     size_t nt = ix_kernels_types(types, IX_ARRAY_LEN(types));
@@ -113,61 +72,47 @@ static void usage(FILE *f) {
     fprintf(f, ".\nProgress goes to stderr: [i/n] name, shape, type in -> out, size.\n");
 }
 
-static const opt_row *find_opt(const char *a) {
-    for (size_t k = 0; k < IX_ARRAY_LEN(k_opts); k++)
-        if ((k_opts[k].shrt && !strcmp(a, k_opts[k].shrt)) || !strcmp(a, k_opts[k].lng)) return &k_opts[k];
-    return NULL;
-}
-
 /* Returns 0 on success, -1 after --help, else the exit status. */
 static int parse_args(int argc, char **argv, q_opts *o) {
     *o = (q_opts){0};
+    const ix_cli_opt opts[] = {
+        {"--pure", NULL, "",
+         "every quantized tensor in TYPE's base type (no per-tensor\n"
+         "choices; rows that do not fit still fall back)",
+         IX_CLI_OPT_FLAG, &o->pure, 0, 0, false, NULL},
+        {"--override", NULL, "PAT=TYPE",
+         "tensors whose name matches PAT get TYPE (repeatable; the\n"
+         "first match wins). PAT is a glob (fnmatch: * ? [..]) of the\n"
+         "whole name, or re:REGEX, a POSIX extended regular\n"
+         "expression found anywhere in it. E.g. 'blk.[0-2].*=Q8_0',\n"
+         "'re:ffn_down=Q6_K', 'output.weight=F16'",
+         IX_CLI_OPT_FN, o, 0, 0, false, add_override},
+        {"--imatrix", NULL, "FILE",
+         "importance matrix (llama.cpp's imatrix.dat format, e.g.\n"
+         "from `inferx imatrix`): weighs each column's rounding\n"
+         "error by its mean squared activation in the scale searches",
+         IX_CLI_OPT_STR, &o->imatrix, 0, 0, false, NULL},
+        {"--method", NULL, "M",
+         "rtn (default: round to nearest after the scale search) or\n"
+         "gptq (column-by-column error compensation with the\n"
+         "X^T X that `inferx imatrix --xtx` saved beside FILE;\n"
+         "needs --imatrix FILE)",
+         IX_CLI_OPT_STR, &o->method, 0, 0, false, NULL},
+        {"--allow-requantize", NULL, "",
+         "accept quantized input tensors (dequantized first; the\n"
+         "errors add up)",
+         IX_CLI_OPT_FLAG, &o->requant, 0, 0, false, NULL},
+        {"--threads", "-t", "N", "worker threads (default or 0: all cores)", IX_CLI_OPT_U64, &o->threads, 0, 1024,
+         false, NULL},
+    };
     const char *pos[3];
     int n_pos = 0;
-    for (int i = 1; i < argc; i++) {
-        if (argv[i][0] != '-' || !argv[i][1]) {
-            if (n_pos == 3) {
-                fprintf(stderr, "inferx quantize: unexpected argument '%s' (see --help)\n", argv[i]);
-                return 2;
-            }
-            pos[n_pos++] = argv[i];
-            continue;
-        }
-        const opt_row *r = find_opt(argv[i]);
-        if (!r) {
-            fprintf(stderr, "inferx quantize: unknown option '%s' (see --help)\n", argv[i]);
-            return 2;
-        }
-        void *field = (char *)o + r->off;
-        if (r->kind == OPT_FLAG) {
-            *(bool *)field = true;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "inferx quantize: %s needs a value (see --help)\n", argv[i]);
-            return 2;
-        }
-        i++;
-        if (r->kind == OPT_STR) {
-            *(const char **)field = argv[i];
-        } else if (r->kind == OPT_LIST) {
-            if (o->n_ovr == MAX_OVERRIDES) {
-                fprintf(stderr, "inferx quantize: at most %d %s\n", MAX_OVERRIDES, r->lng);
-                return 2;
-            }
-            o->ovr[o->n_ovr++] = argv[i];
-        } else {
-            if (!ix_cli_parse_u64(argv[i - 1], argv[i], field)) return 2;
-            if (*(uint64_t *)field > r->hi) {
-                fprintf(stderr, "inferx quantize: %s must be at most %llu\n", argv[i - 1], (unsigned long long)r->hi);
-                return 2;
-            }
-        }
-    }
-    if (o->help) {
-        usage(stdout);
+    int prc = ix_cli_parse_opts_pos("quantize", opts, IX_ARRAY_LEN(opts), argc, argv, pos, 3, &n_pos);
+    if (prc == IX_CLI_HELP) {
+        usage(stdout, opts, IX_ARRAY_LEN(opts));
         return -1;
     }
+    if (prc != IX_CLI_OK) return 2;
     if (n_pos != 3) {
         fprintf(stderr, "inferx quantize: expected IN.gguf OUT.gguf TYPE (see --help)\n");
         return 2;

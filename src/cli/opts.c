@@ -97,9 +97,23 @@ static bool set_value(const char *cmd, const ix_cli_opt *o, const char *value) {
 }
 
 int ix_cli_parse_opts(const char *cmd, const ix_cli_opt *opts, size_t n_opts, int argc, char **argv) {
+    return ix_cli_parse_opts_pos(cmd, opts, n_opts, argc, argv, NULL, 0, NULL);
+}
+
+int ix_cli_parse_opts_pos(const char *cmd, const ix_cli_opt *opts, size_t n_opts, int argc, char **argv,
+                          const char **pos, int max_pos, int *n_pos) {
+    if (n_pos) *n_pos = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return IX_CLI_HELP;
+        if (max_pos > 0 && (a[0] != '-' || !a[1])) { /* an operand ("-" alone is one too) */
+            if (*n_pos == max_pos) {
+                fprintf(stderr, "inferx %s: unexpected argument '%s' (see --help)\n", cmd, a);
+                return IX_CLI_USAGE;
+            }
+            pos[(*n_pos)++] = a;
+            continue;
+        }
         const ix_cli_opt *o = NULL;
         for (size_t k = 0; k < n_opts && !o; k++)
             if (!strcmp(a, opts[k].name) || (opts[k].alias && !strcmp(a, opts[k].alias))) o = &opts[k];
