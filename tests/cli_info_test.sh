@@ -4,7 +4,9 @@
 # "skipped", when that directory is absent).
 # usage: cli_info_test.sh INFERX SOURCE_DIR SHARED_DIR TMP_DIR [--vocab]
 set -u
-bin=$1 src=$2 shared=$3 tmp=$4 mode=${5:-}
+bin=$1 src=$2 shared=$3 mode=${5:-}
+tmp=$4/cli_info${mode#--} # each mode its own folder: ctest -j runs the two at once
+mkdir -p "$tmp" || exit 1
 out=
 
 errf="$tmp/cli_info_err"

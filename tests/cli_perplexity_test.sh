@@ -12,7 +12,9 @@
 # with the same chunk count; exits 77 ("skipped") when ../shared is absent.
 # usage: cli_perplexity_test.sh INFERX JSON_GET SOURCE_DIR SHARED_DIR TMP_DIR [--reference]
 set -u
-bin=$1 jget=$2 src=$3 shared=$4 tmp=$5 mode=${6:-}
+bin=$1 jget=$2 src=$3 shared=$4 mode=${6:-}
+tmp=$5/cli_perplexity${mode#--} # each mode its own folder: ctest -j runs the two at once
+mkdir -p "$tmp" || exit 1
 model=$src/models/target-f16.gguf
 out=
 

@@ -12,7 +12,8 @@
 # and the same file size; exits 77 ("skipped") when ../shared is absent.
 # usage: cli_quantize_test.sh INFERX JSON_GET SOURCE_DIR SHARED_DIR TMP_DIR [--reference]
 set -u
-bin=$1 jget=$2 src=$3 shared=$4 tmp=$5/cli_quantize mode=${6:-}
+bin=$1 jget=$2 src=$3 shared=$4 mode=${6:-}
+tmp=$5/cli_quantize${mode#--} # each mode its own folder: ctest -j runs the two at once
 model=$src/models/target-f16.gguf
 out=
 rm -rf "$tmp"
