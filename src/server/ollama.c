@@ -250,8 +250,9 @@ static int map_messages(json_t *msgs, json_t *out, ixs_err *e) {
         if (img && !json_is_null(img) && (!json_is_array(img) || json_array_size(img)))
             return IXS_BAD(e, "messages", "messages[%zu]: images are not supported (a text-only model)", i);
         const char *role = json_string_value(json_object_get(m, "role"));
-        json_t *c = json_pack("{s:O, s:O}", "role", json_object_get(m, "role"), "content",
-                              json_object_get(m, "content") ? json_object_get(m, "content") : json_string(""));
+        json_t *content = json_object_get(m, "content"); /* absent: "" (a new node, owned by c) */
+        json_t *c = json_pack("{s:O, s:o}", "role", json_object_get(m, "role"), "content",
+                              content ? json_incref(content) : json_string(""));
         if (!c) return IXS_BAD(e, "messages", "messages[%zu] needs a 'role'", i);
         json_t *calls = json_object_get(m, "tool_calls");
         if (role && !strcmp(role, "assistant") && json_is_array(calls) && json_array_size(calls)) {
