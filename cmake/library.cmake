@@ -19,7 +19,7 @@ endforeach()
 # Third-party libraries the modules use, by plain name: what a program that
 # links the static archive links beside it (their shared objects are enough;
 # inferx.pc's Libs.private, the package config's static target).
-set(IX_LIB_DEPS jansson microhttpd xxhash utf8proc m)
+set(IX_LIB_DEPS jansson microhttpd curl xxhash utf8proc m)
 
 add_library(inferx_static STATIC ${IX_LIB_OBJECTS})
 set_target_properties(inferx_static PROPERTIES OUTPUT_NAME inferx)
@@ -35,7 +35,7 @@ set_target_properties(inferx_shared PROPERTIES
   LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/lib)
 target_include_directories(inferx_shared INTERFACE
   $<BUILD_INTERFACE:${INFERX_SOURCE_DIR}/include> $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
-pkg_check_modules(IX_LIB_PC REQUIRED IMPORTED_TARGET jansson libmicrohttpd libxxhash libutf8proc)
+pkg_check_modules(IX_LIB_PC REQUIRED IMPORTED_TARGET jansson libmicrohttpd libcurl libxxhash libutf8proc)
 target_link_libraries(inferx_shared PRIVATE PkgConfig::IX_LIB_PC m Threads::Threads)
 # Only the public API leaves the shared object: ix_name, never the ix__name
 # internals the modules share among themselves.

@@ -35,7 +35,7 @@ int main(void) {
     S(ix_token_event), F(ix_token_event, id), F(ix_token_event, choice), F(ix_token_event, token),
         F(ix_token_event, text), F(ix_token_event, text_len), F(ix_token_event, sample), E();
     S(ix_request_callbacks), F(ix_request_callbacks, on_token), F(ix_request_callbacks, on_finish),
-        F(ix_request_callbacks, user), E();
+        F(ix_request_callbacks, user), F(ix_request_callbacks, on_prefill), E();
     S(ix_constraint), F(ix_constraint, kind), F(ix_constraint, text), F(ix_constraint, len), F(ix_constraint, flags),
         E();
     S(ix_request_params), F(ix_request_params, prompt), F(ix_request_params, n_prompt), F(ix_request_params, sample),

@@ -13,6 +13,8 @@ if(TARGET ix_server)
   ix_add_test(test_server_api SOURCES test_server_api.c LIBS ix_server PkgConfig::JANSSON_T TIMEOUT 180)
   # Tool calling without a model: the answer parsers and the forced-call grammar.
   ix_add_test(test_tools SOURCES test_tools.c LIBS ix_server PkgConfig::JANSSON_T PkgConfig::MHD_T)
+  # Tracing without a collector: traceparent, sampling, a refused export.
+  ix_add_test(test_trace SOURCES test_trace.c LIBS ix_server PkgConfig::JANSSON_T PkgConfig::MHD_T)
   # Chat prompts without HTTP: the model-template conformance table through the server's path.
   ix_add_test(test_chat SOURCES test_chat.c LIBS ix_server PkgConfig::JANSSON_T PkgConfig::MHD_T)
   if(TARGET inferx)
@@ -21,5 +23,11 @@ if(TARGET ix_server)
     add_test(NAME server_openai_sdk
       COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/js/run_sdk_test.sh $<TARGET_FILE:inferx> ${CMAKE_CURRENT_LIST_DIR}/js)
     set_tests_properties(server_openai_sdk PROPERTIES TIMEOUT 240 SKIP_RETURN_CODE 77)
+    # OpenTelemetry: spans decoded by a collector built on the official OTLP
+    # definitions (tests/js/otlp_test.mjs); skips without node or the module.
+    add_test(NAME server_otlp
+      COMMAND sh -c "command -v node >/dev/null 2>&1 || { echo 'skip: node is not installed'; exit 77; }; exec node \"$0\" \"$1\""
+              ${CMAKE_CURRENT_LIST_DIR}/js/otlp_test.mjs $<TARGET_FILE:inferx>)
+    set_tests_properties(server_otlp PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
   endif()
 endif()

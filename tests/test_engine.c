@@ -268,7 +268,7 @@ static void test_cancel(void **state) {
     cancel_ctx c = {e, 0, IX_FINISH_NONE, false, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
     ix_request_params r = greedy_req(0);
     r.max_tokens = 400;
-    r.cb = (ix_request_callbacks){cancel_on_token, cancel_on_finish, &c};
+    r.cb = (ix_request_callbacks){cancel_on_token, cancel_on_finish, &c, NULL};
     uint64_t id;
     assert_int_equal(ix_engine_submit(e, &r, &id, NULL), IX_OK);
     pthread_mutex_lock(&c.mu);
@@ -343,7 +343,7 @@ static void test_policies(void **state) {
         ix_request_params r = greedy_req(i);
         r.max_tokens = 2;
         r.priority = prios[i];
-        r.cb = (ix_request_callbacks){NULL, order_on_finish, &o};
+        r.cb = (ix_request_callbacks){NULL, order_on_finish, &o, NULL};
         assert_int_equal(ix_engine_submit(e, &r, &ids[i], NULL), IX_OK);
     }
     bool did = true;
@@ -363,7 +363,7 @@ static void test_policies(void **state) {
         ix_request_params r = greedy_req(i);
         r.max_tokens = 2;
         r.deadline_ms = dl[i];
-        r.cb = (ix_request_callbacks){NULL, order_on_finish, &o};
+        r.cb = (ix_request_callbacks){NULL, order_on_finish, &o, NULL};
         assert_int_equal(ix_engine_submit(e, &r, &ids[i], NULL), IX_OK);
     }
     struct timespec ts = {0, 5 * 1000 * 1000};
@@ -388,7 +388,7 @@ static void test_policies(void **state) {
         ix_request_params r = greedy_req(i);
         r.max_tokens = 2;
         r.priority = prios[i]; /* ignored */
-        r.cb = (ix_request_callbacks){NULL, order_on_finish, &o};
+        r.cb = (ix_request_callbacks){NULL, order_on_finish, &o, NULL};
         assert_int_equal(ix_engine_submit(e, &r, &ids[i], NULL), IX_OK);
     }
     while (o.n < 4) assert_int_equal(ix_engine_step(e, &did), IX_OK);
@@ -429,8 +429,8 @@ static void test_new_request_next_step(void **state) {
     ix_engine *e = mk_engine(p);
     count_ctx a = {0}, b = {0};
     assert_true(ra.n_prompt > 32 + rb.n_prompt && rb.n_prompt <= 16);
-    ra.cb = (ix_request_callbacks){count_on_token, count_on_finish, &a};
-    rb.cb = (ix_request_callbacks){count_on_token, count_on_finish, &b};
+    ra.cb = (ix_request_callbacks){count_on_token, count_on_finish, &a, NULL};
+    rb.cb = (ix_request_callbacks){count_on_token, count_on_finish, &b, NULL};
     assert_int_equal(ix_engine_submit(e, &ra, NULL, NULL), IX_OK);
     bool did;
     assert_int_equal(ix_engine_step(e, &did), IX_OK); /* a budget's worth of A */
@@ -615,7 +615,7 @@ static void test_stepped_engine_is_the_model_loop(void **state) {
         r.sample = sp;
         r.max_tokens = N_NEW;
         r.ignore_eos = true;
-        r.cb = (ix_request_callbacks){stepped_on_token, stepped_on_finish, &st};
+        r.cb = (ix_request_callbacks){stepped_on_token, stepped_on_finish, &st, NULL};
         assert_int_equal(ix_engine_submit(e, &r, NULL, NULL), IX_OK);
         int steps = 0;
         while (!st.finished) {

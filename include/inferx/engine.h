@@ -83,11 +83,26 @@ typedef struct ix_token_event {
     const ix_sample_result *sample; /* chosen token's logprob and alternatives */
 } ix_token_event;
 
+/* One step's share of computing a request's prompt (a prefill chunk; after
+ * a preemption, the recomputation of its tokens so far). */
+typedef struct ix_prefill_event {
+    uint64_t id;
+    int32_t seq;          /* which of the request's sequences (0 until n > 1 forks) */
+    int32_t pos;          /* the first position computed in this step */
+    int32_t n_tokens;     /* positions computed in this step */
+    int32_t n_total;      /* positions to compute before its next token */
+    int32_t step_tokens;  /* tokens in the whole step, every request's */
+    uint64_t start_ns, end_ns; /* the step's plan-to-forward-end, ix_time_ns() clock */
+} ix_prefill_event;
+
 typedef struct ix_request_callbacks {
     void (*on_token)(void *user, const ix_token_event *ev);
     /* Exactly once per accepted request, last. */
     void (*on_finish)(void *user, const ix_finish_info *info);
     void *user;
+    /* Optional (NULL: none): after every step that computed part of its
+     * prompt (tracing, progress). */
+    void (*on_prefill)(void *user, const ix_prefill_event *ev);
 } ix_request_callbacks;
 
 /* Constrained decoding (grammar.h): every choice of the request gets its own

@@ -69,6 +69,15 @@ typedef struct ix_server_params {
      * ("https://a.example,http://localhost:3000"), each echoed back when a
      * request comes from it. Preflights (OPTIONS) are answered either way. */
     const char *cors_allow_origin;
+    /* OpenTelemetry tracing (docs/server.md, "Tracing"): NULL or "" off;
+     * else the OTLP/HTTP traces URL (".../v1/traces") that spans of every
+     * generation request are POSTed to, batched by an exporter thread (a
+     * collector that is down never delays a request). W3C traceparent /
+     * tracestate headers are honoured. Copied. */
+    const char *otlp_traces_url;
+    const char *otlp_service_name; /* resource service.name; NULL: "inferx" */
+    double trace_sample_ratio;     /* traces the server starts itself: the
+                                      fraction recorded, 0..1; default 1 */
 } ix_server_params;
 
 ix_server_params ix_server_default_params(void);

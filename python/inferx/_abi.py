@@ -105,7 +105,8 @@ ON_FINISH = C.CFUNCTYPE(None, C.c_void_p, C.POINTER(FinishInfo))
 
 
 class RequestCallbacks(C.Structure):
-    _fields_ = [("on_token", ON_TOKEN), ("on_finish", ON_FINISH), ("user", C.c_void_p)]
+    _fields_ = [("on_token", ON_TOKEN), ("on_finish", ON_FINISH), ("user", C.c_void_p),
+                ("on_prefill", C.c_void_p)]  # optional; the bindings leave it NULL
 
 
 class Constraint(C.Structure):

@@ -82,7 +82,7 @@ static int run_batch(ix_engine *e, ix_request_params *reqs, req_ctx *ctxs, waite
     for (int i = first; i < first + count; i++) {
         ix_errbuf err = {{0}};
         ctxs[i] = (req_ctx){w, i};
-        reqs[i].cb = (ix_request_callbacks){NULL, on_finish, &ctxs[i]};
+        reqs[i].cb = (ix_request_callbacks){NULL, on_finish, &ctxs[i], NULL};
         if (ix_engine_submit(e, &reqs[i], NULL, &err) != IX_OK) {
             fprintf(stderr, "inferx bench: submit: %s\n", err.msg);
             pthread_mutex_lock(&w->mu);

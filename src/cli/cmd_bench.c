@@ -322,7 +322,7 @@ static double run_request(bench *b, int32_t n_prompt, int32_t max_tokens, bw_met
     rq.sample.temperature = 0;
     rq.max_tokens = max_tokens;
     rq.ignore_eos = true;
-    rq.cb = (ix_request_callbacks){NULL, bench_on_finish, b};
+    rq.cb = (ix_request_callbacks){NULL, bench_on_finish, b, NULL};
     ix_errbuf err = {{0}};
     b->finished = false;
     uint64_t ns = 0, t0 = ix_time_ns();

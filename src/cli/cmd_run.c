@@ -252,7 +252,7 @@ int ix_cli_run(int argc, char **argv) {
     rq.stop = stops;
     rq.n_stop = n_stops;
     rq.ignore_eos = ignore_eos;
-    rq.cb = (ix_request_callbacks){run_on_token, run_on_finish, &st};
+    rq.cb = (ix_request_callbacks){run_on_token, run_on_finish, &st, NULL};
     ix_status s = ix_engine_submit(e, &rq, NULL, &err);
     if (s != IX_OK) {
         fprintf(stderr, "inferx run: %s\n", err.msg);

@@ -181,8 +181,33 @@ static void *drain_main(void *arg) {
     return NULL;
 }
 
+/* The OTLP traces URL: the flag's (a base URL gets /v1/traces, as
+ * OTEL_EXPORTER_OTLP_ENDPOINT does), else the environment's; "" when none.
+ * NULL after printing why. */
+static char *otlp_traces_url(const char *flag) {
+    const char *full = getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), *base = flag;
+    if (!base && full && *full) return ix_strdup(full);
+    if (!base) base = getenv("OTEL_EXPORTER_OTLP_ENDPOINT");
+    if (!base || !*base) return ix_strdup("");
+    size_t n = strlen(base);
+    while (n && base[n - 1] == '/') n--;
+    static const char tail[] = "/v1/traces";
+    bool has = n >= sizeof tail - 1 && !memcmp(base + n - (sizeof tail - 1), tail, sizeof tail - 1);
+    char *url = ix_malloc(n + sizeof tail);
+    if (!url) {
+        fprintf(stderr, "inferx serve: out of memory\n");
+        return NULL;
+    }
+    memcpy(url, base, n);
+    if (has) url[n] = '\0';
+    else memcpy(url + n, tail, sizeof tail);
+    return url;
+}
+
 int ix_cli_serve(int argc, char **argv) {
     const char *model = ix_cli_default_model(), *name = NULL, *access_log = "-", *chat_template = NULL;
+    const char *otlp = NULL;
+    char *otlp_url = NULL;
     key_opts keys = {{0}, false, NULL};
     ix_server_params sp = ix_server_default_params();
     ix_engine_params ep = ix_engine_default_params();
@@ -243,6 +268,16 @@ int ix_cli_serve(int argc, char **argv) {
          "let browser pages on other origins call the API: * or a\n"
          "comma-separated list of origins (default: none)",
          IX_CLI_OPT_STR, &sp.cors_allow_origin, 0, 0, false, NULL},
+        {"--otlp-endpoint", NULL, "URL",
+         "send OpenTelemetry spans of every generation request over\n"
+         "OTLP/HTTP to URL (/v1/traces appended unless given; default:\n"
+         "$OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as is, else\n"
+         "$OTEL_EXPORTER_OTLP_ENDPOINT; $OTEL_SERVICE_NAME names it)",
+         IX_CLI_OPT_STR, &otlp, 0, 0, false, NULL},
+        {"--trace-sample-ratio", NULL, "R",
+         "fraction of new traces recorded, 0..1 (a request's traceparent\n"
+         "decides for its own trace)",
+         IX_CLI_OPT_F64, &sp.trace_sample_ratio, 0, 1, true, NULL},
         {"--ctx", "-c", "N", "context length (default: the model's)", IX_CLI_OPT_I32, &ep.n_ctx, 0, INT32_MAX, false,
          NULL},
         {"--threads", "-t", "N", "kernel threads (default: all cores)", IX_CLI_OPT_I32, &ep.n_threads, 0, 1024, false,
@@ -308,6 +343,9 @@ int ix_cli_serve(int argc, char **argv) {
     sp.model_name = name;
     sp.n_ctx = ep.n_ctx;
     sp.chat_template = tmpl;
+    if (!(otlp_url = otlp_traces_url(otlp))) goto done;
+    sp.otlp_traces_url = otlp_url;
+    sp.otlp_service_name = getenv("OTEL_SERVICE_NAME");
     /* The port opens first: while the model loads, /health answers and
      * /ready says 503 with the progress (an orchestrator sees a live
      * process, not a refused connection). */
@@ -376,5 +414,6 @@ done:
     if (log && log != stderr) fclose(log);
     key_list_free(&keys.list);
     ix_free(default_name);
+    ix_free(otlp_url);
     return rc;
 }

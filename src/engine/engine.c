@@ -759,9 +759,16 @@ static ix_status step(ix_engine *e, bool *did_work) {
     e->stats.forward_ns += now - t_fwd;
     e->stats.n_steps++;
     /* each request's share of this step, by the tokens it put in */
-    for (int32_t w = 0; w < plan.n_work && T > 0; w++)
-        ((req *)plan.work[w].item->user)->compute_ns +=
-            (double)(now - t0) * (double)plan.work[w].n_tokens / (double)T;
+    for (int32_t w = 0; w < plan.n_work && T > 0; w++) {
+        const ix_sched_work *wk = &plan.work[w];
+        req *r = wk->item->user;
+        r->compute_ns += (double)(now - t0) * (double)wk->n_tokens / (double)T;
+        if (r->cb.on_prefill && !wk->decode && wk->n_tokens > 0) {
+            int32_t i = wk->seq_index;
+            ix_prefill_event ev = {r->it.id, i, wk->item->n_computed[i], wk->n_tokens, (int32_t)r->toks[i].n, T, t0, now};
+            r->cb.on_prefill(r->cb.user, &ev);
+        }
+    }
 
     /* Commit, then sample the sequences that reached their end. */
     int32_t row = 0;
@@ -995,7 +1002,7 @@ ix_status ix_engine_generate(ix_engine *e, const ix_request_params *reqs, size_t
     for (size_t i = 0; i < n; i++) {
         ctxs[i] = (gen_ctx){&mu, &cv, &remaining, &all_done, &out[i]};
         ix_request_params r = reqs[i];
-        r.cb = (ix_request_callbacks){gen_on_token, gen_on_finish, &ctxs[i]};
+        r.cb = (ix_request_callbacks){gen_on_token, gen_on_finish, &ctxs[i], NULL};
         pthread_mutex_lock(&mu);
         remaining++;
         pthread_mutex_unlock(&mu);

@@ -62,6 +62,26 @@ typedef struct ixs_sub {
     int32_t index;
 } ixs_sub;
 
+/* A traced job's spans in the making: its context, when each engine request
+ * was submitted, each one's prefill steps (the last entry absorbs steps past
+ * IXS_TRACE_CHUNKS), and the request's settings the spans report. */
+#define IXS_TRACE_CHUNKS 32
+typedef struct ixs_tchunk {
+    uint64_t start_ns, end_ns;
+    int32_t seq, pos, n, total, step_tokens, steps;
+} ixs_tchunk;
+
+typedef struct ixs_jtrace {
+    ixs_trace_ctx ctx;
+    uint64_t t_submit[IXS_MAX_PROMPTS];
+    ixs_tchunk chunks[IXS_MAX_PROMPTS][IXS_TRACE_CHUNKS]; /* under the job's mu */
+    int32_t n_chunks[IXS_MAX_PROMPTS];
+    char model[128]; /* as the request named it */
+    double temperature, top_p;
+    int64_t max_tokens, seed;
+    bool has_seed;
+} ixs_jtrace;
+
 struct ixs_job {
     ix_server *s;
     struct MHD_Connection *conn;
@@ -115,6 +135,7 @@ struct ixs_job {
     size_t out_off;
     int phase;               /* streaming: 0 start, 1 tokens, 2 [DONE] queued */
     ix_buf scratch;
+    ixs_jtrace *tr;          /* NULL: not traced */
 };
 
 static void job_unref(ixs_job *j);
@@ -172,6 +193,27 @@ static void on_token(void *user, const ix_token_event *ev) {
     if (itl >= 0) ix__metrics_itl(&j->s->metrics, itl);
 }
 
+/* A step computed part of a traced request's prompt. */
+static void on_prefill(void *user, const ix_prefill_event *ev) {
+    ixs_sub *sub = user;
+    ixs_job *j = sub->job;
+    ixs_jtrace *tr = j->tr;
+    pthread_mutex_lock(&j->mu);
+    int32_t *n = &tr->n_chunks[sub->index];
+    ixs_tchunk *c = &tr->chunks[sub->index][*n < IXS_TRACE_CHUNKS ? *n : IXS_TRACE_CHUNKS - 1];
+    if (*n < IXS_TRACE_CHUNKS) {
+        *c = (ixs_tchunk){ev->start_ns, ev->end_ns, ev->seq, ev->pos, ev->n_tokens, ev->n_total, ev->step_tokens, 1};
+        ++*n;
+    } else {
+        c->end_ns = ev->end_ns;
+        c->n += ev->n_tokens;
+        c->total = ev->n_total;
+        c->steps++;
+        if (ev->step_tokens > c->step_tokens) c->step_tokens = ev->step_tokens;
+    }
+    pthread_mutex_unlock(&j->mu);
+}
+
 static void on_finish(void *user, const ix_finish_info *info) {
     ixs_sub *sub = user;
     ixs_job *j = sub->job;
@@ -206,6 +248,12 @@ static ixs_job *job_new(ixs_conn *cc) {
     atomic_init(&j->cancelled, false);
     atomic_init(&j->disconnected, false);
     for (int i = 0; i < IXS_MAX_PROMPTS; i++) j->subs[i] = (ixs_sub){j, i};
+    if (s->tracer && (j->tr = ix_calloc(1, sizeof *j->tr)) &&
+        !ix__trace_begin(s->tracer, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "traceparent"),
+                         MHD_lookup_connection_value(c, MHD_HEADER_KIND, "tracestate"), &j->tr->ctx)) {
+        ix_free(j->tr); /* not sampled */
+        j->tr = NULL;
+    }
     atomic_fetch_add(&s->n_inflight, 1);
     return j;
 }
@@ -280,6 +328,7 @@ static void job_free(ixs_job *j) {
     ix_buf_free(&j->out);
     ix_buf_free(&j->scratch);
     if (j->rnd.ctx) j->rnd.free(j->rnd.ctx);
+    ix_free(j->tr);
     pthread_mutex_destroy(&j->mu);
     ix_free(j);
     atomic_fetch_sub(&s->n_inflight, 1); /* last: shutdown may free s once this reaches 0 */
@@ -368,11 +417,110 @@ static void job_finalize(ixs_job *j) {
     }
 }
 
+/* ---- tracing ------------------------------------------------------------- */
+
+static void span_emit(ixs_job *j, const uint8_t *id, const uint8_t *parent, const char *name, ixs_span_kind kind,
+                      uint64_t start, uint64_t end, const ixs_attrs *a, const char *error) {
+    ixs_span sp = {&j->tr->ctx, id, parent, name, kind, start, end, error != NULL, error, a};
+    ix__trace_emit(j->s->tracer, &sp);
+}
+
+/* The request's server span (status, GenAI attributes) and, for each engine
+ * request, its queue, prefill and decode spans under it. error: a refused
+ * request's message (its engine requests, if any, are not reported). */
+static void job_trace(ixs_job *j, int status, const char *error) {
+    ixs_jtrace *tr = j->tr;
+    if (!tr) return;
+    ix_server *s = j->s;
+    uint64_t now = ix_time_ns();
+    char name[96];
+    snprintf(name, sizeof name, "POST %s", j->ep);
+    ixs_attrs a = {0};
+    ix__attr_str(&a, "http.request.method", "POST");
+    ix__attr_str(&a, "http.route", j->ep);
+    ix__attr_str(&a, "url.path", j->ep);
+    ix__attr_int(&a, "http.response.status_code", status);
+    ix__attr_str(&a, "client.address", j->remote);
+    ix__attr_int(&a, "server.port", s->port);
+    ix__attr_str(&a, "gen_ai.operation.name", j->chat ? "chat" : "text_completion");
+    ix__attr_str(&a, "gen_ai.provider.name", "inferx");
+    ix__attr_str(&a, "gen_ai.request.model", tr->model[0] ? tr->model : s->model_name);
+    if (!error) {
+        ix__attr_str(&a, "gen_ai.response.model", s->model_name);
+        ix__attr_str(&a, "gen_ai.response.id", j->id);
+        if (tr->max_tokens > 0) ix__attr_int(&a, "gen_ai.request.max_tokens", tr->max_tokens);
+        ix__attr_dbl(&a, "gen_ai.request.temperature", tr->temperature);
+        ix__attr_dbl(&a, "gen_ai.request.top_p", tr->top_p);
+        if (tr->has_seed) ix__attr_int(&a, "gen_ai.request.seed", tr->seed);
+        if (j->n_choices > 1) ix__attr_int(&a, "gen_ai.request.choice.count", j->n_choices);
+        ix__attr_int(&a, "gen_ai.usage.input_tokens", j->usage.prompt_tokens);
+        ix__attr_int(&a, "gen_ai.usage.output_tokens", j->usage.completion_tokens);
+        const char *reasons[IXS_MAX_PROMPTS * IX_SCHED_MAX_SEQS];
+        size_t nr = 0;
+        for (int i = 0; i < j->n_sub; i++)
+            for (int c = 0; c < j->fin[i].n_choices && c < IX_SCHED_MAX_SEQS; c++)
+                reasons[nr++] = ix_finish_reason_name(j->fin[i].reasons[c]);
+        ix__attr_strs(&a, "gen_ai.response.finish_reasons", reasons, nr);
+        ix__attr_int(&a, "inferx.usage.cached_tokens", j->usage.cached_prompt_tokens);
+        ix__attr_bool(&a, "inferx.stream", j->stream);
+        ix__attr_bool(&a, "inferx.client_closed", atomic_load(&j->disconnected));
+        if (s->p.cost_per_hour_usd > 0) ix__attr_dbl(&a, "inferx.cost_usd", j->cost_usd);
+    } else {
+        ix__attr_str(&a, "error.type", status >= 500 ? "server_error" : "invalid_request");
+    }
+    /* HTTP semantic conventions: a server span is an error for 5xx only. */
+    const char *err = status >= 500 ? (error ? error : "server error") : NULL;
+    span_emit(j, tr->ctx.span_id, tr->ctx.has_parent ? tr->ctx.parent_id : NULL, name, IXS_SPAN_SERVER, j->t_req_ns,
+              now, &a, err);
+    ix__attrs_free(&a);
+    if (error) return;
+    for (int i = 0; i < j->n_sub; i++) {
+        const ix_finish_info *f = &j->fin[i];
+        uint64_t t0 = tr->t_submit[i];
+        uint8_t id[8];
+        ix__attr_int(&a, "inferx.prompt_index", i);
+        ix__attr_int(&a, "gen_ai.usage.input_tokens", f->usage.prompt_tokens);
+        ix__attr_int(&a, "inferx.usage.cached_tokens", f->usage.cached_prompt_tokens);
+        ix__trace_new_span_id(s->tracer, id);
+        span_emit(j, id, tr->ctx.span_id, "queue", IXS_SPAN_INTERNAL, t0, t0 + (uint64_t)(f->timings.queue_ms * 1e6), &a,
+                  NULL);
+        ix__attrs_free(&a);
+        pthread_mutex_lock(&j->mu); /* the engine is done with it; for the analysers */
+        int32_t nc = tr->n_chunks[i];
+        pthread_mutex_unlock(&j->mu);
+        for (int k = 0; k < nc; k++) {
+            const ixs_tchunk *c = &tr->chunks[i][k];
+            ix__attr_int(&a, "inferx.prompt_index", i);
+            ix__attr_int(&a, "inferx.sequence", c->seq);
+            ix__attr_int(&a, "inferx.prefill.position", c->pos);
+            ix__attr_int(&a, "inferx.prefill.tokens", c->n);
+            ix__attr_int(&a, "inferx.prefill.total", c->total);
+            ix__attr_int(&a, "inferx.step.tokens", c->step_tokens);
+            if (c->steps > 1) ix__attr_int(&a, "inferx.prefill.steps", c->steps);
+            ix__trace_new_span_id(s->tracer, id);
+            span_emit(j, id, tr->ctx.span_id, "prefill", IXS_SPAN_INTERNAL, c->start_ns, c->end_ns, &a, NULL);
+            ix__attrs_free(&a);
+        }
+        if (f->usage.completion_tokens > 0 && f->timings.first_token_ms > 0) {
+            ix__attr_int(&a, "inferx.prompt_index", i);
+            ix__attr_int(&a, "gen_ai.usage.output_tokens", f->usage.completion_tokens);
+            ix__attr_str(&a, "inferx.finish_reason", ix_finish_reason_name(f->reason));
+            if (f->n_preemptions) ix__attr_int(&a, "inferx.preemptions", f->n_preemptions);
+            ix__trace_new_span_id(s->tracer, id);
+            span_emit(j, id, tr->ctx.span_id, "decode", IXS_SPAN_INTERNAL,
+                      t0 + (uint64_t)(f->timings.first_token_ms * 1e6), t0 + (uint64_t)(f->timings.total_ms * 1e6), &a,
+                      f->reason == IX_FINISH_ERROR ? f->message : NULL);
+            ix__attrs_free(&a);
+        }
+    }
+}
+
 /* The job's access-log line (once, after job_finalize): what it asked,
  * what it got and what it cost; never prompt or output text. */
 static void job_log(ixs_job *j, int status) {
     if (j->logged) return;
     j->logged = true;
+    job_trace(j, status, NULL);
     ix_server *s = j->s;
     json_t *o = ix__srv_log_line(s, "POST", j->ep, status, j->t_req_ns, j->remote, j->key);
     if (!o) return;
@@ -395,6 +543,11 @@ static void job_log(ixs_job *j, int status) {
     json_object_set_new(o, "queue_ms", json_real(round((queue > 0 ? queue : 0) * 1e3) / 1e3));
     if (s->p.cost_per_hour_usd > 0) json_object_set_new(o, "cost_usd", json_real(j->cost_usd));
     json_object_set_new(o, "client_closed", json_boolean(atomic_load(&j->disconnected)));
+    if (j->tr) {
+        char hex[33];
+        ix__trace_hex(j->tr->ctx.trace_id, 16, hex);
+        json_object_set_new(o, "trace_id", json_string(hex));
+    }
     ix__srv_log_write(s, o);
 }
 
@@ -1208,6 +1361,16 @@ static enum MHD_Result generate(ixs_conn *cc, bool chat, json_t *req, const ixs_
             goto fail;
         }
     }
+    if (j->tr) {
+        ixs_jtrace *tr = j->tr;
+        const char *model = json_string_value(json_object_get(req, "model"));
+        snprintf(tr->model, sizeof tr->model, "%s", model ? model : "");
+        tr->temperature = p.r.sample.temperature;
+        tr->top_p = p.r.sample.top_p;
+        tr->max_tokens = p.r.max_tokens;
+        tr->has_seed = json_is_integer(json_object_get(req, "seed"));
+        tr->seed = (int64_t)p.r.sample.seed;
+    }
     j->n = p.r.n;
     j->n_sub = p.n_prompts;
     j->n_choices = j->n * j->n_sub;
@@ -1227,7 +1390,8 @@ static enum MHD_Result generate(ixs_conn *cc, bool chat, json_t *req, const ixs_
         ix_request_params r = p.r;
         r.prompt = p.prompts[i].ids;
         r.n_prompt = p.prompts[i].n;
-        r.cb = (ix_request_callbacks){on_token, on_finish, &j->subs[i]};
+        r.cb = (ix_request_callbacks){on_token, on_finish, &j->subs[i], j->tr ? on_prefill : NULL};
+        if (j->tr) j->tr->t_submit[i] = ix_time_ns();
         ix_errbuf err = {{0}};
         /* The engine's reference, dropped by this sub's on_finish. The
          * watcher reads ids[] and submitted[] only once j is listed. */
@@ -1273,6 +1437,7 @@ static enum MHD_Result generate(ixs_conn *cc, bool chat, json_t *req, const ixs_
     return ret;
 fail:
     parsed_free(&p);
+    job_trace(j, e.http, e.msg);
     j->failed = true;
     ix__srv_job_release(j); /* cancels what was submitted */
     if (rnd && rnd->map_param) rnd->map_param(&e);

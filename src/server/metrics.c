@@ -378,6 +378,16 @@ ix_status ix__metrics_render(ix_server *s, ix_buf *b) {
     sample(&p, "inferx:requests_cancelled_total", "cause", "shutdown", (double)c.cancelled_shutdown);
     one(&p, "inferx:prompt_tokens_cached_total", "counter", "Prompt tokens of admitted requests served from the "
         "prefix cache.", (double)st.n_cached_prompt_tokens);
+    if (s->tracer) {
+        ixs_trace_stats ts;
+        ix__trace_get_stats(s->tracer, &ts);
+        one(&p, "inferx:trace_spans_exported_total", "counter", "Spans the OTLP collector accepted.",
+            (double)ts.spans_exported);
+        one(&p, "inferx:trace_spans_dropped_total", "counter", "Spans lost: the export queue was full or their "
+            "batch failed.", (double)ts.spans_dropped);
+        one(&p, "inferx:trace_exports_failed_total", "counter", "OTLP export batches the collector did not accept.",
+            (double)ts.exports_failed);
+    }
     one(&p, "inferx:engine_steps_total", "counter", "Engine steps run.", (double)st.n_steps);
     one(&p, "inferx:step_token_budget", "gauge",
         "Token budget of the last engine step: the cap, or what fits in the target step time while sequences "

@@ -38,6 +38,7 @@ ix_server_params ix_server_default_params(void) {
     p.max_connections = 256;
     p.conn_timeout_s = 120;
     p.n_http_threads = 4;
+    p.trace_sample_ratio = 1.0;
     return p;
 }
 
@@ -703,6 +704,8 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
     s->p.n_api_keys = 0;
     s->p.model_name = NULL;
     s->p.chat_template = NULL;
+    s->p.otlp_traces_url = NULL;
+    s->p.otlp_service_name = NULL;
     s->created = time(NULL);
     atomic_init(&s->next_id, (uint64_t)ix_time_ns() ^ ((uint64_t)s->created << 32));
     atomic_init(&s->n_inflight, 0);
@@ -729,6 +732,16 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
     if (st != IX_OK) {
         ix_server_destroy(s);
         return ix_errf(err, st, st == IX_ERR_NOMEM ? "out of memory" : "an API key is empty");
+    }
+    if (p->otlp_traces_url && *p->otlp_traces_url) {
+        ixs_trace_params tp = {p->otlp_traces_url, p->otlp_service_name, INFERX_VERSION_STRING, p->trace_sample_ratio,
+                               0, 0, 0};
+        if ((st = ix__trace_create(&s->tracer, &tp, err)) != IX_OK) {
+            ix_server_destroy(s);
+            return st;
+        }
+        IX_LOGI("server: OpenTelemetry spans go to %s (new traces sampled at %g)", p->otlp_traces_url,
+                p->trace_sample_ratio);
     }
     /* With the engine at hand, everything is set up before the port opens;
      * without (a model still loading), the port opens now and /ready says
@@ -832,6 +845,7 @@ void ix_server_destroy(ix_server *s) {
     pthread_mutex_destroy(&s->jobs_mu);
     ix__metrics_free(&s->metrics);
     ix__embed_destroy(s);
+    ix__trace_destroy(s->tracer); /* after the jobs: the last spans go out */
     for (size_t i = 0; i < s->n_api_keys; i++) ix_free(s->api_keys[i]);
     ix_free(s->api_keys);
     ix_free(s->key_ns);

@@ -25,6 +25,7 @@
 #include "inferx/server.h"
 #include "inferx/template.h"
 #include "inferx/tokenizer.h"
+#include "server/trace.h"
 
 /* ---- errors ----------------------------------------------------------- */
 typedef struct ixs_err {
@@ -290,6 +291,7 @@ struct ix_server {
     bool shut_down;
     ixs_metrics metrics;
     ixs_embedder *embed;
+    ixs_tracer *tracer;      /* NULL: tracing off */
 };
 
 /* One HTTP request being answered (MHD's con_cls): what the replies, the
