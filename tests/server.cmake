@@ -13,6 +13,12 @@ if(TARGET ix_server)
   ix_add_test(test_server_api SOURCES test_server_api.c LIBS ix_server PkgConfig::JANSSON_T TIMEOUT 180)
   # Tool calling without a model: the answer parsers and the forced-call grammar.
   ix_add_test(test_tools SOURCES test_tools.c LIBS ix_server PkgConfig::JANSSON_T PkgConfig::MHD_T)
+  # The HTTP front and the request parsers under the fuzzer (fuzz_http.c):
+  # raw bytes, and JSON bodies for each generation / tokenize route.
+  ix_add_fuzz(http SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_http.c LIBS ix_server DEFINES IX_FUZZ_RAW
+    INSTRUMENT ix_server TIMEOUT 600)
+  ix_add_fuzz(request SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_http.c LIBS ix_server
+    INSTRUMENT ix_server ix_template ix_grammar TIMEOUT 600)
   # Tracing without a collector: traceparent, sampling, a refused export.
   ix_add_test(test_trace SOURCES test_trace.c LIBS ix_server PkgConfig::JANSSON_T PkgConfig::MHD_T)
   # Chat prompts without HTTP: the model-template conformance table through the server's path.
