@@ -19,6 +19,8 @@ if(TARGET ix_server)
     INSTRUMENT ix_server TIMEOUT 600)
   ix_add_fuzz(request SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_http.c LIBS ix_server
     INSTRUMENT ix_server ix_template ix_grammar TIMEOUT 600)
+  # Allocation failures injected on the model, engine and server paths.
+  ix_add_test(test_faults SOURCES test_faults.c LIBS ix_server PkgConfig::JANSSON_T TIMEOUT 900)
   # Tracing without a collector: traceparent, sampling, a refused export.
   ix_add_test(test_trace SOURCES test_trace.c LIBS ix_server PkgConfig::JANSSON_T PkgConfig::MHD_T)
   # Chat prompts without HTTP: the model-template conformance table through the server's path.
