@@ -28,6 +28,9 @@ int ix_cli_quantize(int argc, char **argv);
 /* inferx imatrix (cmd_imatrix.c) */
 int ix_cli_imatrix(int argc, char **argv);
 
+/* inferx medusa-train (cmd_medusa_train.c) */
+int ix_cli_medusa_train(int argc, char **argv);
+
 /* The tokens of the text file at path, BOS first when the vocabulary adds it
  * (as llama.cpp's perplexity and imatrix tools tokenize: special-token text
  * not parsed, no EOS). Prints "inferx CMD: ..." on failure. */

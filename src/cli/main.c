@@ -23,13 +23,14 @@ static const command k_commands[] = {
     {"perplexity", ix_cli_perplexity, "perplexity on a text, and KL divergence from a base model"},
     {"quantize", ix_cli_quantize, "write a copy of a model with quantized weights (types and mixes)"},
     {"imatrix", ix_cli_imatrix, "activation statistics of a text, for calibrated quantization"},
+    {"medusa-train", ix_cli_medusa_train, "train Medusa heads (speculative decoding) on a model's own text"},
     {"mkmodel", ix_cli_mkmodel, "write a model of a real shape with random weights"},
 };
 
 static void usage(FILE *f) {
     fprintf(f, "usage: inferx <command> [options]\n\ncommands:\n");
     for (size_t i = 0; i < IX_ARRAY_LEN(k_commands); i++)
-        fprintf(f, "  %-10s %s\n", k_commands[i].name, k_commands[i].summary);
+        fprintf(f, "  %-13s %s\n", k_commands[i].name, k_commands[i].summary);
     fprintf(f, "\n'inferx <command> --help' describes a command's options.\n"
                "Environment: INFERX_MODEL (default model), INFERX_ISA=generic|avx2|avx512|neon,\n"
                "INFERX_LOG=debug|info|warn|error|none.\n");
