@@ -10,7 +10,7 @@
 #   find_package(inferx REQUIRED) + target_link_libraries(app PRIVATE inferx::inferx)
 
 set(IX_LIB_MODULES ix_core ix_gguf ix_kernels ix_tokenizer ix_grammar ix_template ix_kv ix_sample ix_model
-  ix_sched ix_engine ix_server ix_medusa)
+  ix_sched ix_engine ix_server ix_medusa ix_kvstore)
 set(IX_LIB_OBJECTS "")
 foreach(m IN LISTS IX_LIB_MODULES)
   list(APPEND IX_LIB_OBJECTS $<TARGET_OBJECTS:${m}>)

@@ -28,6 +28,9 @@ int ix_cli_quantize(int argc, char **argv);
 /* inferx imatrix (cmd_imatrix.c) */
 int ix_cli_imatrix(int argc, char **argv);
 
+/* inferx kv-store (cmd_kvstore.c) */
+int ix_cli_kvstore(int argc, char **argv);
+
 /* inferx medusa-train (cmd_medusa_train.c) */
 int ix_cli_medusa_train(int argc, char **argv);
 

@@ -23,6 +23,7 @@ static const command k_commands[] = {
     {"perplexity", ix_cli_perplexity, "perplexity on a text, and KL divergence from a base model"},
     {"quantize", ix_cli_quantize, "write a copy of a model with quantized weights (types and mixes)"},
     {"imatrix", ix_cli_imatrix, "activation statistics of a text, for calibrated quantization"},
+    {"kv-store", ix_cli_kvstore, "check, count or clear a disk tier's KV block store"},
     {"medusa-train", ix_cli_medusa_train, "train Medusa heads (speculative decoding) on a model's own text"},
     {"mkmodel", ix_cli_mkmodel, "write a model of a real shape with random weights"},
 };
