@@ -6,7 +6,9 @@
  * rotation). The signals are blocked in every thread and taken with sigwait
  * on the main thread, so no handler runs in async-signal context.
  * API keys come from --api-key (repeatable), --api-key-file (one per line)
- * or $INFERX_API_KEY; the JSON access log goes to stderr, a file or nowhere. */
+ * or $INFERX_API_KEY, and with their limits from --keys-file (the server
+ * reads and checks it); the JSON access log goes to stderr, a file or
+ * nowhere. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -199,6 +201,20 @@ int ix_cli_serve(int argc, char **argv) {
          "read keys from FILE, one per line ('#' comments and blank\n"
          "lines skipped); adds to --api-key",
          IX_CLI_OPT_FN, &keys, 0, 0, false, set_api_key_file},
+        {"--keys-file", NULL, "FILE",
+         "per-key policy: a JSON file of named keys with their limits\n"
+         "(requests/tokens per minute, concurrency, max tokens, budgets,\n"
+         "models, priority, /metrics access; docs/server.md); adds to\n"
+         "--api-key, whose keys stay unlimited",
+         IX_CLI_OPT_STR, &sp.keys_file, 0, 0, false, NULL},
+        {"--usage-state", NULL, "FILE",
+         "where the keys' spent budgets persist across restarts\n"
+         "(default: the keys file's name + .usage.json)",
+         IX_CLI_OPT_STR, &sp.usage_state, 0, 0, false, NULL},
+        {"--request-timeout", NULL, "S",
+         "cancel a request running longer than S seconds (answered 408;\n"
+         "a request's 'timeout' may shorten it; 0 = none)",
+         IX_CLI_OPT_F64, &sp.request_timeout_s, 0, 86400, true, NULL},
         {"--served-model-name", NULL, "NAME", "the model's name in the API (default: file name without .gguf)",
          IX_CLI_OPT_STR, &name, 0, 0, false, NULL},
         {"--chat-template", NULL, "NAME|FILE",
