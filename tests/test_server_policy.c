@@ -416,6 +416,19 @@ static void test_concurrency_and_caps(void **state) {
     req(s, "sk-m", "POST", "/v1/completions", exact_body(1, NULL), &r);
     expect_error(&r, 404, "invalid_request_error", "model_not_found", "does not exist or you do not have access");
     resp_free(&r);
+    assert_int_equal(req(s, "sk-m", "GET", "/v1/models", NULL, &r), 200);
+    json_t *list = body_json(&r);
+    assert_int_equal(json_array_size(json_object_get(list, "data")), 0);
+    json_decref(list);
+    resp_free(&r);
+    req(s, "sk-m", "GET", "/v1/models/tiny", NULL, &r);
+    expect_error(&r, 404, "invalid_request_error", "model_not_found", "do not have access");
+    resp_free(&r);
+    assert_int_equal(req(s, "sk-ok", "GET", "/v1/models", NULL, &r), 200);
+    list = body_json(&r);
+    assert_int_equal(json_array_size(json_object_get(list, "data")), 1);
+    json_decref(list);
+    resp_free(&r);
     assert_int_equal(req(s, "sk-ok", "POST", "/v1/completions", exact_body(1, NULL), &r), 200);
     assert_string_equal(header(&r, "x-ratelimit-limit-requests"), ""); /* unlimited rates: no headers */
     resp_free(&r);

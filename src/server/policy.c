@@ -172,6 +172,14 @@ static pkey *key_of(const ix_server *s, int key) {
 
 bool ix__policy_has_keys(const ix_server *s) { return s->n_api_keys > 0 || (s->policy && s->policy->n > 0); }
 
+bool ix__policy_model_allowed(const ix_server *s, int key) {
+    const pkey *k = key_of(s, key);
+    if (!k || !k->models) return true;
+    for (size_t m = 0; m < k->n_models; m++)
+        if (!strcmp(k->models[m], s->model_name)) return true;
+    return false;
+}
+
 const char *ix__policy_key_name(const ix_server *s, int key) {
     const pkey *k = key_of(s, key);
     return k ? k->name : NULL;
@@ -602,9 +610,7 @@ static int admit_rules(ixs_conn *cc, pkey *k, json_t *req, ix_request_params *r,
                        bool max_given, ixs_err *e) {
     ix_server *s = cc->s;
     if (k->models) {
-        bool ok = false;
-        for (size_t m = 0; m < k->n_models; m++) ok |= !strcmp(k->models[m], s->model_name);
-        if (!ok) {
+        if (!ix__policy_model_allowed(s, cc->key)) {
             ix__srv_errf(e, 404, "invalid_request_error", "model",
                          "The model `%s` does not exist or you do not have access to it.", s->model_name);
             e->code = "model_not_found";

@@ -76,6 +76,9 @@ enum MHD_Result ix__policy_usage(ixs_conn *cc);
 /* The per-key series of /metrics (label key="<name>"), appended to b;
  * model_label is the `model_name="..."` every sample carries. */
 ix_status ix__policy_metrics_render(ix_server *s, ix_buf *b, const char *model_label, size_t model_label_len);
+/* Whether the key may use the served model (its `models`); any key not
+ * from the keys file may. */
+bool ix__policy_model_allowed(const ix_server *s, int key);
 /* The access log's name for a key (a keys-file key's name), or NULL. */
 const char *ix__policy_key_name(const ix_server *s, int key);
 

@@ -228,15 +228,16 @@ static enum MHD_Result do_models(ixs_conn *cc) {
     ix_server *s = cc->s;
     json_t *m = model_json(s);
     json_t *root = m ? json_pack("{s:s, s:[o]}", "object", "list", "data", m) : NULL;
+    if (root && !ix__policy_model_allowed(s, cc->key)) json_array_clear(json_object_get(root, "data"));
     return ix__srv_reply_json(cc, 200, root);
 }
 
 /* GET /v1/models/{id}: the served model's object, 404 for any other id. */
 static enum MHD_Result do_model_one(ixs_conn *cc, const char *id) {
     ix_server *s = cc->s;
-    if (strcmp(id, s->model_name)) {
+    if (strcmp(id, s->model_name) || !ix__policy_model_allowed(s, cc->key)) {
         char msg[200];
-        snprintf(msg, sizeof msg, "The model `%.120s` does not exist.", id);
+        snprintf(msg, sizeof msg, "The model `%.120s` does not exist or you do not have access to it.", id);
         return reply_errf(cc, 404, "invalid_request_error", "model_not_found", "model", msg);
     }
     return ix__srv_reply_json(cc, 200, model_json(s));
