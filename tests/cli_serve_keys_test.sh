@@ -7,6 +7,7 @@
 #   - the spent budget survives a restart (the usage state file written at
 #     SIGTERM); /v1/usage; /metrics only for a key allowed to read it
 #   - no secret in /metrics, the access log or stderr
+#   - SIGHUP reads the keys file again (a bad one keeps the keys as they were)
 # Limits are counted, never timed: 2 requests per minute, 30 tokens of budget.
 # usage: cli_serve_keys_test.sh INFERX_BINARY   (exit 77 without curl)
 set -uo pipefail
@@ -96,6 +97,20 @@ start
 [ "$(post sk-bud-91aa "$exact")" = 429 ] || fail "bud after a restart was not refused: $(cat "$tmp/b")"
 usage=$(curl -sf -H "Authorization: Bearer sk-bud-91aa" "$base/v1/usage") || fail "/v1/usage"
 grep -qF '"spent":30' <<<"$usage" || fail "/v1/usage after a restart: $usage"
+stop
+
+# ---- SIGHUP reads the keys file again: a bad one keeps the keys, a good one applies
+start
+cp "$tmp/keys.json" "$tmp/keys.good"
+echo '{"keys": [{"name": "alice", "key": 5}]}' >"$tmp/keys.json"
+kill -HUP $pid
+wait_for "the keys stay as they were" "$tmp/err" 30 || fail "no message for a bad keys file at SIGHUP"
+grep -qF 'keys[0].key: must be' "$tmp/err" || fail "the SIGHUP message does not name the field"
+[ "$(post $secret_a '{"prompt":"Emma","max_tokens":2}')" = 200 ] || fail "alice after a bad reload: $(cat "$tmp/b")"
+sed 's/"sk-bud-91aa", "budget_tokens": 30/"sk-bud-91aa", "budget_tokens": 1000/' "$tmp/keys.good" >"$tmp/keys.json"
+kill -HUP $pid
+wait_for "reloaded the keys file" "$tmp/err" 30 || fail "no reload at SIGHUP"
+[ "$(post sk-bud-91aa "$exact")" = 200 ] || fail "bud with a raised budget: $(cat "$tmp/b")"
 stop
 
 # ---- a corrupt usage state stops it

@@ -581,12 +581,54 @@ static void test_timeouts(void **state) {
     ix_server_destroy(s);
 }
 
+static void test_reload(void **state) {
+    (void)state;
+    ix_server *s = server_with("reload.json",
+                               "{\"keys\": [{\"name\":\"stay\",\"key\":\"sk-stay\",\"requests_per_minute\":1},"
+                               "{\"name\":\"gone\",\"key\":\"sk-gone\"}]}",
+                               0, 0, NULL);
+    resp r;
+    assert_int_equal(req(s, "sk-stay", "POST", "/v1/completions", exact_body(2, NULL), &r), 200);
+    resp_free(&r);
+    /* a bad file: an error naming the field, and the keys stay as they were */
+    write_file(path_of("reload.json"), "{\"keys\": [{\"name\":\"stay\",\"key\":\"sk-stay\",\"max_tokens\":-1}]}");
+    ix_errbuf err = {{0}};
+    assert_int_equal(ix_server_reload_keys(s, &err), IX_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "keys[0].max_tokens"));
+    assert_int_equal(req(s, "sk-gone", "POST", "/v1/completions", exact_body(1, NULL), &r), 200);
+    resp_free(&r);
+    /* stay: a new limit and a new secret, its window kept; gone: revoked; new: added */
+    write_file(path_of("reload.json"), "{\"keys\": [{\"name\":\"new\",\"key\":\"sk-new\",\"max_tokens\":3},"
+                                       "{\"name\":\"stay\",\"key\":\"sk-stay2\",\"requests_per_minute\":1}]}");
+    assert_int_equal(ix_server_reload_keys(s, &err), IX_OK);
+    req(s, "sk-gone", "POST", "/v1/completions", exact_body(1, NULL), &r);
+    assert_int_equal(r.status, 401);
+    resp_free(&r);
+    req(s, "sk-stay", "POST", "/v1/completions", exact_body(1, NULL), &r);
+    assert_int_equal(r.status, 401);
+    resp_free(&r);
+    req(s, "sk-stay2", "POST", "/v1/completions", exact_body(1, NULL), &r);
+    expect_error(&r, 429, "rate_limit_exceeded", "rate_limit_exceeded", "requests per minute: limit 1");
+    resp_free(&r);
+    req(s, "sk-new", "POST", "/v1/completions", exact_body(4, NULL), &r);
+    expect_error(&r, 400, "invalid_request_error", "max_tokens_exceeded", "at most 3");
+    resp_free(&r);
+    assert_int_equal(usage_int(s, "sk-stay2", "totals", "requests"), 1);
+    ix_server_destroy(s);
+    /* a server without a keys file has nothing to reload */
+    ix_server_params sp = ix_server_default_params();
+    sp.port = 0;
+    assert_int_equal(ix_server_create(&s, g_engine, &sp, &err), IX_OK);
+    assert_int_equal(ix_server_reload_keys(s, &err), IX_ERR_STATE);
+    ix_server_destroy(s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_keys_file_errors),        cmocka_unit_test(test_requests_per_minute),
         cmocka_unit_test(test_tokens_per_minute),       cmocka_unit_test(test_concurrency_and_caps),
         cmocka_unit_test(test_budgets_persist),         cmocka_unit_test(test_usage_metrics_and_secrets),
-        cmocka_unit_test(test_timeouts),
+        cmocka_unit_test(test_timeouts),                cmocka_unit_test(test_reload),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

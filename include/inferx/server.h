@@ -115,6 +115,13 @@ uint16_t ix_server_port(const ix_server *s);
  * drain_ms, then cancels the rest in the engine (they end with finish_reason
  * "abort") and stops the HTTP threads. Idempotent. */
 void ix_server_shutdown(ix_server *s, int64_t drain_ms);
+/* Reads the keys file (ix_server_params.keys_file) again, as strictly as at
+ * creation; on any error the keys stay as they were (the reason in err;
+ * IX_ERR_STATE without a keys file). A key whose name is still there gets
+ * its new settings and keeps its usage, budget spent and requests in
+ * flight; new names are added; names gone are refused from now on (their
+ * requests in flight finish). Any thread (inferx serve: SIGHUP). */
+ix_status ix_server_reload_keys(ix_server *s, ix_errbuf *err);
 /* From another thread while ix_server_shutdown drains: stop waiting for the
  * requests in flight and cancel them now (a second SIGTERM). */
 void ix_server_hurry(ix_server *s);

@@ -3,8 +3,9 @@
  * (new connections are refused), let requests in flight finish for
  * --shutdown-timeout seconds, cancel the rest, exit 0; a second SIGINT /
  * SIGTERM cancels them at once. SIGHUP reopens the access log file (log
- * rotation). The signals are blocked in every thread and taken with sigwait
- * on the main thread, so no handler runs in async-signal context.
+ * rotation) and reads the --keys-file again. The signals are blocked in
+ * every thread and taken with sigwait on the main thread, so no handler
+ * runs in async-signal context.
  * API keys come from --api-key (repeatable), --api-key-file (one per line)
  * or $INFERX_API_KEY, and with their limits from --keys-file (the server
  * reads and checks it); the JSON access log goes to stderr, a file or
@@ -168,6 +169,18 @@ static void reopen_log(FILE *log, const char *path) {
     fprintf(stderr, ok ? "inferx serve: SIGHUP: reopened the access log %s\n"
                        : "inferx serve: SIGHUP: cannot reopen %s (still writing the old file)\n",
             path);
+}
+
+/* SIGHUP: the access log reopened, and the keys file read again (a bad
+ * file keeps the keys as they were, and says why). */
+static void on_sighup(FILE *log, const char *log_path, ix_server *srv, const char *keys_file) {
+    reopen_log(log, log_path);
+    if (!keys_file) return;
+    ix_errbuf err = {{0}};
+    if (ix_server_reload_keys(srv, &err) == IX_OK)
+        fprintf(stderr, "inferx serve: SIGHUP: reloaded the keys file %s\n", keys_file);
+    else
+        fprintf(stderr, "inferx serve: SIGHUP: %s (the keys stay as they were)\n", err.msg);
 }
 
 typedef struct drain_job {
@@ -358,7 +371,7 @@ int ix_cli_serve(int argc, char **argv) {
         fprintf(stderr, "inferx serve: model '%s' (%s) on http://%s:%u\n", name, model, sp.host,
                 (unsigned)ix_server_port(srv));
     int sig = 0;
-    while (sigwait(&sigs, &sig) == 0 && sig == SIGHUP) reopen_log(log, access_log);
+    while (sigwait(&sigs, &sig) == 0 && sig == SIGHUP) on_sighup(log, access_log, srv, sp.keys_file);
     fprintf(stderr, "inferx serve: %s: shutting down (up to %llu s for requests in flight; %s again cancels them)\n",
             sig == SIGINT ? "SIGINT" : "SIGTERM", (unsigned long long)shutdown_s, sig == SIGINT ? "SIGINT" : "SIGTERM");
     /* The drain runs on a thread of its own, so that this one still takes
@@ -373,7 +386,7 @@ int ix_cli_serve(int argc, char **argv) {
             struct timespec ts = {0, 100 * 1000 * 1000};
             int s2 = sigtimedwait(&sigs, NULL, &ts);
             if (s2 == SIGHUP) {
-                reopen_log(log, access_log);
+                on_sighup(log, access_log, srv, sp.keys_file);
             } else if ((s2 == SIGINT || s2 == SIGTERM) && !hurried) {
                 fprintf(stderr, "inferx serve: %s again: cancelling the requests in flight now\n",
                         s2 == SIGINT ? "SIGINT" : "SIGTERM");

@@ -1092,7 +1092,7 @@ static int parse_request(ix_server *s, json_t *req, bool chat, parsed *p, ixs_jo
     if (got) r->deadline_ms = i64;
     /* Prefix-cache namespace: the API key's (each key a tenant), further
      * split by cache_salt; without keys the salt's, or 0 (shared). */
-    uint64_t ns = j->key >= 0 ? s->key_ns[j->key] : 0;
+    uint64_t ns = ix__policy_key_ns(s, j->key);
     json_t *salt = json_object_get(req, "cache_salt");
     if (salt && !json_is_null(salt)) {
         if (!json_is_string(salt)) return IXS_BAD(e, "cache_salt", "'cache_salt' must be a string");

@@ -102,7 +102,9 @@ typedef struct pkey {
     size_t n_models;
     int32_t priority;
     bool has_priority, metrics;
-    /* Under the policy's mutex. */
+    uint64_t ns;  /* the prefix-cache tenant: from the name, so that a new secret keeps it */
+    bool revoked; /* gone from the keys file at a reload: refused, its numbers kept */
+    /* Under the policy's mutex (the settings above too, which a reload changes). */
     bucket req, tok;
     int32_t active;
     int64_t spent_tokens; /* persistent (the usage state) */
@@ -113,9 +115,13 @@ typedef struct pkey {
 
 struct ixs_policy {
     pthread_mutex_t mu;
-    pkey *keys; /* (n) */
-    size_t n;
+    /* (n) every key the keys file has had since the start, each allocated
+     * once and kept until the policy goes (jobs hold their key's index),
+     * in the file's order, then those a reload added. Under mu. */
+    pkey **keys;
+    size_t n, cap;
     size_t base;      /* the index of keys[0] in the server's numbering (n_api_keys) */
+    char *keys_path;  /* NULL: no keys file (set once at creation) */
     double timeout_s; /* the server's default; <= 0: none */
     double cost_per_hour;
     int32_t n_ctx;
@@ -141,7 +147,7 @@ void ix__policy_set_clock(ix_server *s, uint64_t (*fn)(void *user), void *user) 
     p->now = fn ? fn : real_now;
     p->now_user = fn ? user : NULL;
     uint64_t t = p->now(p->now_user);
-    for (size_t i = 0; i < p->n; i++) p->keys[i].req.t_ns = p->keys[i].tok.t_ns = t;
+    for (size_t i = 0; i < p->n; i++) p->keys[i]->req.t_ns = p->keys[i]->tok.t_ns = t;
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -164,25 +170,47 @@ static double bucket_wait_s(const bucket *b, double need) {
     return b->level >= need ? 0 : (need - b->level) / b->per_s;
 }
 
+/* The keys file entry of a key index, or NULL (a plain key, none). Under
+ * p->mu. */
 static pkey *key_of(const ix_server *s, int key) {
     const ixs_policy *p = s->policy;
     if (!p || key < 0 || (size_t)key < p->base || (size_t)key - p->base >= p->n) return NULL;
-    return &p->keys[(size_t)key - p->base];
+    return p->keys[(size_t)key - p->base];
 }
 
-bool ix__policy_has_keys(const ix_server *s) { return s->n_api_keys > 0 || (s->policy && s->policy->n > 0); }
+bool ix__policy_has_keys(const ix_server *s) { return s->n_api_keys > 0 || (s->policy && s->policy->keys_path); }
 
-bool ix__policy_model_allowed(const ix_server *s, int key) {
-    const pkey *k = key_of(s, key);
+/* Under p->mu. */
+static bool model_ok(const ix_server *s, const pkey *k) {
     if (!k || !k->models) return true;
     for (size_t m = 0; m < k->n_models; m++)
         if (!strcmp(k->models[m], s->model_name)) return true;
     return false;
 }
 
+bool ix__policy_model_allowed(const ix_server *s, int key) {
+    if (!s->policy) return true;
+    pthread_mutex_lock(&s->policy->mu);
+    bool ok = model_ok(s, key_of(s, key));
+    pthread_mutex_unlock(&s->policy->mu);
+    return ok;
+}
+
 const char *ix__policy_key_name(const ix_server *s, int key) {
+    if (!s->policy) return NULL;
+    pthread_mutex_lock(&s->policy->mu);
     const pkey *k = key_of(s, key);
-    return k ? k->name : NULL;
+    pthread_mutex_unlock(&s->policy->mu);
+    return k ? k->name : NULL; /* names never change, keys are never freed */
+}
+
+uint64_t ix__policy_key_ns(const ix_server *s, int key) {
+    if (key < 0) return 0;
+    if ((size_t)key < s->n_api_keys) return s->key_ns[key];
+    pthread_mutex_lock(&s->policy->mu);
+    const pkey *k = key_of(s, key);
+    pthread_mutex_unlock(&s->policy->mu);
+    return k ? k->ns : 0;
 }
 
 /* ---- the keys file ---------------------------------------------------------- */
@@ -319,9 +347,16 @@ static void key_free(pkey *k) {
     ix_free(k->models);
 }
 
-/* Reads the keys file into p->keys; checks names and secrets are unique,
- * and unlike every plain key of s. */
-static ix_status load_keys(ix_server *s, ixs_policy *p, const char *path, ix_errbuf *err) {
+static void keys_free(pkey *arr, size_t n) {
+    for (size_t i = 0; i < n; i++) key_free(&arr[i]);
+    ix_free(arr);
+}
+
+/* Reads and checks the keys file into a new array of settings (*out, *n_out);
+ * names and secrets must be unique, and unlike every plain key of s. */
+static ix_status read_keys(ix_server *s, const char *path, pkey **out, size_t *n_out, ix_errbuf *err) {
+    *out = NULL;
+    *n_out = 0;
     json_error_t je;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
@@ -330,46 +365,105 @@ static ix_status load_keys(ix_server *s, ixs_policy *p, const char *path, ix_err
         return ix_errf(err, IX_ERR_INVALID, "keys file %s: line %d, column %d: %s", path, je.line, je.column, je.text);
     }
     ix_status st = IX_OK;
-    json_t *arr = json_object_get(root, "keys");
-    if (!json_is_object(root) || json_object_size(root) != 1 || !json_is_array(arr) || !json_array_size(arr)) {
+    pkey *arr = NULL;
+    size_t n = 0;
+    json_t *list = json_object_get(root, "keys");
+    if (!json_is_object(root) || json_object_size(root) != 1 || !json_is_array(list) || !json_array_size(list)) {
         st = ix_errf(err, IX_ERR_INVALID, "keys file %s: must be an object {\"keys\": [...]} with at least one key "
                      "and no other member", path);
         goto out;
     }
-    size_t n = json_array_size(arr);
-    if (!(p->keys = ix_calloc(n, sizeof *p->keys))) {
+    if (!(arr = ix_calloc(json_array_size(list), sizeof *arr))) {
         st = ix_errf(err, IX_ERR_NOMEM, "out of memory");
         goto out;
     }
-    for (size_t i = 0; i < n; i++) {
-        p->n = i + 1;
-        if ((st = parse_key(json_array_get(arr, i), path, i, s->p.cost_per_hour_usd, &p->keys[i], err)) != IX_OK)
+    for (size_t i = 0; i < json_array_size(list); i++) {
+        n = i + 1;
+        if ((st = parse_key(json_array_get(list, i), path, i, s->p.cost_per_hour_usd, &arr[i], err)) != IX_OK)
             goto out;
         for (size_t j = 0; j < i; j++) {
-            if (!strcmp(p->keys[j].name, p->keys[i].name)) {
+            if (!strcmp(arr[j].name, arr[i].name)) {
                 st = ix_errf(err, IX_ERR_INVALID, "keys file %s: keys[%zu].name: '%s' is also keys[%zu]'s", path, i,
-                             p->keys[i].name, j);
+                             arr[i].name, j);
                 goto out;
             }
-            if (!memcmp(p->keys[j].sha, p->keys[i].sha, 32)) {
+            if (!memcmp(arr[j].sha, arr[i].sha, 32)) {
                 st = ix_errf(err, IX_ERR_INVALID, "keys file %s: keys[%zu] (%s): the same secret as keys[%zu] (%s)",
-                             path, i, p->keys[i].name, j, p->keys[j].name);
+                             path, i, arr[i].name, j, arr[j].name);
                 goto out;
             }
         }
         for (size_t j = 0; j < s->n_api_keys; j++) {
             uint8_t h[32];
             ix__sha256(s->api_keys[j], strlen(s->api_keys[j]), h);
-            if (!memcmp(h, p->keys[i].sha, 32)) {
+            if (!memcmp(h, arr[i].sha, 32)) {
                 st = ix_errf(err, IX_ERR_INVALID, "keys file %s: keys[%zu] (%s): the same secret as an --api-key key",
-                             path, i, p->keys[i].name);
+                             path, i, arr[i].name);
                 goto out;
             }
         }
     }
 out:
     json_decref(root);
-    return st;
+    if (st != IX_OK) {
+        keys_free(arr, n);
+        return st;
+    }
+    *out = arr;
+    *n_out = n;
+    return IX_OK;
+}
+
+/* A bucket for a new limit: an unchanged one keeps its level. */
+static void bucket_set(bucket *b, int64_t limit, uint64_t t) {
+    if (b->cap == (double)limit) return;
+    bucket_init(b, limit, t);
+}
+
+/* Takes the settings of fresh (n) into p under p->mu: a key whose name is
+ * known gets the new settings (its usage, budget spent and in-flight count
+ * stay), a new name is added, a name no longer there is revoked. The
+ * settings' strings move out of fresh; the caller frees what is left. */
+static ix_status merge_keys(ixs_policy *p, pkey *fresh, size_t n, uint64_t t) {
+    size_t add = 0;
+    for (size_t i = 0; i < n; i++) {
+        bool known = false;
+        for (size_t j = 0; j < p->n && !known; j++) known = !strcmp(p->keys[j]->name, fresh[i].name);
+        add += !known;
+    }
+    if (p->n + add > p->cap) { /* grown first, so that nothing changes unless all of it can */
+        size_t cap = p->n + add + 8;
+        pkey **k = ix_realloc(p->keys, cap * sizeof *k);
+        if (!k) return IX_ERR_NOMEM;
+        p->keys = k;
+        p->cap = cap;
+    }
+    for (size_t j = 0; j < p->n; j++) p->keys[j]->revoked = true;
+    for (size_t i = 0; i < n; i++) {
+        pkey *f = &fresh[i], *k = NULL;
+        for (size_t j = 0; j < p->n && !k; j++)
+            if (!strcmp(p->keys[j]->name, f->name)) k = p->keys[j];
+        if (!k) {
+            if (!(k = ix_calloc(1, sizeof *k))) return IX_ERR_NOMEM; /* the rest stay revoked until the next reload */
+            k->name = f->name;
+            f->name = NULL;
+            uint64_t h = ix__srv_fnv1a(ix__srv_fnv1a(IXS_FNV_BASIS, "keys-file:", 10), k->name, strlen(k->name) + 1);
+            k->ns = h ? h : 1;
+            p->keys[p->n++] = k;
+        }
+        for (size_t m = 0; m < k->n_models; m++) ix_free(k->models[m]);
+        ix_free(k->models);
+        memcpy(k->sha, f->sha, sizeof k->sha);
+        k->rpm = f->rpm, k->tpm = f->tpm, k->max_concurrent = f->max_concurrent, k->max_tokens = f->max_tokens;
+        k->budget_tokens = f->budget_tokens, k->budget_usd = f->budget_usd;
+        k->models = f->models, k->n_models = f->n_models;
+        f->models = NULL, f->n_models = 0;
+        k->priority = f->priority, k->has_priority = f->has_priority, k->metrics = f->metrics;
+        k->revoked = false;
+        bucket_set(&k->req, k->rpm, t);
+        bucket_set(&k->tok, k->tpm, t);
+    }
+    return IX_OK;
 }
 
 /* ---- the usage state file --------------------------------------------------- */
@@ -407,9 +501,9 @@ static ix_status load_state(ixs_policy *p, ix_errbuf *err) {
         }
         bool found = false;
         for (size_t i = 0; i < p->n; i++)
-            if (!strcmp(p->keys[i].name, name)) {
-                p->keys[i].spent_tokens = json_integer_value(t);
-                p->keys[i].spent_usd = json_number_value(u);
+            if (!strcmp(p->keys[i]->name, name)) {
+                p->keys[i]->spent_tokens = json_integer_value(t);
+                p->keys[i]->spent_usd = json_number_value(u);
                 found = true;
             }
         if (!found) IX_LOGW("server: usage state %s: key '%.64s' is not in the keys file; dropped", p->state_path, name);
@@ -427,9 +521,9 @@ static char *state_text(ixs_policy *p) {
     json_t *root = json_pack("{s:i, s:o}", "version", 1, "keys", keys);
     if (!root) return NULL;
     for (size_t i = 0; i < p->n; i++)
-        json_object_set_new(keys, p->keys[i].name, json_pack("{s:I, s:f}", "spent_tokens",
-                                                             (json_int_t)p->keys[i].spent_tokens, "spent_usd",
-                                                             p->keys[i].spent_usd));
+        json_object_set_new(keys, p->keys[i]->name, json_pack("{s:I, s:f}", "spent_tokens",
+                                                              (json_int_t)p->keys[i]->spent_tokens, "spent_usd",
+                                                              p->keys[i]->spent_usd));
     char *text = json_dumps(root, JSON_INDENT(1) | JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
     json_decref(root);
     return text;
@@ -518,8 +612,14 @@ ix_status ix__policy_create(ix_server *s, const ix_server_params *sp, ix_errbuf 
     p->cost_per_hour = sp->cost_per_hour_usd;
     s->policy = p;
     if (!sp->keys_file || !*sp->keys_file) return IX_OK;
-    ix_status st = load_keys(s, p, sp->keys_file, err);
+    if (!(p->keys_path = ix_strdup(sp->keys_file))) return ix_errf(err, IX_ERR_NOMEM, "out of memory");
+    pkey *fresh;
+    size_t n;
+    ix_status st = read_keys(s, sp->keys_file, &fresh, &n, err);
     if (st != IX_OK) return st;
+    st = merge_keys(p, fresh, n, now_ns(p));
+    keys_free(fresh, n);
+    if (st != IX_OK) return ix_errf(err, st, "out of memory");
     /* The usage state: given, or beside the keys file. */
     if (sp->usage_state && *sp->usage_state) {
         p->state_path = ix_strdup(sp->usage_state);
@@ -528,19 +628,6 @@ ix_status ix__policy_create(ix_server *s, const ix_server_params *sp, ix_errbuf 
     }
     if (!p->state_path) return ix_errf(err, IX_ERR_NOMEM, "out of memory");
     if ((st = load_state(p, err)) != IX_OK) return st;
-    uint64_t *ns = ix_realloc(s->key_ns, (p->base + p->n) * sizeof *ns);
-    if (!ns) return ix_errf(err, IX_ERR_NOMEM, "out of memory");
-    s->key_ns = ns;
-    uint64_t t = now_ns(p);
-    for (size_t i = 0; i < p->n; i++) {
-        pkey *k = &p->keys[i];
-        /* The prefix-cache tenant: the digest (and a tag, apart from the
-         * plain keys' namespaces). */
-        uint64_t h = ix__srv_fnv1a(ix__srv_fnv1a(IXS_FNV_BASIS, "keys-file", 9), k->sha, sizeof k->sha);
-        ns[p->base + i] = h ? h : 1;
-        bucket_init(&k->req, k->rpm, t);
-        bucket_init(&k->tok, k->tpm, t);
-    }
     if (pthread_create(&p->saver, NULL, saver_main, p) != 0)
         return ix_errf(err, IX_ERR_NOMEM, "cannot start the usage state saver thread");
     p->saver_on = true;
@@ -559,8 +646,12 @@ void ix__policy_destroy(ix_server *s) {
         pthread_join(p->saver, NULL);
         save_if_dirty(p, true);
     }
-    for (size_t i = 0; i < p->n; i++) key_free(&p->keys[i]);
+    for (size_t i = 0; i < p->n; i++) {
+        key_free(p->keys[i]);
+        ix_free(p->keys[i]);
+    }
     ix_free(p->keys);
+    ix_free(p->keys_path);
     ix_free(p->state_path);
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
@@ -570,16 +661,37 @@ void ix__policy_destroy(ix_server *s) {
 
 int ix__policy_auth(ix_server *s, const char *token) {
     ixs_policy *p = s->policy;
-    if (!p || !p->n) return -1;
+    if (!p || !p->keys_path) return -1;
     uint8_t h[32];
     ix__sha256(token, strlen(token), h);
     int found = -1;
+    pthread_mutex_lock(&p->mu);
     for (size_t i = 0; i < p->n; i++) {
         unsigned diff = 0;
-        for (int b = 0; b < 32; b++) diff |= h[b] ^ p->keys[i].sha[b];
-        if (diff == 0 && found < 0) found = (int)(p->base + i);
+        for (int b = 0; b < 32; b++) diff |= h[b] ^ p->keys[i]->sha[b];
+        if (diff == 0 && found < 0 && !p->keys[i]->revoked) found = (int)(p->base + i);
     }
+    pthread_mutex_unlock(&p->mu);
     return found;
+}
+
+ix_status ix_server_reload_keys(ix_server *s, ix_errbuf *err) {
+    ixs_policy *p = s->policy;
+    if (!p || !p->keys_path) return ix_errf(err, IX_ERR_STATE, "the server has no keys file");
+    pkey *fresh;
+    size_t n;
+    ix_status st = read_keys(s, p->keys_path, &fresh, &n, err);
+    if (st != IX_OK) return st;
+    pthread_mutex_lock(&p->mu);
+    st = merge_keys(p, fresh, n, now_ns(p));
+    size_t live = 0;
+    for (size_t i = 0; i < p->n; i++) live += !p->keys[i]->revoked;
+    p->dirty = true; /* new keys enter the state */
+    pthread_mutex_unlock(&p->mu);
+    keys_free(fresh, n);
+    if (st != IX_OK) return ix_errf(err, st, "out of memory");
+    IX_LOGI("server: reloaded %s: %zu key(s)", p->keys_path, live);
+    return IX_OK;
 }
 
 /* ---- admission ------------------------------------------------------------------ */
@@ -609,8 +721,13 @@ static int parse_timeout(ixs_policy *p, json_t *req, ixs_job_pol *jp, ixs_err *e
 static int admit_rules(ixs_conn *cc, pkey *k, json_t *req, ix_request_params *r, size_t max_prompt,
                        bool max_given, ixs_err *e) {
     ix_server *s = cc->s;
+    if (k->revoked) { /* a reload took it away since it authenticated */
+        ix__srv_errf(e, 401, "invalid_request_error", NULL, "Incorrect API key provided: it was revoked.");
+        e->code = "invalid_api_key";
+        return -1;
+    }
     if (k->models) {
-        if (!ix__policy_model_allowed(s, cc->key)) {
+        if (!model_ok(s, k)) {
             ix__srv_errf(e, 404, "invalid_request_error", "model",
                          "The model `%s` does not exist or you do not have access to it.", s->model_name);
             e->code = "model_not_found";
@@ -659,11 +776,14 @@ int ix__policy_admit(ixs_conn *cc, json_t *req, ix_request_params *r, const size
     jp->key = -1;
     atomic_init(&jp->timed_out, false);
     if (parse_timeout(p, req, jp, e)) return -1;
-    pkey *k = key_of(s, cc->key);
-    if (!k) return 0;
     size_t max_prompt = 0;
     for (int i = 0; i < n_prompts; i++) max_prompt = prompt_tokens[i] > max_prompt ? prompt_tokens[i] : max_prompt;
     pthread_mutex_lock(&p->mu);
+    pkey *k = key_of(s, cc->key);
+    if (!k) {
+        pthread_mutex_unlock(&p->mu);
+        return 0;
+    }
     int rc = admit_rules(cc, k, req, r, max_prompt, max_tokens_given, e);
     if (rc) goto out;
     /* What it may use of the tokens bucket: prompts, and each choice's
@@ -727,10 +847,10 @@ void ix__policy_job_end(ix_server *s, ixs_job_pol *jp, const ix_usage *u, double
     ixs_policy *p = s->policy;
     if (!p || jp->settled) return;
     jp->settled = true;
-    pkey *k = jp->admitted ? key_of(s, jp->key) : NULL;
-    if (!k) return;
+    if (!jp->admitted) return;
     int64_t used = (int64_t)u->prompt_tokens + (int64_t)u->completion_tokens;
     pthread_mutex_lock(&p->mu);
+    pkey *k = key_of(s, jp->key); /* admitted: a keys-file key, never freed */
     k->active--;
     if (k->tpm) {
         bucket_refill(&k->tok, now_ns(p));
@@ -806,18 +926,21 @@ static void limit_headers(struct MHD_Response *r, const char *what, const bucket
 
 bool ix__policy_headers(ixs_conn *cc, struct MHD_Response *r, int status) {
     ix_server *s = cc->s;
-    pkey *k = key_of(s, cc->key);
-    if (k && (k->rpm || k->tpm)) {
-        ixs_policy *p = s->policy;
+    ixs_policy *p = s->policy;
+    bucket req = {0}, tok = {0};
+    if (p && cc->key >= 0 && (size_t)cc->key >= s->n_api_keys) {
         pthread_mutex_lock(&p->mu);
-        uint64_t t = now_ns(p);
-        bucket_refill(&k->req, t);
-        bucket_refill(&k->tok, t);
-        bucket req = k->req, tok = k->tok;
+        pkey *k = key_of(s, cc->key);
+        if (k) {
+            uint64_t t = now_ns(p);
+            bucket_refill(&k->req, t);
+            bucket_refill(&k->tok, t);
+            req = k->req, tok = k->tok;
+        }
         pthread_mutex_unlock(&p->mu);
-        if (k->rpm) limit_headers(r, "requests", &req);
-        if (k->tpm) limit_headers(r, "tokens", &tok);
     }
+    if (req.cap > 0) limit_headers(r, "requests", &req);
+    if (tok.cap > 0) limit_headers(r, "tokens", &tok);
     if (status != 429 || cc->retry_after_s == 0) return false;
     if (cc->retry_after_s > 0) {
         char v[32];
@@ -829,10 +952,14 @@ bool ix__policy_headers(ixs_conn *cc, struct MHD_Response *r, int status) {
 
 int ix__policy_metrics_access(ixs_conn *cc, ixs_err *e) {
     ix_server *s = cc->s;
-    if (!s->policy || !s->policy->n) return 0; /* no keys file: open, as before */
+    ixs_policy *p = s->policy;
+    if (!p || !p->keys_path) return 0; /* no keys file: open, as before */
     if (cc->key >= 0 && (size_t)cc->key < s->n_api_keys) return 0;
+    pthread_mutex_lock(&p->mu);
     pkey *k = key_of(s, cc->key);
-    if (k && k->metrics) return 0;
+    bool allowed = k && k->metrics;
+    pthread_mutex_unlock(&p->mu);
+    if (allowed) return 0;
     if (!k) {
         ix__srv_errf(e, 401, "invalid_request_error", NULL,
                      "Incorrect or missing API key: /metrics needs 'Authorization: Bearer <key>' of a key with "
@@ -858,10 +985,12 @@ static json_t *window_json(const bucket *b) {
 enum MHD_Result ix__policy_usage(ixs_conn *cc) {
     ix_server *s = cc->s;
     ixs_policy *p = s->policy;
-    pkey *k = key_of(s, cc->key);
-    if (!k) /* a plain key, or no keys at all */
-        return ix__srv_reply_json(cc, 200, json_pack("{s:s, s:n, s:b}", "object", "usage", "key", "unlimited", 1));
     pthread_mutex_lock(&p->mu);
+    pkey *k = key_of(s, cc->key);
+    if (!k) { /* a plain key, or no keys at all */
+        pthread_mutex_unlock(&p->mu);
+        return ix__srv_reply_json(cc, 200, json_pack("{s:s, s:n, s:b}", "object", "usage", "key", "unlimited", 1));
+    }
     uint64_t t = now_ns(p);
     bucket_refill(&k->req, t);
     bucket_refill(&k->tok, t);
@@ -896,7 +1025,7 @@ enum MHD_Result ix__policy_usage(ixs_conn *cc) {
 
 ix_status ix__policy_metrics_render(ix_server *s, ix_buf *b, const char *model_label, size_t model_label_len) {
     ixs_policy *p = s->policy;
-    if (!p || !p->n) return IX_OK;
+    if (!p || !p->keys_path) return IX_OK;
     static const struct {
         const char *name, *type, *help;
     } k_fam[] = {
@@ -915,7 +1044,7 @@ ix_status ix__policy_metrics_render(ix_server *s, ix_buf *b, const char *model_l
         st = ix_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", k_fam[f].name, k_fam[f].help, k_fam[f].name,
                            k_fam[f].type);
         for (size_t i = 0; i < p->n && st == IX_OK; i++) {
-            const pkey *k = &p->keys[i];
+            const pkey *k = p->keys[i];
             if (f == IX_ARRAY_LEN(k_fam) - 1) {
                 for (int r = 0; r < R_N && st == IX_OK; r++)
                     st = ix_buf_printf(b, "%s{%.*s,key=\"%s\",reason=\"%s\"} %llu\n", k_fam[f].name,

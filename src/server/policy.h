@@ -9,8 +9,9 @@
  * from --api-key are unlimited, as before.
  *
  * Key indices (ixs_conn.key, ixs_job.key): [0, n_api_keys) are the plain
- * keys, [n_api_keys, n_api_keys + policy keys) the keys file's, in its
- * order; s->key_ns covers both.
+ * keys, from n_api_keys on the keys file's, in its order, then the keys a
+ * reload (ix_server_reload_keys) added; an index always means the same
+ * key (a key removed by a reload is revoked, not freed).
  *
  * Threads: every entry point may be called from any thread; the policy's
  * mutex guards the buckets, counters and budgets. A saver thread writes the
@@ -31,7 +32,7 @@ typedef struct ixs_job_pol {
 
 /* Reads and checks p->keys_file (strictly: unknown fields, wrong types,
  * duplicate names or keys fail, naming the field), then the usage state
- * file; extends s->key_ns over the file's keys and starts the saver. No
+ * file, and starts the saver. No
  * keys file: only the request timeout is kept. IX_ERR_INVALID / IX_ERR_IO /
  * IX_ERR_FORMAT with the reason in err. */
 ix_status ix__policy_create(ix_server *s, const ix_server_params *p, ix_errbuf *err);
@@ -79,6 +80,8 @@ ix_status ix__policy_metrics_render(ix_server *s, ix_buf *b, const char *model_l
 /* Whether the key may use the served model (its `models`); any key not
  * from the keys file may. */
 bool ix__policy_model_allowed(const ix_server *s, int key);
+/* The prefix-cache namespace of a key index (0: none). */
+uint64_t ix__policy_key_ns(const ix_server *s, int key);
 /* The access log's name for a key (a keys-file key's name), or NULL. */
 const char *ix__policy_key_name(const ix_server *s, int key);
 
