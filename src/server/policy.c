@@ -1023,44 +1023,48 @@ enum MHD_Result ix__policy_usage(ixs_conn *cc) {
     return ix__srv_reply_json(cc, o ? 200 : 500, o);
 }
 
+/* The per-key families of /metrics: one value of a key each (get), or, for
+ * the last row (get NULL), one sample per refusal reason. */
+static double m_requests(const pkey *k) { return (double)k->n_requests; }
+static double m_prompt(const pkey *k) { return (double)k->n_prompt; }
+static double m_completion(const pkey *k) { return (double)k->n_completion; }
+static double m_usd(const pkey *k) { return k->usd; }
+static double m_spent_tokens(const pkey *k) { return (double)k->spent_tokens; }
+static double m_spent_usd(const pkey *k) { return k->spent_usd; }
+static double m_active(const pkey *k) { return (double)k->active; }
+
+static const struct key_family {
+    const char *name, *type, *help;
+    double (*get)(const pkey *k);
+} k_key_families[] = {
+    {"inferx:key_requests_total", "counter", "Requests admitted, by API key (its name in the keys file).", m_requests},
+    {"inferx:key_prompt_tokens_total", "counter", "Prompt tokens of finished requests, by API key.", m_prompt},
+    {"inferx:key_generation_tokens_total", "counter", "Generated tokens of finished requests, by API key.",
+     m_completion},
+    {"inferx:key_cost_usd_total", "counter", "Cost of finished requests (--cost-per-hour), by API key.", m_usd},
+    {"inferx:key_budget_spent_tokens", "gauge", "Tokens charged to the key's budget (kept across restarts).",
+     m_spent_tokens},
+    {"inferx:key_budget_spent_usd", "gauge", "USD charged to the key's budget (kept across restarts).", m_spent_usd},
+    {"inferx:key_requests_in_flight", "gauge", "Requests of the key admitted and not yet finished.", m_active},
+    {"inferx:key_rejected_total", "counter", "Requests refused or cut by the key's policy, by reason.", NULL},
+};
+
 ix_status ix__policy_metrics_render(ix_server *s, ix_buf *b, const char *model_label, size_t model_label_len) {
     ixs_policy *p = s->policy;
     if (!p || !p->keys_path) return IX_OK;
-    static const struct {
-        const char *name, *type, *help;
-    } k_fam[] = {
-        {"inferx:key_requests_total", "counter", "Requests admitted, by API key (its name in the keys file)."},
-        {"inferx:key_prompt_tokens_total", "counter", "Prompt tokens of finished requests, by API key."},
-        {"inferx:key_generation_tokens_total", "counter", "Generated tokens of finished requests, by API key."},
-        {"inferx:key_cost_usd_total", "counter", "Cost of finished requests (--cost-per-hour), by API key."},
-        {"inferx:key_budget_spent_tokens", "gauge", "Tokens charged to the key's budget (kept across restarts)."},
-        {"inferx:key_budget_spent_usd", "gauge", "USD charged to the key's budget (kept across restarts)."},
-        {"inferx:key_requests_in_flight", "gauge", "Requests of the key admitted and not yet finished."},
-        {"inferx:key_rejected_total", "counter", "Requests refused or cut by the key's policy, by reason."},
-    };
     ix_status st = IX_OK;
+    int ml = (int)model_label_len;
     pthread_mutex_lock(&p->mu);
-    for (size_t f = 0; f < IX_ARRAY_LEN(k_fam) && st == IX_OK; f++) {
-        st = ix_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", k_fam[f].name, k_fam[f].help, k_fam[f].name,
-                           k_fam[f].type);
+    for (size_t f = 0; f < IX_ARRAY_LEN(k_key_families) && st == IX_OK; f++) {
+        const struct key_family *kf = &k_key_families[f];
+        st = ix_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", kf->name, kf->help, kf->name, kf->type);
         for (size_t i = 0; i < p->n && st == IX_OK; i++) {
             const pkey *k = p->keys[i];
-            if (f == IX_ARRAY_LEN(k_fam) - 1) {
-                for (int r = 0; r < R_N && st == IX_OK; r++)
-                    st = ix_buf_printf(b, "%s{%.*s,key=\"%s\",reason=\"%s\"} %llu\n", k_fam[f].name,
-                                       (int)model_label_len, model_label, k->name, k_reason_names[r],
-                                       (unsigned long long)k->rejected[r]);
-                continue;
-            }
-            double v = f == 0 ? (double)k->n_requests
-                     : f == 1 ? (double)k->n_prompt
-                     : f == 2 ? (double)k->n_completion
-                     : f == 3 ? k->usd
-                     : f == 4 ? (double)k->spent_tokens
-                     : f == 5 ? k->spent_usd
-                              : (double)k->active;
-            st = ix_buf_printf(b, "%s{%.*s,key=\"%s\"} %.17g\n", k_fam[f].name, (int)model_label_len, model_label,
-                               k->name, v);
+            if (kf->get)
+                st = ix_buf_printf(b, "%s{%.*s,key=\"%s\"} %.17g\n", kf->name, ml, model_label, k->name, kf->get(k));
+            for (int r = 0; !kf->get && r < R_N && st == IX_OK; r++)
+                st = ix_buf_printf(b, "%s{%.*s,key=\"%s\",reason=\"%s\"} %llu\n", kf->name, ml, model_label, k->name,
+                                   k_reason_names[r], (unsigned long long)k->rejected[r]);
         }
     }
     pthread_mutex_unlock(&p->mu);
