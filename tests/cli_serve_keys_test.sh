@@ -34,6 +34,8 @@ bad '{"keys": [{"name": "a", "key": "sk-a", "tokens_per_minute": "lots"}]}' 'key
 bad '{"keys": [{"name": "a", "key": "sk-a", "color": "red"}]}' 'keys[0].color: unknown field'
 bad '{"keys": [{"name": "a", "key": "sk-a"}, {"name": "a", "key": "sk-b"}]}' "keys[1].name: 'a' is also keys[0]'s"
 bad '{"keys": [{"name": "a", "key": "sk-a"' 'line 1'
+out=$(timeout 60 "$bin" serve --port 0 --usage-state "$tmp/u.json" 2>&1)
+[ $? -eq 2 ] || fail "--usage-state without --keys-file: $out"
 out=$(timeout 60 "$bin" serve --port 0 --keys-file "$tmp/nonexistent.json" 2>&1) && fail "a missing keys file was accepted"
 grep -qF "nonexistent.json" <<<"$out" || fail "a missing keys file: $out"
 

@@ -444,6 +444,19 @@ static void test_budgets_persist(void **state) {
     resp r;
     assert_int_equal(req(s, "sk-b", "POST", "/v1/completions", exact_body(20, NULL), &r), 200); /* 30 tokens */
     resp_free(&r);
+    /* the saver writes the change while the server runs (bounded wait, no timing asserted) */
+    bool saved = false;
+    for (int i = 0; i < 1000 && !saved; i++) {
+        FILE *f = fopen(path_of("budget.json.usage.json"), "r");
+        char text[1024] = "";
+        if (f) {
+            text[fread(text, 1, sizeof text - 1, f)] = '\0';
+            fclose(f);
+        }
+        saved = strstr(text, "\"spent_tokens\": 30") != NULL;
+        if (!saved) usleep(20000);
+    }
+    assert_true(saved);
     req(s, "sk-b", "POST", "/v1/completions", exact_body(1, NULL), &r);
     expect_error(&r, 429, "insufficient_quota", "insufficient_quota", "30 of 30 tokens spent");
     assert_string_equal(header(&r, "Retry-After"), ""); /* waiting does not help */

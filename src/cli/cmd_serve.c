@@ -283,6 +283,11 @@ int ix_cli_serve(int argc, char **argv) {
         key_list_free(&keys.list);
         return prc == IX_CLI_HELP ? 0 : 2;
     }
+    if (sp.usage_state && !sp.keys_file) {
+        fprintf(stderr, "inferx serve: --usage-state keeps the budgets of --keys-file's keys: give --keys-file too\n");
+        key_list_free(&keys.list);
+        return 2;
+    }
 
     /* Block the shutdown signals before any thread exists, so that every
      * thread inherits the mask and only sigwait below takes them. */
