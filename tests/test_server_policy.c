@@ -13,6 +13,8 @@
  *     only for keys allowed to read it; no secret in /metrics or the log
  *   - request timeouts, non-streaming (408) and streaming (an error in the
  *     last chunk, then [DONE]), the request cancelled in the engine
+ *   - SIGHUP's reload (ix_server_reload_keys); a key's priority and its
+ *     max_tokens as the default, seen on the engine request
  * The engine has no thread of its own: the test steps it (a stepper thread
  * that runs while g_run is set), so that "a request in flight" or "a
  * request past its deadline" is decided by the test, never by speed; rate
@@ -594,6 +596,47 @@ static void test_timeouts(void **state) {
     ix_server_destroy(s);
 }
 
+/* Admission's effect on the engine request, seen directly: the key's
+ * priority (a request may lower it, not raise it) and the max_tokens cap
+ * as the default. */
+static void test_priority_and_default_cap(void **state) {
+    (void)state;
+    ix_server *s = server_with("prio.json", "{\"keys\": [{\"name\":\"p\",\"key\":\"sk-p\",\"priority\":5,"
+                                            "\"max_tokens\":7}]}",
+                               0, 0, NULL);
+    ixs_conn cc;
+    memset(&cc, 0, sizeof cc);
+    cc.s = s;
+    cc.key = ix__policy_auth(s, "sk-p");
+    assert_int_equal(cc.key, 0); /* no plain keys: the file's first */
+    assert_int_equal(ix__policy_auth(s, "sk-other"), -1);
+    static const struct {
+        const char *req;
+        int32_t asked, want;
+    } cases[] = {
+        {"{}", 0, 5},                /* none asked: the key's */
+        {"{\"priority\": 9}", 9, 5}, /* not above the key's */
+        {"{\"priority\": 2}", 2, 2}, /* lower is fine */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_t *req = json_loads(cases[i].req, 0, NULL);
+        ix_request_params r = ix_request_default_params();
+        r.priority = cases[i].asked;
+        r.max_tokens = 0; /* chat without max_tokens: until the context is full */
+        size_t np = 10;
+        ixs_job_pol jp;
+        memset(&jp, 0, sizeof jp);
+        ixs_err e;
+        assert_int_equal(ix__policy_admit(&cc, req, &r, &np, 1, false, &jp, &e), 0);
+        assert_int_equal(r.priority, cases[i].want);
+        assert_int_equal(r.max_tokens, 7);
+        ix_usage u = {0};
+        ix__policy_job_end(s, &jp, &u, 0);
+        json_decref(req);
+    }
+    ix_server_destroy(s);
+}
+
 static void test_reload(void **state) {
     (void)state;
     ix_server *s = server_with("reload.json",
@@ -642,6 +685,7 @@ int main(void) {
         cmocka_unit_test(test_tokens_per_minute),       cmocka_unit_test(test_concurrency_and_caps),
         cmocka_unit_test(test_budgets_persist),         cmocka_unit_test(test_usage_metrics_and_secrets),
         cmocka_unit_test(test_timeouts),                cmocka_unit_test(test_reload),
+        cmocka_unit_test(test_priority_and_default_cap),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
