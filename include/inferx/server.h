@@ -4,7 +4,8 @@
  * Routes (docs/server.md has the fields, errors and metrics):
  *   POST /v1/chat/completions, POST /v1/completions (streaming with SSE or not),
  *   GET /v1/models, POST /tokenize, POST /detokenize, GET /health, GET /ready,
- *   GET /metrics (Prometheus text), GET / (a chat page for browsers), and
+ *   GET /metrics (Prometheus text), GET /v1/usage (the calling key's limits
+ *   and usage), GET / (a chat page for browsers), and
  *   OPTIONS on any of them (CORS preflight).
  *
  * Threads: a fixed pool of n_http_threads libmicrohttpd threads (epoll), however
@@ -78,6 +79,23 @@ typedef struct ix_server_params {
     const char *otlp_service_name; /* resource service.name; NULL: "inferx" */
     double trace_sample_ratio;     /* traces the server starts itself: the
                                       fraction recorded, 0..1; default 1 */
+    /* Per-key policy (docs/server.md, "Per-key policy"): a JSON keys file
+     * naming each key (its secret or its SHA-256) with its limits --
+     * requests and tokens per minute, concurrent requests, max tokens per
+     * request, token / USD budgets, models, priority, /metrics access. Read
+     * and checked strictly by ix_server_create (IX_ERR_INVALID naming the
+     * field; IX_ERR_IO when it cannot be read). Its keys add to api_key(s),
+     * which stay unlimited. With it, /metrics needs a plain key or a key
+     * with "metrics": true. NULL or "": none. Copied. */
+    const char *keys_file;
+    /* Where the keys' spent budgets are kept across restarts (written
+     * atomically every few seconds when they change, and at destroy; a file
+     * that does not parse is IX_ERR_FORMAT). NULL or "": "<keys_file>.usage.json". */
+    const char *usage_state;
+    /* Request timeout in seconds (a request's own `timeout` may shorten
+     * it): past it the request is cancelled in the engine and answered 408
+     * (a stream: its last chunk carries the error). <= 0: none (default). */
+    double request_timeout_s;
 } ix_server_params;
 
 ix_server_params ix_server_default_params(void);
@@ -106,6 +124,13 @@ uint16_t ix_server_port(const ix_server *s);
  * drain_ms, then cancels the rest in the engine (they end with finish_reason
  * "abort") and stops the HTTP threads. Idempotent. */
 void ix_server_shutdown(ix_server *s, int64_t drain_ms);
+/* Reads the keys file (ix_server_params.keys_file) again, as strictly as at
+ * creation; on any error the keys stay as they were (the reason in err;
+ * IX_ERR_STATE without a keys file). A key whose name is still there gets
+ * its new settings and keeps its usage, budget spent and requests in
+ * flight; new names are added; names gone are refused from now on (their
+ * requests in flight finish). Any thread (inferx serve: SIGHUP). */
+ix_status ix_server_reload_keys(ix_server *s, ix_errbuf *err);
 /* From another thread while ix_server_shutdown drains: stop waiting for the
  * requests in flight and cancel them now (a second SIGTERM). */
 void ix_server_hurry(ix_server *s);

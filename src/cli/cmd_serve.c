@@ -3,10 +3,13 @@
  * (new connections are refused), let requests in flight finish for
  * --shutdown-timeout seconds, cancel the rest, exit 0; a second SIGINT /
  * SIGTERM cancels them at once. SIGHUP reopens the access log file (log
- * rotation). The signals are blocked in every thread and taken with sigwait
- * on the main thread, so no handler runs in async-signal context.
+ * rotation) and reads the --keys-file again. The signals are blocked in
+ * every thread and taken with sigwait on the main thread, so no handler
+ * runs in async-signal context.
  * API keys come from --api-key (repeatable), --api-key-file (one per line)
- * or $INFERX_API_KEY; the JSON access log goes to stderr, a file or nowhere. */
+ * or $INFERX_API_KEY, and with their limits from --keys-file (the server
+ * reads and checks it); the JSON access log goes to stderr, a file or
+ * nowhere. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -168,6 +171,18 @@ static void reopen_log(FILE *log, const char *path) {
             path);
 }
 
+/* SIGHUP: the access log reopened, and the keys file read again (a bad
+ * file keeps the keys as they were, and says why). */
+static void on_sighup(FILE *log, const char *log_path, ix_server *srv, const char *keys_file) {
+    reopen_log(log, log_path);
+    if (!keys_file) return;
+    ix_errbuf err = {{0}};
+    if (ix_server_reload_keys(srv, &err) == IX_OK)
+        fprintf(stderr, "inferx serve: SIGHUP: reloaded the keys file %s\n", keys_file);
+    else
+        fprintf(stderr, "inferx serve: SIGHUP: %s (the keys stay as they were)\n", err.msg);
+}
+
 typedef struct drain_job {
     ix_server *srv;
     int64_t drain_ms;
@@ -224,6 +239,20 @@ int ix_cli_serve(int argc, char **argv) {
          "read keys from FILE, one per line ('#' comments and blank\n"
          "lines skipped); adds to --api-key",
          IX_CLI_OPT_FN, &keys, 0, 0, false, set_api_key_file},
+        {"--keys-file", NULL, "FILE",
+         "per-key policy: a JSON file of named keys with their limits\n"
+         "(requests/tokens per minute, concurrency, max tokens, budgets,\n"
+         "models, priority, /metrics access; docs/server.md); adds to\n"
+         "--api-key, whose keys stay unlimited",
+         IX_CLI_OPT_STR, &sp.keys_file, 0, 0, false, NULL},
+        {"--usage-state", NULL, "FILE",
+         "where the keys' spent budgets persist across restarts\n"
+         "(default: the keys file's name + .usage.json)",
+         IX_CLI_OPT_STR, &sp.usage_state, 0, 0, false, NULL},
+        {"--request-timeout", NULL, "S",
+         "cancel a request running longer than S seconds (answered 408;\n"
+         "a request's 'timeout' may shorten it; 0 = none)",
+         IX_CLI_OPT_F64, &sp.request_timeout_s, 0, 86400, true, NULL},
         {"--served-model-name", NULL, "NAME", "the model's name in the API (default: file name without .gguf)",
          IX_CLI_OPT_STR, &name, 0, 0, false, NULL},
         {"--chat-template", NULL, "NAME|FILE",
@@ -288,6 +317,11 @@ int ix_cli_serve(int argc, char **argv) {
         if (prc == IX_CLI_HELP) usage(stdout, opts, IX_ARRAY_LEN(opts));
         key_list_free(&keys.list);
         return prc == IX_CLI_HELP ? 0 : 2;
+    }
+    if (sp.usage_state && !sp.keys_file) {
+        fprintf(stderr, "inferx serve: --usage-state keeps the budgets of --keys-file's keys: give --keys-file too\n");
+        key_list_free(&keys.list);
+        return 2;
     }
 
     /* Block the shutdown signals before any thread exists, so that every
@@ -380,7 +414,7 @@ int ix_cli_serve(int argc, char **argv) {
         fprintf(stderr, "inferx serve: model '%s' (%s) on http://%s:%u\n", name, model, sp.host,
                 (unsigned)ix_server_port(srv));
     int sig = 0;
-    while (sigwait(&sigs, &sig) == 0 && sig == SIGHUP) reopen_log(log, access_log);
+    while (sigwait(&sigs, &sig) == 0 && sig == SIGHUP) on_sighup(log, access_log, srv, sp.keys_file);
     fprintf(stderr, "inferx serve: %s: shutting down (up to %llu s for requests in flight; %s again cancels them)\n",
             sig == SIGINT ? "SIGINT" : "SIGTERM", (unsigned long long)shutdown_s, sig == SIGINT ? "SIGINT" : "SIGTERM");
     /* The drain runs on a thread of its own, so that this one still takes
@@ -395,7 +429,7 @@ int ix_cli_serve(int argc, char **argv) {
             struct timespec ts = {0, 100 * 1000 * 1000};
             int s2 = sigtimedwait(&sigs, NULL, &ts);
             if (s2 == SIGHUP) {
-                reopen_log(log, access_log);
+                on_sighup(log, access_log, srv, sp.keys_file);
             } else if ((s2 == SIGINT || s2 == SIGTERM) && !hurried) {
                 fprintf(stderr, "inferx serve: %s again: cancelling the requests in flight now\n",
                         s2 == SIGINT ? "SIGINT" : "SIGTERM");

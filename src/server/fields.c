@@ -125,6 +125,7 @@ static const field k_fields[] = {
     {"ignore_eos", BOTH, F_DONE, NULL},
     {"priority", BOTH, F_DONE, NULL},
     {"deadline_ms", BOTH, F_DONE, NULL},
+    {"timeout", BOTH, F_DONE, NULL}, /* seconds; policy.c cancels the request past it */
     {"cache_salt", BOTH, F_DONE, NULL},
     {"grammar", BOTH, F_DONE, NULL},
     {"chat_template_kwargs", CHAT, F_DONE, NULL},

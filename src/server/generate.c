@@ -136,6 +136,7 @@ struct ixs_job {
     int phase;               /* streaming: 0 start, 1 tokens, 2 [DONE] queued */
     ix_buf scratch;
     ixs_jtrace *tr;          /* NULL: not traced */
+    ixs_job_pol pol;         /* per-key admission and timeout (policy.c) */
 };
 
 static void job_unref(ixs_job *j);
@@ -258,7 +259,7 @@ static ixs_job *job_new(ixs_conn *cc) {
     return j;
 }
 
-typedef enum cancel_cause { CANCEL_DISCONNECT, CANCEL_SHUTDOWN, CANCEL_REFUSED } cancel_cause;
+typedef enum cancel_cause { CANCEL_DISCONNECT, CANCEL_SHUTDOWN, CANCEL_REFUSED, CANCEL_TIMEOUT } cancel_cause;
 
 /* Claims the job's cancellation (once) and counts why; fills ids with the
  * engine requests to cancel and returns how many. Any thread; the caller
@@ -271,7 +272,7 @@ static int claim_cancel(ixs_job *j, cancel_cause why, uint64_t ids[IXS_MAX_PROMP
     for (int i = 0; i < j->n_sub; i++)
         if (j->submitted[i] && !j->done[i]) ids[n++] = j->ids[i];
     pthread_mutex_unlock(&j->mu);
-    if (!n || why == CANCEL_REFUSED) return n;
+    if (!n || why == CANCEL_REFUSED || why == CANCEL_TIMEOUT) return n;
     pthread_mutex_lock(&j->s->metrics.mu);
     if (why == CANCEL_SHUTDOWN)
         j->s->metrics.cancelled_shutdown++;
@@ -313,6 +314,7 @@ static void job_free(ixs_job *j) {
     /* Not closed yet: only a job whose client left and that the engine
      * finished after the server had stopped. */
     if (j->accepted && !j->finalized) job_close_abandoned(j);
+    ix__policy_job_end(s, &j->pol, &j->usage, j->cost_usd); /* a refused job's slot */
     ix_free(j->q.ev);
     ix_buf_free(&j->q.text);
     ix_free(j->taken.ev);
@@ -415,6 +417,7 @@ static void job_finalize(ixs_job *j) {
         j->cost_usd = j->s->p.cost_per_hour_usd / 3600.0 * compute_s;
         ix__metrics_cost(&j->s->metrics, j->cost_usd);
     }
+    ix__policy_job_end(j->s, &j->pol, &j->usage, j->cost_usd);
 }
 
 /* ---- tracing ------------------------------------------------------------- */
@@ -594,8 +597,8 @@ void *ix__srv_watch(void *arg) {
         pthread_mutex_lock(&s->jobs_mu);
         for (ixs_job *j = s->jobs; j; j = j->next) {
             if (atomic_load(&j->cancelled)) continue;
-            bool gone = false;
-            if (!aborting) {
+            bool gone = false, late = !aborting && ix__policy_expired(s, &j->pol);
+            if (!aborting && !late) {
                 /* Only while suspended is the socket certainly open: MHD
                  * closes a connection only after it has been resumed. */
                 pthread_mutex_lock(&j->mu);
@@ -611,7 +614,7 @@ void *ix__srv_watch(void *arg) {
                 ids = p;
                 cap = nc;
             }
-            n += (size_t)claim_cancel(j, aborting ? CANCEL_SHUTDOWN : CANCEL_DISCONNECT, ids + n);
+            n += (size_t)claim_cancel(j, aborting ? CANCEL_SHUTDOWN : late ? CANCEL_TIMEOUT : CANCEL_DISCONNECT, ids + n);
         }
         pthread_mutex_unlock(&s->jobs_mu);
         for (size_t i = 0; i < n; i++) ix_engine_cancel(s->engine, ids[i]);
@@ -776,6 +779,10 @@ static enum MHD_Result answer_whole(ixs_job *j, ixs_conn *cc) {
     }
     job_finalize(j);
     ixs_err e;
+    if (ix__policy_timeout_error(&j->pol, &e)) {
+        job_log(j, e.http);
+        return ix__srv_reply_err(cc, &e);
+    }
     for (int i = 0; i < j->n_sub; i++) {
         if (j->fin[i].reason == IX_FINISH_ERROR) {
             ix__srv_errf(&e, 500, "server_error", NULL, "generation failed: %s", j->fin[i].message);
@@ -940,6 +947,7 @@ static void stream_events(ixs_job *j, const bool newly[IXS_MAX_PROMPTS]) {
             json_t *ch, *root = chunk_choice(j, &ch, s * j->n + c);
             if (root) json_object_set_new(ch, "finish_reason", json_string(reason_name(r)));
             if (root && r == IX_FINISH_ERROR) json_object_set_new(root, "error", json_pack("{s:s, s:s}", "message", fi->message, "type", "server_error"));
+            else if (r == IX_FINISH_ABORT) ix__policy_stream_error(&j->pol, root);
             sse(j, root);
         }
     }
@@ -1237,7 +1245,7 @@ static int parse_request(ix_server *s, json_t *req, bool chat, parsed *p, ixs_jo
     if (got) r->deadline_ms = i64;
     /* Prefix-cache namespace: the API key's (each key a tenant), further
      * split by cache_salt; without keys the salt's, or 0 (shared). */
-    uint64_t ns = j->key >= 0 ? s->key_ns[j->key] : 0;
+    uint64_t ns = ix__policy_key_ns(s, j->key);
     json_t *salt = json_object_get(req, "cache_salt");
     if (salt && !json_is_null(salt)) {
         if (!json_is_string(salt)) return IXS_BAD(e, "cache_salt", "'cache_salt' must be a string");
@@ -1351,6 +1359,9 @@ static enum MHD_Result generate(ixs_conn *cc, bool chat, json_t *req, const ixs_
     memset(&p, 0, sizeof p);
     p.r = ix_request_default_params();
     if (parse_request(s, req, chat, &p, j, &e)) goto fail;
+    size_t n_prompt[IXS_MAX_PROMPTS];
+    for (int i = 0; i < p.n_prompts; i++) n_prompt[i] = p.prompts[i].n;
+    if (ix__policy_admit(cc, req, &p.r, n_prompt, p.n_prompts, p.max_tokens_given, &j->pol, &e)) goto fail;
     if (s->p.max_waiting > 0) {
         ix_engine_stats st;
         ix_engine_get_stats(s->engine, &st);
@@ -1431,6 +1442,7 @@ static enum MHD_Result generate(ixs_conn *cc, bool chat, json_t *req, const ixs_
     MHD_add_response_header(resp, "Content-Type", rnd ? rnd->stream_ctype : "text/event-stream");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     ix__srv_cors_headers(cc, resp);
+    ix__policy_headers(cc, resp, 200);
     enum MHD_Result ret = MHD_queue_response(c, 200, resp);
     MHD_destroy_response(resp);
     ix__metrics_http(&s->metrics, ep, 200);

@@ -432,6 +432,7 @@ ix_status ix__metrics_render(ix_server *s, ix_buf *b) {
     one(&p, "inferx:kv_cache_pool_resident_bytes", "gauge",
         "Bytes of the KV cache pool resident in this process (blocks touched so far).",
         (double)ix_engine_kv_pool_resident_bytes(s->engine));
+    if (ix__policy_metrics_render(s, b, p.model, p.model_len) != IX_OK) p.bad = true;
     process_metrics(&p);
     ix_buf_free(&label);
     return p.bad ? IX_ERR_NOMEM : IX_OK;

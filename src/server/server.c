@@ -124,6 +124,7 @@ json_t *ix__srv_log_line(ix_server *s, const char *method, const char *path, int
     json_object_set_new(o, "duration_ms", json_real(round((double)(ix_time_ns() - t0_ns) / 1e3) / 1e3));
     json_object_set_new(o, "remote", json_string(remote ? remote : ""));
     if (key >= 0) json_object_set_new(o, "key_id", json_integer(key + 1));
+    if (ix__policy_key_name(s, key)) json_object_set_new(o, "key", json_string(ix__policy_key_name(s, key)));
     return o;
 }
 
@@ -156,8 +157,9 @@ enum MHD_Result ix__srv_reply_raw(ixs_conn *cc, int status, const char *ctype, c
     MHD_add_response_header(r, "Content-Type", ctype);
     ix__srv_cors_headers(cc, r);
     if (atomic_load(&s->draining)) MHD_add_response_header(r, "Connection", "close");
+    bool retry_set = ix__policy_headers(cc, r, status); /* a limited key's x-ratelimit-* */
     /* Overload answers say when to come back (the queue moves every step). */
-    if (status == 429 || status == 503) MHD_add_response_header(r, "Retry-After", "1");
+    if ((status == 429 || status == 503) && !retry_set) MHD_add_response_header(r, "Retry-After", "1");
     enum MHD_Result ret = MHD_queue_response(cc->c, (unsigned)status, r);
     MHD_destroy_response(r);
     ix__metrics_http(&s->metrics, cc->ep, status);
@@ -227,15 +229,16 @@ static enum MHD_Result do_models(ixs_conn *cc) {
     ix_server *s = cc->s;
     json_t *m = model_json(s);
     json_t *root = m ? json_pack("{s:s, s:[o]}", "object", "list", "data", m) : NULL;
+    if (root && !ix__policy_model_allowed(s, cc->key)) json_array_clear(json_object_get(root, "data"));
     return ix__srv_reply_json(cc, 200, root);
 }
 
 /* GET /v1/models/{id}: the served model's object, 404 for any other id. */
 static enum MHD_Result do_model_one(ixs_conn *cc, const char *id) {
     ix_server *s = cc->s;
-    if (strcmp(id, s->model_name)) {
+    if (strcmp(id, s->model_name) || !ix__policy_model_allowed(s, cc->key)) {
         char msg[200];
-        snprintf(msg, sizeof msg, "The model `%.120s` does not exist.", id);
+        snprintf(msg, sizeof msg, "The model `%.120s` does not exist or you do not have access to it.", id);
         return reply_errf(cc, 404, "invalid_request_error", "model_not_found", "model", msg);
     }
     return ix__srv_reply_json(cc, 200, model_json(s));
@@ -351,7 +354,7 @@ static enum MHD_Result do_metrics(ixs_conn *cc) {
 
 typedef enum route_id {
     R_HEALTH, R_READY, R_METRICS, R_MODELS, R_MODEL_ONE, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT,
-    R_EMBEDDINGS, R_RESPONSES, R_WEB, R_OLLAMA,
+    R_EMBEDDINGS, R_RESPONSES, R_WEB, R_OLLAMA, R_USAGE,
 } route_id;
 
 static const struct route {
@@ -373,6 +376,7 @@ static const struct route {
     {"/v1/models/", "GET", R_MODEL_ONE, true, false, 0},
     {"/v1/embeddings", "POST", R_EMBEDDINGS, true, true, 0},
     {"/v1/responses", "POST", R_RESPONSES, true, true, 0},
+    {"/v1/usage", "GET", R_USAGE, true, false, 0},
     {"/", "GET", R_WEB, false, false, 0},
     {"/api/version", "GET", R_OLLAMA, true, false, IXS_OLLAMA_VERSION},
     {"/api/tags", "GET", R_OLLAMA, true, false, IXS_OLLAMA_TAGS},
@@ -408,7 +412,7 @@ static int auth_key(ix_server *s, struct MHD_Connection *c) {
         for (size_t i = 0; i < len; i++) diff |= (unsigned char)key[i] ^ (unsigned char)(i < n ? h[i] : 0);
         if (diff == 0 && found < 0) found = (int)k;
     }
-    return found;
+    return found >= 0 ? found : ix__policy_auth(s, h);
 }
 
 static enum MHD_Result dispatch(ixs_conn *cc) {
@@ -446,7 +450,8 @@ static enum MHD_Result dispatch(ixs_conn *cc) {
     }
     cc->ep = rt->path;
     cc->ollama = rt->id == R_OLLAMA;
-    if (rt->auth && s->n_api_keys && (cc->key = auth_key(s, cc->c)) < 0)
+    if ((rt->auth || rt->id == R_METRICS) && ix__policy_has_keys(s)) cc->key = auth_key(s, cc->c);
+    if (rt->auth && ix__policy_has_keys(s) && cc->key < 0)
         return reply_errf(cc, 401, "invalid_request_error", "invalid_api_key", NULL,
                           "Incorrect or missing API key: send 'Authorization: Bearer <key>'.");
     if (cc->too_big) {
@@ -470,8 +475,13 @@ static enum MHD_Result dispatch(ixs_conn *cc) {
         if (atomic_load(&s->draining))
             return reply_errf(cc, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
         return ix__srv_reply_json(cc, 200, json_pack("{s:s, s:s}", "status", "ready", "model", s->model_name));
-    case R_METRICS:
+    case R_METRICS: {
+        ixs_err me;
+        if (ix__policy_metrics_access(cc, &me)) return ix__srv_reply_err(cc, &me);
         return do_metrics(cc);
+    }
+    case R_USAGE:
+        return ix__policy_usage(cc);
     case R_WEB:
         return ix__srv_web_page(cc);
     case R_OLLAMA:
@@ -706,6 +716,8 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
     s->p.chat_template = NULL;
     s->p.otlp_traces_url = NULL;
     s->p.otlp_service_name = NULL;
+    s->p.keys_file = NULL;
+    s->p.usage_state = NULL;
     s->created = time(NULL);
     atomic_init(&s->next_id, (uint64_t)ix_time_ns() ^ ((uint64_t)s->created << 32));
     atomic_init(&s->n_inflight, 0);
@@ -742,6 +754,10 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
         }
         IX_LOGI("server: OpenTelemetry spans go to %s (new traces sampled at %g)", p->otlp_traces_url,
                 p->trace_sample_ratio);
+    }
+    if ((st = ix__policy_create(s, p, err)) != IX_OK) {
+        ix_server_destroy(s);
+        return st;
     }
     /* With the engine at hand, everything is set up before the port opens;
      * without (a model still loading), the port opens now and /ready says
@@ -843,6 +859,7 @@ void ix_server_destroy(ix_server *s) {
     /* A job the engine still holds would touch s: bounded wait. */
     for (int i = 0; i < 1000 && atomic_load(&s->n_inflight) > 0; i++) sleep_ms(10);
     pthread_mutex_destroy(&s->jobs_mu);
+    ix__policy_destroy(s); /* after the jobs: their usage is in the saved state */
     ix__metrics_free(&s->metrics);
     ix__embed_destroy(s);
     ix__trace_destroy(s->tracer); /* after the jobs: the last spans go out */

@@ -11,6 +11,8 @@
  *   responses.c /v1/responses (OpenAI's Responses API over the chat job)
  *   metrics.c  counters, histograms, Prometheus text, cost accounting
  *   ollama.c   Ollama's /api/... (tags, show, ps, version, chat, generate)
+ *   policy.c   per-key policy: the keys file, rate limits, budgets and their
+ *              state file, /v1/usage, per-key metrics, request timeouts
  *   web.c      the chat page at / (web/chat.html, compiled in), CORS headers
  *              and preflights */
 #ifndef IX_SERVER_INT_H
@@ -258,6 +260,7 @@ ix_status ix__tools_parse_output(const char *text, size_t len, ixs_tool_syntax t
 /* ---- the server ------------------------------------------------------- */
 typedef struct ixs_job ixs_job; /* one generation request (generate.c) */
 typedef struct ixs_embedder ixs_embedder; /* embeddings' model context (embed.c) */
+typedef struct ixs_policy ixs_policy;     /* per-key policy (policy.c) */
 
 struct ix_server {
     ix_engine *engine;
@@ -292,6 +295,7 @@ struct ix_server {
     ixs_metrics metrics;
     ixs_embedder *embed;
     ixs_tracer *tracer;      /* NULL: tracing off */
+    ixs_policy *policy;      /* keys file, limits, budgets, timeouts (always set once created) */
 };
 
 /* One HTTP request being answered (MHD's con_cls): what the replies, the
@@ -310,6 +314,7 @@ typedef struct ixs_conn {
     bool started;
     ixs_job *job; /* a non-streaming generation waiting for its finish (a reference) */
     bool ollama;  /* an /api/... route: errors are Ollama's {"error": "..."} */
+    double retry_after_s; /* a policy 429: > 0 its Retry-After, < 0 none; 0: not a policy 429 */
 } ixs_conn;
 
 /* Replies: status + JSON body. Each counts in the metrics and writes the
@@ -431,5 +436,7 @@ json_t *ix__json_text(const char *s, size_t len);
 bool ix__srv_fd_closed(MHD_socket fd);
 /* A fresh "<prefix><24 hex>" id into buf. */
 void ix__srv_new_id(ix_server *s, const char *prefix, char *buf, size_t size);
+
+#include "server/policy.h"
 
 #endif
