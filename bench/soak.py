@@ -43,6 +43,9 @@ def parse_args():
     ap.add_argument("--keys-file", default=None, help="serve with this keys file (per-key limits)")
     ap.add_argument("--key", default=None, help="the key every ordinary request uses")
     ap.add_argument("--limited-key", default=None, help="a key with tight limits: some requests use it")
+    ap.add_argument("--with-limited-key", action="store_true",
+                    help="make a keys file with a key limited to 6 requests/min (sk-soak-limited) and use a plain "
+                         "--api-key sk-soak for the rest")
     ap.add_argument("--rss-tolerance", type=float, default=0.10)
     ap.add_argument("--sample-every", type=float, default=2.0)
     ap.add_argument("--json", action="store_true", help="print the summary as one JSON object")
@@ -206,9 +209,17 @@ def main():
     args = parse_args()
     cmd = [args.binary, "serve", "--port", "0", "--max-waiting", str(args.max_waiting), "--access-log", "off",
            "--served-model-name", "soak"]
+    tmpdir = None
+    if args.with_limited_key:
+        import tempfile
+        tmpdir = tempfile.mkdtemp(prefix="soak.")
+        args.keys_file = os.path.join(tmpdir, "keys.json")
+        with open(args.keys_file, "w") as f:
+            json.dump({"keys": [{"name": "limited", "key": "sk-soak-limited", "requests_per_minute": 6}]}, f)
+        args.key, args.limited_key = "sk-soak", "sk-soak-limited"
     if args.keys_file:
         cmd += ["--keys-file", args.keys_file]
-    elif args.key:
+    if args.key:
         cmd += ["--api-key", args.key]
     cmd += args.serve_args
     srv = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
@@ -286,7 +297,11 @@ def main():
         fails.append(f"resident memory grew {growth * 100:.1f}% from the second fifth of the run to the last")
     if code != 0:
         fails.append(f"inferx serve exited {code} at SIGTERM")
-    for need in ("streamed", "disconnected"):
+    if tmpdir:
+        import shutil
+        shutil.rmtree(tmpdir, ignore_errors=True)
+    needs = ("streamed", "disconnected", "key_limited") if args.limited_key else ("streamed", "disconnected")
+    for need in needs:
         if st.counts.get(need, 0) == 0 and args.seconds >= 10:
             fails.append(f"no request ended as {need}: the load did not exercise it")
     summary = {"seconds": round(elapsed, 1), "streams": args.streams, "max_waiting": args.max_waiting,

@@ -39,12 +39,13 @@ if(TARGET ix_server)
       COMMAND sh -c "command -v node >/dev/null 2>&1 || { echo 'skip: node is not installed'; exit 77; }; exec node \"$0\" \"$1\""
               ${CMAKE_CURRENT_LIST_DIR}/js/otlp_test.mjs $<TARGET_FILE:inferx>)
     set_tests_properties(server_otlp PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
-    # A short soak (bench/soak.py): streams, disconnects and overload for 20 s,
-    # then no KV block referenced, memory flat, every stream well formed.
+    # A short soak (bench/soak.py): streams, disconnects, overload and a
+    # rate-limited key for 20 s, then no KV block referenced, memory flat,
+    # every stream well formed, every refusal with Retry-After.
     find_program(IX_SOAK_PYTHON3 NAMES python3)
     if(IX_SOAK_PYTHON3)
       add_test(NAME server_soak COMMAND ${IX_SOAK_PYTHON3} ${INFERX_SOURCE_DIR}/bench/soak.py $<TARGET_FILE:inferx>
-        --seconds 20 --streams 48 --max-waiting 8 -- -t 2)
+        --seconds 20 --streams 48 --max-waiting 8 --with-limited-key -- -t 2)
       set_tests_properties(server_soak PROPERTIES TIMEOUT 300)
     endif()
   endif()
