@@ -8,3 +8,10 @@ if(TARGET inferx)
   add_test(NAME cli_kvstore COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/cli_kvstore_test.sh $<TARGET_FILE:inferx>
     ${CMAKE_BINARY_DIR})
 endif()
+# The disk tier under the prefix cache: evict to disk, reload, tenants,
+# fingerprints, a corrupted block, the cost decision, persist and reopen.
+ix_add_test(test_kv_disk SOURCES test_kv_disk.c LIBS ix_engine ix_kv ix_kvstore)
+if(TARGET inferx)
+  add_test(NAME cli_serve_disk COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/cli_serve_disk_test.sh $<TARGET_FILE:inferx>)
+  set_tests_properties(cli_serve_disk PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+endif()

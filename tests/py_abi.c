@@ -51,7 +51,7 @@ int main(void) {
     S(ix_engine_params), F(ix_engine_params, sched), F(ix_engine_params, kv_dtype), F(ix_engine_params, kv_mem_bytes),
         F(ix_engine_params, kv_blocks), F(ix_engine_params, kv_block_size), F(ix_engine_params, kv_swap_blocks),
         F(ix_engine_params, enable_prefix_cache), F(ix_engine_params, n_threads), F(ix_engine_params, n_ctx),
-        F(ix_engine_params, start_thread), E();
+        F(ix_engine_params, start_thread), F(ix_engine_params, kv_disk_dir), F(ix_engine_params, kv_disk_max_bytes), E();
     S(ix_kv_stats), F(ix_kv_stats, n_blocks_total), F(ix_kv_stats, n_blocks_used), F(ix_kv_stats, n_blocks_cached),
         F(ix_kv_stats, n_blocks_evictable), F(ix_kv_stats, n_blocks_free), F(ix_kv_stats, n_slots_used),
         F(ix_kv_stats, n_slots_allocated), F(ix_kv_stats, utilization), F(ix_kv_stats, n_seqs),

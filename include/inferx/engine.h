@@ -148,6 +148,8 @@ typedef struct ix_request_params {
 
 ix_request_params ix_request_default_params(void);
 
+struct ix_kvstore_stats;
+
 typedef struct ix_engine_params {
     ix_sched_params sched;
     ix_kv_dtype kv_dtype;      /* default f16 */
@@ -159,6 +161,12 @@ typedef struct ix_engine_params {
     int32_t n_threads;         /* kernel threads; <= 0 all cores */
     int32_t n_ctx;             /* longest sequence; <= 0: the model's context */
     bool start_thread;         /* default true; false: drive with ix_engine_step */
+    /* Disk tier (docs/kv-cache.md): NULL or "" none; else a block store in
+     * this folder under the prefix cache -- evicted blocks are written
+     * there, prompts read them back, and at destroy every cached block is
+     * written so a new engine over the same folder finds them. Copied. */
+    const char *kv_disk_dir;
+    uint64_t kv_disk_max_bytes; /* 0: unbounded; else LRU on disk past it */
 } ix_engine_params;
 
 ix_engine_params ix_engine_default_params(void);
@@ -237,6 +245,11 @@ typedef struct ix_engine_stats {
 } ix_engine_stats;
 /* A consistent snapshot (as of the end of the last step). Any thread. */
 void ix_engine_get_stats(ix_engine *e, ix_engine_stats *out);
+/* The disk tier's counters (zeros without one), as of the last step: the
+ * cache's (blocks out and in, reloads refused or skipped, read and compute
+ * cost) and the store's (blocks and bytes on disk, hits, evictions,
+ * errors). Any thread. false: no disk tier. */
+bool ix_engine_get_disk_stats(ix_engine *e, ix_kv_disk_stats *kv, struct ix_kvstore_stats *store);
 const ix_model *ix_engine_model(const ix_engine *e);
 /* The parameters the engine runs with (defaults filled in). Any thread. */
 ix_engine_params ix_engine_get_params(const ix_engine *e);

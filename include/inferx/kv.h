@@ -110,6 +110,37 @@ typedef struct ix_kv_params {
 /* Defaults as documented above; the model shape is left zero and must be set. */
 ix_kv_params ix_kv_default_params(void);
 
+/* ---- disk tier -------------------------------------------------------------
+ * With a block store attached (kvstore.h), a cached block the pool evicts is
+ * handed to the store (copied and written by the store's thread) instead of
+ * being lost, and ix_kv_seq_adopt_prefix goes on past the RAM hits into the
+ * blocks the store holds: each is read into a new block (the store checks
+ * key, tokens and checksum), registered in the RAM cache and adopted, while
+ * reading a block costs less than computing its tokens (the measured read
+ * time against ix_kv_set_compute_cost; no cost given: always read). A block
+ * that fails its checks is recomputed. model_fp names what computes the K/V
+ * (weights, layout, dtype): other fingerprints never match. The store is
+ * borrowed: it must outlive the cache. Owner thread, as everything here. */
+struct ix_kvstore;
+ix_status ix_kv_attach_disk(ix_kv *kv, struct ix_kvstore *store, uint64_t model_fp);
+/* The engine's measured prefill cost per token, for the reload decision. */
+void ix_kv_set_compute_cost(ix_kv *kv, double ns_per_token);
+/* Hands every cached block to the store and waits until they are written
+ * (at shutdown: a restart finds them). IX_ERR_STATE without a store. */
+ix_status ix_kv_persist_cached(ix_kv *kv);
+
+typedef struct ix_kv_disk_stats {
+    int64_t blocks_out;        /* evicted (or persisted) blocks handed to the store */
+    int64_t blocks_out_dropped; /* the store's queue was full: lost */
+    int64_t blocks_in;         /* read back into the pool */
+    int64_t tokens_in;         /* their tokens: prefill not recomputed */
+    int64_t reload_failed;     /* found but refused by the store's checks: recomputed */
+    int64_t reload_skipped;    /* on disk, but computing was measured cheaper */
+    double read_ns_per_block;  /* running mean of a block read (0: none yet) */
+    double compute_ns_per_token; /* as last set */
+} ix_kv_disk_stats;
+void ix_kv_get_disk_stats(const ix_kv *kv, ix_kv_disk_stats *out);
+
 /* Creates a cache. On failure *out is NULL, nothing is leaked and err (may be
  * NULL) holds the reason: IX_ERR_INVALID / IX_ERR_RANGE for bad parameters,
  * IX_ERR_UNSUPPORTED for IX_KV_Q8, IX_ERR_NOMEM. The caller owns *out.

@@ -158,6 +158,8 @@ class EngineParams(C.Structure):
         ("n_threads", C.c_int32),
         ("n_ctx", C.c_int32),
         ("start_thread", C.c_bool),
+        ("kv_disk_dir", C.c_char_p),
+        ("kv_disk_max_bytes", C.c_uint64),
     ]
 
 

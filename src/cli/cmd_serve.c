@@ -227,6 +227,7 @@ int ix_cli_serve(int argc, char **argv) {
     ix_server_params sp = ix_server_default_params();
     ix_engine_params ep = ix_engine_default_params();
     uint64_t shutdown_s = 30;
+    size_t kv_disk_max = 0;
     const ix_cli_opt opts[] = {
         {"--model", "-m", "FILE", "GGUF model", IX_CLI_OPT_STR, &model, 0, 0, true, NULL},
         {"--host", NULL, "ADDR", "address or host name to bind", IX_CLI_OPT_STR, &sp.host, 0, 0, true, NULL},
@@ -273,6 +274,13 @@ int ix_cli_serve(int argc, char **argv) {
          IX_CLI_OPT_F64, &ep.sched.target_step_ms, 0, 3600e3, true, NULL},
         {"--kv-cache-mem", NULL, "BYTES", "KV cache pool size, suffix K/M/G allowed", IX_CLI_OPT_SIZE, &ep.kv_mem_bytes,
          1, 1e18, true, NULL},
+        {"--kv-disk-dir", NULL, "DIR",
+         "keep KV blocks the cache evicts in DIR and read them back for\n"
+         "prompts that share their prefix; at exit the cached blocks are\n"
+         "written there too, so a restart serves them (default: none)",
+         IX_CLI_OPT_STR, &ep.kv_disk_dir, 0, 0, false, NULL},
+        {"--kv-disk-max", NULL, "BYTES", "the disk tier's size: LRU past it, suffix K/M/G (0 = unbounded)",
+         IX_CLI_OPT_SIZE, &kv_disk_max, 0, 1e18, false, NULL},
         {"--policy", NULL, "fcfs|priority|deadline", "scheduling policy (default fcfs)", IX_CLI_OPT_FN,
          &ep.sched.policy, 0, 0, false, set_policy},
         {"--cost-per-hour", NULL, "USD", "price of this machine: report usage.cost_usd per request", IX_CLI_OPT_F64,
@@ -396,6 +404,7 @@ int ix_cli_serve(int argc, char **argv) {
         fprintf(stderr, "inferx serve: %s: %s\n", model, err.msg);
         goto done;
     }
+    ep.kv_disk_max_bytes = kv_disk_max;
     if (ix_engine_create(&e, m, &ep, &err) != IX_OK) {
         fprintf(stderr, "inferx serve: engine: %s\n", err.msg);
         goto done;

@@ -21,9 +21,13 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
+#include <xxhash.h>
 
 #include "engine/engine_int.h"
 #include "inferx/engine.h"
+#include "inferx/gguf.h"
+#include "inferx/kvstore.h"
 
 /* A compiled constraint, cached by (kind, flags, text). refs counts the
  * requests holding it; an entry out of the cache (evicted, or never cached
@@ -69,6 +73,9 @@ typedef struct req {
 
 struct ix_engine {
     const ix_model *m;
+    ix_kvstore *disk;         /* the disk tier's store, or NULL */
+    ix_kv_disk_stats disk_snap; /* under mu: as of the last publish */
+    double compute_ns_ewma;   /* forward time per token of prefill-sized steps */
     ix_engine_params p;
     ix_kv *kv;
     ix_model_ctx *ctx;
@@ -467,6 +474,44 @@ void ix_engine_get_stats(ix_engine *e, ix_engine_stats *out) {
     pthread_mutex_unlock(&e->mu);
 }
 
+bool ix_engine_get_disk_stats(ix_engine *e, ix_kv_disk_stats *kv, struct ix_kvstore_stats *store) {
+    if (kv) memset(kv, 0, sizeof *kv);
+    if (store) memset(store, 0, sizeof *store);
+    if (!e->disk) return false;
+    pthread_mutex_lock(&e->mu);
+    if (kv) *kv = e->disk_snap;
+    pthread_mutex_unlock(&e->mu);
+    if (store) ix_kvstore_get_stats(e->disk, store); /* the store has its own lock */
+    return true;
+}
+
+/* What computes this engine's K/V, for the disk tier's keys: every weight
+ * tensor's name, type and shape and three 4 KiB samples of its bytes (a
+ * re-quantized or fine-tuned file differs there), and the KV layout. */
+static uint64_t kv_fingerprint(const ix_model *m, const ix_kv *kv) {
+    XXH3_state_t st;
+    XXH3_64bits_reset(&st);
+    const ix_gguf *g = ix_model_gguf(m);
+    for (uint64_t i = 0; i < ix_gguf_n_tensors(g); i++) {
+        const ix_gguf_tensor *t = ix_gguf_tensor_at(g, i);
+        XXH3_64bits_update(&st, t->name.ptr, t->name.len);
+        int64_t shape[IX_GGUF_MAX_DIMS + 2] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3], (int64_t)t->type,
+                                               (int64_t)t->n_bytes};
+        XXH3_64bits_update(&st, shape, sizeof shape);
+        size_t n = t->n_bytes < 4096 ? (size_t)t->n_bytes : 4096;
+        const unsigned char *d = t->data;
+        XXH3_64bits_update(&st, d, n);
+        XXH3_64bits_update(&st, d + (t->n_bytes - n) / 2, n);
+        XXH3_64bits_update(&st, d + (t->n_bytes - n), n);
+    }
+    ix_kv_layout lay;
+    ix_kv_get_layout(kv, &lay);
+    int64_t l[] = {(int64_t)lay.dtype, lay.n_layer, lay.n_kv_head, lay.head_dim, lay.block_size,
+                   (int64_t)lay.block_stride_bytes, (int64_t)lay.v_offset_bytes};
+    XXH3_64bits_update(&st, l, sizeof l);
+    return XXH3_64bits_digest(&st);
+}
+
 /* ---- the step ----------------------------------------------------------------------- */
 
 static ix_status admit(void *ctx, ix_sched_item *it) {
@@ -648,8 +693,11 @@ static void publish(ix_engine *e) {
     e->stats.step_cost_per_token_ms = ss.cost_b_ms;
     ix_model_ctx_get_profile(e->ctx, &e->stats.forward);
     ix_kv_get_stats(e->kv, &e->stats.kv);
+    ix_kv_disk_stats ds;
+    ix_kv_get_disk_stats(e->kv, &ds);
     pthread_mutex_lock(&e->mu);
     e->snapshot = e->stats;
+    e->disk_snap = ds;
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -757,6 +805,11 @@ static ix_status step(ix_engine *e, bool *did_work) {
     }
     uint64_t now = ix_time_ns();
     e->stats.forward_ns += now - t_fwd;
+    if (e->disk && T >= 32) { /* prefill-sized steps: what a token costs to compute */
+        double per = (double)(now - t_fwd) / (double)T;
+        e->compute_ns_ewma = e->compute_ns_ewma > 0 ? 0.8 * e->compute_ns_ewma + 0.2 * per : per;
+        ix_kv_set_compute_cost(e->kv, e->compute_ns_ewma);
+    }
     e->stats.n_steps++;
     /* each request's share of this step, by the tokens it put in */
     for (int32_t w = 0; w < plan.n_work && T > 0; w++) {
@@ -872,7 +925,9 @@ void ix_engine_destroy(ix_engine *e) {
     while (e->active) req_finish(e, e->active, IX_FINISH_ABORT, NULL);
     ix_sched_destroy(e->sched);
     ix_model_ctx_destroy(e->ctx);
+    if (e->disk && e->kv) ix_kv_persist_cached(e->kv); /* a new engine over the folder finds them */
     ix_kv_destroy(e->kv);
+    ix_kvstore_close(e->disk);
     ix_free(e->b_tok);
     ix_free(e->b_pos);
     ix_free(e->b_seq);
@@ -921,6 +976,17 @@ ix_status ix_engine_create(ix_engine **out, const ix_model *m, const ix_engine_p
         kp.n_swap_blocks = p->kv_swap_blocks >= 0 ? p->kv_swap_blocks : blocks;
     }
     if ((s = ix_kv_create(&kp, &e->kv, err)) != IX_OK) goto fail;
+    if (p->kv_disk_dir && *p->kv_disk_dir) {
+        ix_kvstore_params dp = ix_kvstore_default_params();
+        dp.dir = p->kv_disk_dir;
+        dp.max_bytes = p->kv_disk_max_bytes;
+        if ((s = ix_kvstore_open(&e->disk, &dp, err)) != IX_OK) goto fail;
+        uint64_t fp = kv_fingerprint(m, e->kv);
+        ix_kv_attach_disk(e->kv, e->disk, fp);
+        IX_LOGI("engine: KV disk tier in %s (model fingerprint %016llx%s)", p->kv_disk_dir, (unsigned long long)fp,
+                p->kv_disk_max_bytes ? ", LRU past the size given" : "");
+    }
+    e->p.kv_disk_dir = NULL; /* not kept: the store has its copy */
     ix_kv_layout lay;
     ix_kv_get_layout(e->kv, &lay);
     e->block_size = lay.block_size;

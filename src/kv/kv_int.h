@@ -91,6 +91,11 @@ struct ix_kv {
     /* scratch for stats and check: (n_blocks) each, zero between uses */
     int32_t *scratch_a, *scratch_b;
 
+    /* disk tier (ix_kv_attach_disk) */
+    struct ix_kvstore *disk;
+    uint64_t disk_fp;
+    ix_kv_disk_stats dstats;
+
     /* counters */
     int64_t prefix_queried, prefix_hit;
     int64_t n_forks, n_cow, n_evictions, n_swapped_out, n_swapped_in;
@@ -124,6 +129,9 @@ void ix__kv_copy_span(const ix_kv *kv, void *dst_data, int32_t *dst_tokens, cons
 /* Pool block src into pool block dst. */
 void ix__kv_block_copy(ix_kv *kv, int32_t dst, int32_t src);
 void ix__kv_lru_unlink(ix_kv *kv, int32_t b);
+
+/* Hands cached block b to the disk tier, if any (before its reuse). */
+void ix__kv_disk_out(ix_kv *kv, int32_t b);
 
 /* prefix.c */
 uint64_t ix__kv_default_hash(uint64_t parent_key, uint64_t ns, const int32_t *tokens,

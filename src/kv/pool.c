@@ -91,6 +91,7 @@ int32_t ix__kv_block_alloc(ix_kv *kv) {
         b = kv->lru_head;
         IX_ASSERT(b != KV_NIL); /* callers check ix_kv_n_available first */
         ix__kv_lru_unlink(kv, b);
+        ix__kv_disk_out(kv, b); /* kept on disk, when there is one */
         ix__kv_cache_remove(kv, b);
         kv->n_evictions++;
     }

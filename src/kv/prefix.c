@@ -17,6 +17,8 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "inferx/kvstore.h"
+
 uint64_t ix__kv_default_hash(uint64_t parent_key, uint64_t ns, const int32_t *tokens,
                              int32_t n_tokens) {
     /* Two seeded passes chain (parent, ns) and then the tokens without building
@@ -111,6 +113,89 @@ ix_status ix_kv_prefix_match(const ix_kv *kv, uint64_t ns, const int32_t *tokens
     return IX_OK;
 }
 
+/* ---- the disk tier ---------------------------------------------------------- */
+
+ix_status ix_kv_attach_disk(ix_kv *kv, struct ix_kvstore *store, uint64_t model_fp) {
+    if (!kv) return IX_ERR_INVALID;
+    kv->disk = store;
+    kv->disk_fp = model_fp;
+    return IX_OK;
+}
+
+void ix_kv_set_compute_cost(ix_kv *kv, double ns_per_token) {
+    if (kv && ns_per_token > 0) kv->dstats.compute_ns_per_token = ns_per_token;
+}
+
+void ix_kv_get_disk_stats(const ix_kv *kv, ix_kv_disk_stats *out) { *out = kv->dstats; }
+
+void ix__kv_disk_out(ix_kv *kv, int32_t b) {
+    if (!kv->disk) return;
+    const kv_block *blk = &kv->blocks[b];
+    ix_kvstore_key k = {kv->disk_fp, blk->ns, blk->key};
+    ix_status st = ix_kvstore_put_async(kv->disk, &k, kv__block_tokens(kv, b), kv->p.block_size,
+                                        kv__block_data(kv, b), kv->lay.block_stride_bytes);
+    if (st == IX_OK)
+        kv->dstats.blocks_out++;
+    else
+        kv->dstats.blocks_out_dropped++;
+}
+
+ix_status ix_kv_persist_cached(ix_kv *kv) {
+    if (!kv || !kv->disk) return IX_ERR_STATE;
+    for (int32_t b = 0; b < kv->n_blocks; b++) {
+        const kv_block *blk = &kv->blocks[b];
+        if (blk->cid == 0) continue;
+        ix_kvstore_key k = {kv->disk_fp, blk->ns, blk->key};
+        if (ix_kvstore_contains(kv->disk, &k)) continue; /* written before (the same bytes) */
+        ix_status st = ix_kvstore_put_async(kv->disk, &k, kv__block_tokens(kv, b), kv->p.block_size,
+                                            kv__block_data(kv, b), kv->lay.block_stride_bytes);
+        if (st == IX_FULL) /* the queue is full: write this one here */
+            st = ix_kvstore_put(kv->disk, &k, kv__block_tokens(kv, b), kv->p.block_size, kv__block_data(kv, b),
+                                kv->lay.block_stride_bytes);
+        if (st == IX_OK) kv->dstats.blocks_out++;
+    }
+    ix_kvstore_flush(kv->disk);
+    return IX_OK;
+}
+
+/* After `hits` blocks found in RAM, the blocks of tokens the store holds,
+ * up to max: each read into a new block, registered and adopted. Returns
+ * the new number of hits. */
+static int32_t disk_in(ix_kv *kv, kv_seq *s, const int32_t *tokens, int32_t hits, int32_t max) {
+    int32_t bs = kv->p.block_size;
+    ix_kv_disk_stats *ds = &kv->dstats;
+    for (int32_t i = hits; i < max; i++) {
+        const int32_t *t = tokens + (size_t)i * (size_t)bs;
+        uint64_t parent_key = i ? s->chain[i - 1].key : 0, parent_cid = i ? s->chain[i - 1].cid : 0;
+        uint64_t key = kv->hash(parent_key, s->ns, t, bs);
+        ix_kvstore_key k = {kv->disk_fp, s->ns, key};
+        if (!ix_kvstore_contains(kv->disk, &k)) break;
+        if (ds->compute_ns_per_token > 0 && ds->read_ns_per_block > ds->compute_ns_per_token * bs) {
+            ds->reload_skipped++;
+            break;
+        }
+        if (ix_kv_n_available(kv) < 1) break;
+        int32_t b = ix__kv_block_alloc(kv);
+        uint64_t t0 = ix_time_ns();
+        ix_status st = ix_kvstore_get(kv->disk, &k, t, bs, kv__block_data(kv, b), kv->lay.block_stride_bytes, NULL);
+        double dt = (double)(ix_time_ns() - t0);
+        if (st != IX_OK) {
+            if (st == IX_ERR_FORMAT) ds->reload_failed++;
+            ix__kv_block_decref(kv, b);
+            break;
+        }
+        ds->read_ns_per_block = ds->read_ns_per_block > 0 ? 0.9 * ds->read_ns_per_block + 0.1 * dt : dt;
+        memcpy(kv__block_tokens(kv, b), t, (size_t)bs * sizeof *t);
+        ix__kv_cache_insert(kv, b, key, s->ns, parent_cid);
+        s->table[i] = b;
+        s->chain[i] = (kv_link){key, kv->blocks[b].cid};
+        ds->blocks_in++;
+        ds->tokens_in += bs;
+        hits = i + 1;
+    }
+    return hits;
+}
+
 ix_status ix_kv_seq_adopt_prefix(ix_kv *kv, int32_t seq, const int32_t *tokens, int32_t n,
                                  int32_t *n_cached) {
     if (n_cached) *n_cached = 0;
@@ -128,6 +213,7 @@ ix_status ix_kv_seq_adopt_prefix(ix_kv *kv, int32_t seq, const int32_t *tokens, 
     int32_t hits = ix__kv_prefix_walk(kv, s->ns, tokens, max, s->table, s->chain, NULL);
     for (int32_t i = 0; i < hits; i++)
         ix__kv_block_incref(kv, s->table[i]);
+    if (kv->disk) hits = disk_in(kv, s, tokens, hits, max);
     int32_t bs = kv->p.block_size;
     s->n_tokens = s->n_written = hits * bs;
     s->n_hashed = hits;

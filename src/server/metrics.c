@@ -15,6 +15,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "inferx/kvstore.h"
 #include "server/server_int.h"
 
 static const double k_latency_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
@@ -378,6 +379,43 @@ ix_status ix__metrics_render(ix_server *s, ix_buf *b) {
     sample(&p, "inferx:requests_cancelled_total", "cause", "shutdown", (double)c.cancelled_shutdown);
     one(&p, "inferx:prompt_tokens_cached_total", "counter", "Prompt tokens of admitted requests served from the "
         "prefix cache.", (double)st.n_cached_prompt_tokens);
+    {
+        ix_kv_disk_stats kd;
+        ix_kvstore_stats ks;
+        if (ix_engine_get_disk_stats(s->engine, &kd, &ks)) {
+            one(&p, "inferx:kv_disk_blocks_out_total", "counter", "KV blocks the cache evicted (or kept at exit) "
+                "handed to the disk tier.", (double)kd.blocks_out);
+            one(&p, "inferx:kv_disk_blocks_dropped_total", "counter", "Evicted KV blocks lost: the disk tier's "
+                "write queue was full.", (double)kd.blocks_out_dropped);
+            one(&p, "inferx:kv_disk_blocks_in_total", "counter", "KV blocks read back from disk for a prompt.",
+                (double)kd.blocks_in);
+            one(&p, "inferx:kv_disk_hit_tokens_total", "counter", "Prompt tokens served from the disk tier.",
+                (double)kd.tokens_in);
+            family(&p, "inferx:kv_disk_reload_decisions_total", "counter",
+                   "Blocks found on disk, by what was done: read, recomputed because reading was measured dearer, "
+                   "or recomputed because the block failed its checks.");
+            sample(&p, "inferx:kv_disk_reload_decisions_total", "decision", "reload", (double)kd.blocks_in);
+            sample(&p, "inferx:kv_disk_reload_decisions_total", "decision", "recompute_cost",
+                   (double)kd.reload_skipped);
+            sample(&p, "inferx:kv_disk_reload_decisions_total", "decision", "recompute_rejected",
+                   (double)kd.reload_failed);
+            one(&p, "inferx:kv_disk_read_seconds_per_block", "gauge", "Running mean of one block's read.",
+                kd.read_ns_per_block / 1e9);
+            one(&p, "inferx:kv_disk_compute_seconds_per_token", "gauge", "Measured prefill cost per token, the "
+                "other side of the reload decision.", kd.compute_ns_per_token / 1e9);
+            one(&p, "inferx:kv_disk_blocks", "gauge", "KV blocks on disk (once the store is indexed).",
+                (double)ks.n_blocks);
+            one(&p, "inferx:kv_disk_bytes", "gauge", "Bytes of KV blocks on disk.", (double)ks.bytes);
+            one(&p, "inferx:kv_disk_evictions_total", "counter", "Blocks deleted from disk by its size limit.",
+                (double)ks.evicted);
+            one(&p, "inferx:kv_disk_errors_total", "counter", "Disk tier write errors (disk full, I/O).",
+                (double)ks.write_errors);
+            one(&p, "inferx:kv_disk_read_bytes_total", "counter", "Bytes read from the disk tier.",
+                (double)ks.bytes_read);
+            one(&p, "inferx:kv_disk_written_bytes_total", "counter", "Bytes written to the disk tier.",
+                (double)ks.bytes_written);
+        }
+    }
     if (s->tracer) {
         ixs_trace_stats ts;
         ix__trace_get_stats(s->tracer, &ts);
