@@ -168,6 +168,7 @@ static void test_corrupt_and_cost(void **state) {
     run_prompt(kv, 0, b, PROMPT, false);
     run_prompt(kv, 0, c, PROMPT, false); /* A is out of RAM */
     ix_kv_destroy(kv);
+    ix_kvstore_flush(store);
     /* corrupt A's third block on disk: blocks 1-2 come back, the rest is computed */
     kv = make_kv();
     ix_kv_attach_disk(kv, store, 1);

@@ -76,7 +76,8 @@ void ix_kvstore_flush(ix_kvstore *s);
  * check out: deleted, counted; err says which check failed). */
 ix_status ix_kvstore_get(ix_kvstore *s, const ix_kvstore_key *k, const int32_t *tokens, int32_t n_tokens, void *data,
                          size_t n_bytes, ix_errbuf *err);
-/* Whether a block of key k is on disk (a stat; no checks). */
+/* Whether a block of key k is on disk or queued for it (a stat; no checks).
+ * A queued block is read from the queue by ix_kvstore_get. */
 bool ix_kvstore_contains(ix_kvstore *s, const ix_kvstore_key *k);
 /* Deletes the blocks of one tenant (every model), e.g. a session dropped. */
 ix_status ix_kvstore_drop_tenant(ix_kvstore *s, uint64_t tenant);

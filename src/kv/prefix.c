@@ -132,6 +132,7 @@ void ix__kv_disk_out(ix_kv *kv, int32_t b) {
     if (!kv->disk) return;
     const kv_block *blk = &kv->blocks[b];
     ix_kvstore_key k = {kv->disk_fp, blk->ns, blk->key};
+    if (ix_kvstore_contains(kv->disk, &k)) return; /* there already (read back, or persisted): same bytes */
     ix_status st = ix_kvstore_put_async(kv->disk, &k, kv__block_tokens(kv, b), kv->p.block_size,
                                         kv__block_data(kv, b), kv->lay.block_stride_bytes);
     if (st == IX_OK)

@@ -61,6 +61,7 @@ struct ix_kvstore {
     uint64_t tmp_seq;
     ix_kvstore_stats st;
     job *q_head, *q_tail;
+    job *current; /* the job the writer is writing (under mu: still readable) */
     bool writing;
     pthread_t indexer, writer;
     bool indexer_started, writer_started;
@@ -339,13 +340,15 @@ static void *writer_main(void *arg) {
         s->q_head = j->next;
         if (!s->q_head) s->q_tail = NULL;
         s->writing = true;
+        s->current = j; /* readers still find it until it is on disk */
         pthread_mutex_unlock(&s->mu);
         const int32_t *toks = (const int32_t *)(j + 1);
         write_block(s, &j->k, toks, j->n_tokens, (const char *)(j + 1) + (size_t)j->n_tokens * sizeof *toks,
                     j->n_bytes);
         size_t need = sizeof(job) + (size_t)j->n_tokens * sizeof *toks + j->n_bytes;
-        ix_free(j);
         pthread_mutex_lock(&s->mu);
+        s->current = NULL;
+        ix_free(j);
         s->st.queued_bytes -= need;
         s->writing = false;
         if (!s->q_head) pthread_cond_broadcast(&s->idle_cv);
@@ -413,8 +416,36 @@ static const char *check_file(int fd, const ix_kvstore_key *k, const int32_t *ex
     return why;
 }
 
+/* Under mu: the newest queued (or in-flight) write of key k, or NULL. */
+static const job *pending(const ix_kvstore *s, const ix_kvstore_key *k) {
+    const job *found = s->current && key_eq(&s->current->k, k) ? s->current : NULL;
+    for (const job *j = s->q_head; j; j = j->next)
+        if (key_eq(&j->k, k)) found = j;
+    return found;
+}
+
 ix_status ix_kvstore_get(ix_kvstore *s, const ix_kvstore_key *k, const int32_t *tokens, int32_t n_tokens, void *data,
                          size_t n_bytes, ix_errbuf *err) {
+    /* A block on its way to disk is served from memory: what was just
+     * evicted is the likeliest to be asked for again. */
+    pthread_mutex_lock(&s->mu);
+    const job *j = pending(s, k);
+    if (j) {
+        const int32_t *jt = (const int32_t *)(j + 1);
+        bool same = j->n_tokens == n_tokens && j->n_bytes == n_bytes &&
+                    (!n_tokens || memcmp(jt, tokens, (size_t)n_tokens * sizeof *jt) == 0);
+        if (same) {
+            memcpy(data, (const char *)(j + 1) + (size_t)n_tokens * sizeof *jt, n_bytes);
+            s->st.hits++;
+        } else {
+            s->st.rejected++;
+        }
+        pthread_mutex_unlock(&s->mu);
+        return same ? IX_OK
+                    : ix_errf(err, IX_ERR_FORMAT, "block %016" PRIx64 " rejected: other tokens or size (queued)",
+                              k->prefix_hash);
+    }
+    pthread_mutex_unlock(&s->mu);
     char path[4096];
     block_path(s, k, path, sizeof path);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -444,6 +475,10 @@ ix_status ix_kvstore_get(ix_kvstore *s, const ix_kvstore_key *k, const int32_t *
 }
 
 bool ix_kvstore_contains(ix_kvstore *s, const ix_kvstore_key *k) {
+    pthread_mutex_lock(&s->mu);
+    bool queued = pending(s, k) != NULL;
+    pthread_mutex_unlock(&s->mu);
+    if (queued) return true;
     char path[4096];
     block_path(s, k, path, sizeof path);
     struct stat sb;
