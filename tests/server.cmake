@@ -11,6 +11,9 @@ if(TARGET ix_server)
   pkg_check_modules(MHD_T REQUIRED IMPORTED_TARGET libmicrohttpd)
   ix_add_test(test_server SOURCES test_server.c LIBS ix_server PkgConfig::JANSSON_T PkgConfig::MHD_T TIMEOUT 180)
   ix_add_test(test_server_api SOURCES test_server_api.c LIBS ix_server PkgConfig::JANSSON_T TIMEOUT 180)
+  # Hardening: deadlines, connection limits, framing, half-close, admission,
+  # bounded work, TLS (raw sockets; curl and openssl for TLS, else skipped).
+  ix_add_test(test_server_net SOURCES test_server_net.c LIBS ix_server PkgConfig::JANSSON_T PkgConfig::MHD_T TIMEOUT 240)
   # Tool calling without a model: the answer parsers and the forced-call grammar.
   ix_add_test(test_tools SOURCES test_tools.c LIBS ix_server PkgConfig::JANSSON_T PkgConfig::MHD_T)
   # Chat prompts without HTTP: the model-template conformance table through the server's path.
