@@ -37,6 +37,8 @@
 /* Seconds a connection answered before its body ended keeps reading (and
  * discarding) so that closing it does not reset the answer away. */
 #define IXS_LINGER_S 2
+/* libmicrohttpd's memory per connection (request line, headers, buffers). */
+#define IXS_CONN_POOL_BYTES (128 * 1024)
 
 ixs_sock *ix__conn_sock(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
@@ -101,6 +103,10 @@ void ix__conn_options(ix_server *s, struct MHD_OptionItem *opts, size_t *n) {
     opts[(*n)++] = (struct MHD_OptionItem){MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)on_request_line, s};
     opts[(*n)++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT, s->p.max_connections + excess, NULL};
     opts[(*n)++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT, s->p.conn_timeout_s, NULL};
+    /* MHD's default 32 KiB pool runs out storing a few hundred query
+     * parameters, and then the request hangs (0.9.75): room for about a
+     * thousand; past that the header deadline answers. */
+    opts[(*n)++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_MEMORY_LIMIT, IXS_CONN_POOL_BYTES, NULL};
     if (s->p.max_conns_per_ip > 0)
         opts[(*n)++] = (struct MHD_OptionItem){MHD_OPTION_PER_IP_CONNECTION_LIMIT, s->p.max_conns_per_ip, NULL};
 }

@@ -970,6 +970,10 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
                                  (unsigned)(s->p.n_http_threads > 1 ? s->p.n_http_threads : 0), MHD_OPTION_ARRAY,
                                  opts, MHD_OPTION_END);
     ix_free(tls_pem[0]); /* MHD keeps its own copies */
+    if (tls_pem[1]) { /* the private key does not linger in freed memory */
+        volatile char *v = tls_pem[1];
+        for (size_t i = 0; v[i]; i++) v[i] = 0;
+    }
     ix_free(tls_pem[1]);
     if (!s->daemon) {
         ix_server_destroy(s);
