@@ -1749,26 +1749,13 @@ static void test_many_streams_fixed_threads(void **state) {
     wait_idle();
 }
 
-typedef struct client_job {
-    uint16_t port;
-    const char *body;
-    resp r;
-    int rc;
-} client_job;
-
-static void *client_thread(void *arg) {
-    client_job *c = arg;
-    c->rc = http(c->port, "POST", "/v1/completions", NULL, c->body, &c->r);
-    return NULL;
-}
-
 static void shutdown_with_inflight(int64_t drain_ms, const char *want_reason) {
     wait_idle();
     ix_server *s;
     ix_server_params sp = ix_server_default_params();
     sp.port = 0;
     assert_int_equal(ix_server_create(&s, g_engine, &sp, NULL), IX_OK);
-    client_job c = {ix_server_port(s),
+    client_job c = {ix_server_port(s), NULL,
                     "{\"prompt\":\"Mr. Darcy\",\"max_tokens\":300,\"temperature\":0,\"ignore_eos\":true}", {0}, -1};
     pthread_t th;
     pthread_create(&th, NULL, client_thread, &c);
@@ -1820,7 +1807,7 @@ static void test_overload_retry_after(void **state) {
     pthread_t th[N];
     ix_engine_stats st;
     for (int i = 0; i < N; i++) {
-        c[i] = (client_job){ix_server_port(s),
+        c[i] = (client_job){ix_server_port(s), NULL,
                             "{\"prompt\":\"Emma\",\"max_tokens\":400,\"ignore_eos\":true}", {0}, -1};
         pthread_create(&th[i], NULL, client_thread, &c[i]);
         for (int k = 0; k < 5000; k++) {

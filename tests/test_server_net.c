@@ -420,19 +420,6 @@ static void test_half_close(void **state) {
 
 /* ---- admission ------------------------------------------------------------------ */
 
-typedef struct burst_client {
-    uint16_t port;
-    const char *body;
-    resp r;
-    int rc;
-} burst_client;
-
-static void *burst_thread(void *arg) {
-    burst_client *c = arg;
-    c->rc = http(c->port, "POST", "/v1/completions", NULL, c->body, &c->r);
-    return NULL;
-}
-
 typedef struct sampler {
     ix_engine *e;
     atomic_bool stop;
@@ -477,9 +464,9 @@ static void test_burst_max_waiting(void **state) {
 
     /* One request runs (the engine takes one sequence at a time) while the
      * burst arrives, so the queue fills whatever the machine's speed. */
-    burst_client blocker = {port, "{\"prompt\":\"Emma\",\"max_tokens\":200,\"ignore_eos\":true}", {0}, -1};
+    client_job blocker = {port, NULL, "{\"prompt\":\"Emma\",\"max_tokens\":200,\"ignore_eos\":true}", {0}, -1};
     pthread_t blocker_th;
-    pthread_create(&blocker_th, NULL, burst_thread, &blocker);
+    pthread_create(&blocker_th, NULL, client_thread, &blocker);
     ix_engine_stats st;
     for (int i = 0; i < 5000; i++) {
         ix_engine_get_stats(e, &st);
@@ -490,11 +477,11 @@ static void test_burst_max_waiting(void **state) {
     sampler sm = {e, false, 0};
     pthread_t smt;
     pthread_create(&smt, NULL, sample_thread, &sm);
-    burst_client c[N_BURST];
+    client_job c[N_BURST];
     pthread_t th[N_BURST];
     for (int i = 0; i < N_BURST; i++) {
-        c[i] = (burst_client){port, "{\"prompt\":\"Emma\",\"max_tokens\":16,\"ignore_eos\":true}", {0}, -1};
-        pthread_create(&th[i], NULL, burst_thread, &c[i]);
+        c[i] = (client_job){port, NULL, "{\"prompt\":\"Emma\",\"max_tokens\":16,\"ignore_eos\":true}", {0}, -1};
+        pthread_create(&th[i], NULL, client_thread, &c[i]);
     }
     int n_ok = 0, n_busy = 0;
     for (int i = 0; i < N_BURST; i++) {
