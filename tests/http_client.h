@@ -123,6 +123,22 @@ static int http(uint16_t port, const char *method, const char *path, const char 
     return read_response(fd, r);
 }
 
+/* A POST on a thread of its own (pthread_create with client_thread): the
+ * answer in r, http's result in rc. */
+typedef struct client_job {
+    uint16_t port;
+    const char *path; /* NULL: /v1/completions */
+    const char *body;
+    resp r;
+    int rc;
+} client_job;
+
+static __attribute__((unused)) void *client_thread(void *arg) {
+    client_job *c = arg;
+    c->rc = http(c->port, "POST", c->path ? c->path : "/v1/completions", NULL, c->body, &c->r);
+    return NULL;
+}
+
 /* SSE: the JSON of every "data:" event, and whether [DONE] came last. */
 static json_t *parse_sse(const char *body, bool *done_last) {
     json_t *arr = json_array();

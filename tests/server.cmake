@@ -13,6 +13,9 @@ if(TARGET ix_server)
   ix_add_test(test_server_api SOURCES test_server_api.c LIBS ix_server PkgConfig::JANSSON_T TIMEOUT 180)
   # Per-key policy: keys file, rate limits, budgets and their state file, /v1/usage, timeouts.
   ix_add_test(test_server_policy SOURCES test_server_policy.c LIBS ix_server PkgConfig::JANSSON_T PkgConfig::MHD_T TIMEOUT 180)
+  # Hardening: deadlines, connection limits, framing, half-close, admission,
+  # bounded work, TLS (raw sockets; curl and openssl for TLS, else skipped).
+  ix_add_test(test_server_net SOURCES test_server_net.c LIBS ix_server PkgConfig::JANSSON_T PkgConfig::MHD_T TIMEOUT 240)
   # Tool calling without a model: the answer parsers and the forced-call grammar.
   ix_add_test(test_tools SOURCES test_tools.c LIBS ix_server PkgConfig::JANSSON_T PkgConfig::MHD_T)
   # The HTTP front and the request parsers under the fuzzer (fuzz_http.c):

@@ -291,26 +291,14 @@ static void test_embeddings_batch(void **state) {
 /* Embeddings run on HTTP threads beside the engine: two at once (they take
  * turns on the embedder) while a completion generates, all answer, and the
  * vectors do not depend on what ran beside them. */
-typedef struct client_job {
-    const char *path, *body;
-    resp r;
-    int rc;
-} client_job;
-
-static void *client_thread(void *arg) {
-    client_job *c = arg;
-    c->rc = http(g_port, "POST", c->path, NULL, c->body, &c->r);
-    return NULL;
-}
-
 static void test_embeddings_concurrent(void **state) {
     (void)state;
     const char *emb = "{\"input\":[\"Mr. Darcy\",\"Pemberley\",\"Longbourn\"]}";
     json_t *alone = call("POST", "/v1/embeddings", emb, 200);
     client_job c[3] = {
-        {"/v1/completions", "{\"prompt\":\"Emma\",\"max_tokens\":200,\"ignore_eos\":true}", {0}, -1},
-        {"/v1/embeddings", emb, {0}, -1},
-        {"/v1/embeddings", emb, {0}, -1},
+        {g_port, "/v1/completions", "{\"prompt\":\"Emma\",\"max_tokens\":200,\"ignore_eos\":true}", {0}, -1},
+        {g_port, "/v1/embeddings", emb, {0}, -1},
+        {g_port, "/v1/embeddings", emb, {0}, -1},
     };
     pthread_t th[3];
     for (int i = 0; i < 3; i++) pthread_create(&th[i], NULL, client_thread, &c[i]);

@@ -46,8 +46,9 @@ typedef struct ix_server_params {
     const char *model_name;    /* the served name; default "inferx" (copied) */
     size_t max_body_bytes;     /* larger request bodies get 413; default 8 MiB */
     int32_t max_waiting;       /* 503 when this many requests wait already; <= 0 off; default 256 */
-    int32_t max_connections;   /* concurrent connections; default 256 */
-    int32_t conn_timeout_s;    /* idle connection timeout; default 120 */
+    int32_t max_connections;   /* concurrent connections; more are answered 503 and closed
+                                  (probes excepted); default 256 */
+    int32_t conn_timeout_s;    /* idle keep-alive connection timeout; default 120 */
     int32_t n_http_threads;    /* HTTP worker threads (a fixed pool); default 4 */
     int32_t n_ctx;             /* the engine's context length; <= 0: the model's */
     double cost_per_hour_usd;  /* > 0: report each request's cost (usage.cost_usd) */
@@ -96,6 +97,17 @@ typedef struct ix_server_params {
      * it): past it the request is cancelled in the engine and answered 408
      * (a stream: its last chunk carries the error). <= 0: none (default). */
     double request_timeout_s;
+    /* Deadlines that trickled bytes do not move (docs/server.md,
+     * "Hardening"): a request's headers must arrive within header_timeout_s
+     * (default 10), its body within body_timeout_s of them (default 60);
+     * past either the connection gets a 408 and is closed. */
+    int32_t header_timeout_s;
+    int32_t body_timeout_s;
+    int32_t max_conns_per_ip;  /* connections from one address; more are closed at once; <= 0: no limit (default) */
+    /* HTTPS: PEM files of the certificate (chain) and its private key, both
+     * or neither; IX_ERR_UNSUPPORTED when libmicrohttpd lacks TLS. */
+    const char *tls_cert_file;
+    const char *tls_key_file;
 } ix_server_params;
 
 ix_server_params ix_server_default_params(void);

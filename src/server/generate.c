@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "server/server_int.h"
@@ -121,6 +122,11 @@ struct ixs_job {
     uint64_t last_token_ns[IXS_MAX_PROMPTS][IX_SCHED_MAX_SEQS];
     bool suspended;          /* under mu: MHD suspended conn and nobody has resumed it yet */
     atomic_bool cancelled, disconnected;
+    atomic_bool queued[IXS_MAX_PROMPTS]; /* the sub holds n admission places (admit.c) */
+    /* Half-close (the watcher, under mu): the client's end of stream was
+     * seen while suspended (and a 102 Processing written where it can be,
+     * peer_left); http10: no interim answers for this client. */
+    bool peer_eof, http10;
     /* The MHD side (one HTTP thread at a time). */
     ixs_queue taken;
     bool seen_done[IXS_MAX_PROMPTS]; /* finish already turned into output */
@@ -151,9 +157,16 @@ static bool take_suspension(ixs_job *j) {
 
 /* ---- engine callbacks (engine thread: append and wake, nothing else) ----- */
 
+/* A sub's sequences started (or finished first): their waiting places free. */
+static void sub_started(ixs_sub *sub) {
+    ixs_job *j = sub->job;
+    if (atomic_exchange(&j->queued[sub->index], false)) ix__admit_started(&j->s->admit, j->n);
+}
+
 static void on_token(void *user, const ix_token_event *ev) {
     ixs_sub *sub = user;
     ixs_job *j = sub->job;
+    sub_started(sub);
     uint64_t now = ix_time_ns();
     double itl = -1;
     bool wake = false;
@@ -218,6 +231,7 @@ static void on_prefill(void *user, const ix_prefill_event *ev) {
 static void on_finish(void *user, const ix_finish_info *info) {
     ixs_sub *sub = user;
     ixs_job *j = sub->job;
+    sub_started(sub);
     ix__metrics_finish(&j->s->metrics, info);
     pthread_mutex_lock(&j->mu);
     j->fin[sub->index] = *info;
@@ -255,6 +269,11 @@ static ixs_job *job_new(ixs_conn *cc) {
         ix_free(j->tr); /* not sampled */
         j->tr = NULL;
     }
+    for (int i = 0; i < IXS_MAX_PROMPTS; i++) {
+        j->subs[i] = (ixs_sub){j, i};
+        atomic_init(&j->queued[i], false);
+    }
+    j->http10 = cc->http10;
     atomic_fetch_add(&s->n_inflight, 1);
     return j;
 }
@@ -582,6 +601,25 @@ void ix__srv_reap(ix_server *s, bool all) {
     }
 }
 
+/* Whether the client of a suspended job has left (under j->mu). Its end of
+ * stream alone does not say: HTTP lets a client shut its sending side once
+ * the request is sent and still read the answer (`nc -N`). A client that
+ * closed its socket answers any byte with a reset, so a whole-answer job in
+ * clear text gets an interim "102 Processing" (RFC 9110 15.2: clients skip
+ * 1xx answers) and counts as gone when the reset comes. A stream learns it
+ * from its next write (MHD closes the connection, which cancels the job);
+ * TLS and HTTP/1.0 cannot carry the probe, and run on to their answer. */
+static bool peer_left(ixs_job *j) {
+    static const char k_processing[] = "HTTP/1.1 102 Processing\r\n\r\n";
+    ixs_peer st = ix__srv_peer(j->fd);
+    if (st == IXS_PEER_OPEN) return false;
+    if (st == IXS_PEER_GONE) return true;
+    if (j->peer_eof) return false; /* seen before: probed, or nothing to probe with */
+    j->peer_eof = true;
+    if (j->stream || j->s->tls || j->http10) return false;
+    return send(j->fd, k_processing, sizeof k_processing - 1, MSG_DONTWAIT | MSG_NOSIGNAL) < 0;
+}
+
 /* Hang-ups of suspended connections, aborting at shutdown, and closing the
  * jobs whose client left. */
 void *ix__srv_watch(void *arg) {
@@ -592,6 +630,7 @@ void *ix__srv_watch(void *arg) {
         struct timespec ts = {0, IXS_WATCH_MS * 1000000L};
         nanosleep(&ts, NULL);
         ix__srv_reap(s, false);
+        ix__conn_sweep(s);
         bool aborting = atomic_load(&s->aborting);
         size_t n = 0;
         pthread_mutex_lock(&s->jobs_mu);
@@ -602,7 +641,7 @@ void *ix__srv_watch(void *arg) {
                 /* Only while suspended is the socket certainly open: MHD
                  * closes a connection only after it has been resumed. */
                 pthread_mutex_lock(&j->mu);
-                gone = j->suspended && ix__srv_fd_closed(j->fd);
+                gone = j->suspended && peer_left(j);
                 pthread_mutex_unlock(&j->mu);
                 if (!gone) continue;
                 atomic_store(&j->disconnected, true);
@@ -1361,17 +1400,9 @@ static enum MHD_Result generate(ixs_conn *cc, bool chat, json_t *req, const ixs_
     if (parse_request(s, req, chat, &p, j, &e)) goto fail;
     size_t n_prompt[IXS_MAX_PROMPTS];
     for (int i = 0; i < p.n_prompts; i++) n_prompt[i] = p.prompts[i].n;
+    /* The key's limits first: a request its key may not send holds no
+     * place in the server's queue. */
     if (ix__policy_admit(cc, req, &p.r, n_prompt, p.n_prompts, p.max_tokens_given, &j->pol, &e)) goto fail;
-    if (s->p.max_waiting > 0) {
-        ix_engine_stats st;
-        ix_engine_get_stats(s->engine, &st);
-        if (st.n_waiting >= s->p.max_waiting) {
-            ix__srv_errf(&e, 503, "server_error", NULL, "the server is overloaded (%d requests waiting); retry later",
-                         (int)st.n_waiting);
-            e.code = "overloaded";
-            goto fail;
-        }
-    }
     if (j->tr) {
         ixs_jtrace *tr = j->tr;
         const char *model = json_string_value(json_object_get(req, "model"));
@@ -1382,6 +1413,8 @@ static enum MHD_Result generate(ixs_conn *cc, bool chat, json_t *req, const ixs_
         tr->has_seed = json_is_integer(json_object_get(req, "seed"));
         tr->seed = (int64_t)p.r.sample.seed;
     }
+    if (ix__admit_take(&s->admit, p.n_prompts * p.r.n, &e)) goto fail;
+    for (int i = 0; i < p.n_prompts; i++) atomic_store(&j->queued[i], true);
     j->n = p.r.n;
     j->n_sub = p.n_prompts;
     j->n_choices = j->n * j->n_sub;
@@ -1448,6 +1481,10 @@ static enum MHD_Result generate(ixs_conn *cc, bool chat, json_t *req, const ixs_
     ix__metrics_http(&s->metrics, ep, 200);
     return ret;
 fail:
+    /* Places taken for subs that were never submitted (submitted ones give
+     * theirs back when they finish). */
+    for (int i = 0; i < p.n_prompts; i++)
+        if (!j->submitted[i] && atomic_exchange(&j->queued[i], false)) ix__admit_give_back(&s->admit, p.r.n);
     parsed_free(&p);
     job_trace(j, e.http, e.msg);
     j->failed = true;

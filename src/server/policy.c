@@ -698,7 +698,7 @@ ix_status ix_server_reload_keys(ix_server *s, ix_errbuf *err) {
 
 static int reject(ixs_conn *cc, pkey *k, reason why, double retry_s) {
     k->rejected[why]++;
-    cc->retry_after_s = retry_s;
+    cc->policy_retry_s = retry_s;
     return -1;
 }
 
@@ -941,10 +941,10 @@ bool ix__policy_headers(ixs_conn *cc, struct MHD_Response *r, int status) {
     }
     if (req.cap > 0) limit_headers(r, "requests", &req);
     if (tok.cap > 0) limit_headers(r, "tokens", &tok);
-    if (status != 429 || cc->retry_after_s == 0) return false;
-    if (cc->retry_after_s > 0) {
+    if (status != 429 || cc->policy_retry_s == 0) return false;
+    if (cc->policy_retry_s > 0) {
         char v[32];
-        snprintf(v, sizeof v, "%.0f", ceil(cc->retry_after_s));
+        snprintf(v, sizeof v, "%.0f", ceil(cc->policy_retry_s));
         MHD_add_response_header(r, "Retry-After", v);
     }
     return true;

@@ -50,7 +50,7 @@ void ix__policy_set_clock(ix_server *s, uint64_t (*now_ns)(void *user), void *us
  * cap (clamping r->max_tokens when the request set none), priority,
  * budget, concurrency and rate limits, and the timeout (the request's
  * `timeout`, the server's default). prompt_tokens[i] for each of n_prompts.
- * 0, or -1 with e filled (400 / 404 / 429) and cc->retry_after_s set. */
+ * 0, or -1 with e filled (400 / 404 / 429) and cc->policy_retry_s set. */
 int ix__policy_admit(ixs_conn *cc, json_t *req, ix_request_params *r, const size_t *prompt_tokens, int n_prompts,
                      bool max_tokens_given, ixs_job_pol *jp, ixs_err *e);
 /* A job is over (any thread, once; later calls do nothing): gives back its

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,8 +25,14 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "server/server_int.h"
+
+/* A request body at least this large is followed by malloc_trim. */
+#define IXS_TRIM_BYTES (1u << 20)
 
 ix_server_params ix_server_default_params(void) {
     ix_server_params p;
@@ -37,6 +44,8 @@ ix_server_params ix_server_default_params(void) {
     p.max_waiting = 256;
     p.max_connections = 256;
     p.conn_timeout_s = 120;
+    p.header_timeout_s = 10;
+    p.body_timeout_s = 60;
     p.n_http_threads = 4;
     p.trace_sample_ratio = 1.0;
     return p;
@@ -46,6 +55,7 @@ int ix__srv_errf(ixs_err *e, int http, const char *type, const char *param, cons
     e->http = http;
     e->type = type;
     e->code = NULL;
+    e->retry_after_s = 0;
     snprintf(e->param, sizeof e->param, "%s", param ? param : "");
     va_list ap;
     va_start(ap, fmt);
@@ -77,12 +87,22 @@ oom:
     return NULL;
 }
 
-bool ix__srv_fd_closed(MHD_socket fd) {
-    if (fd == MHD_INVALID_SOCKET) return false;
+ixs_peer ix__srv_peer(MHD_socket fd) {
+    if (fd == MHD_INVALID_SOCKET) return IXS_PEER_OPEN;
     char byte;
     ssize_t r = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (r == 0) return true;
-    return r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+    if (r == 0) {
+#ifdef TCP_INFO
+        /* After the peer's FIN, a reset no longer shows as an error to
+         * recv; the connection's state does: closed, not close-wait. */
+        struct tcp_info ti;
+        socklen_t len = sizeof ti;
+        if (!getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) && ti.tcpi_state == TCP_CLOSE) return IXS_PEER_GONE;
+#endif
+        return IXS_PEER_EOF;
+    }
+    if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return IXS_PEER_GONE;
+    return IXS_PEER_OPEN;
 }
 
 void ix__srv_new_id(ix_server *s, const char *prefix, char *buf, size_t size) {
@@ -156,10 +176,16 @@ enum MHD_Result ix__srv_reply_raw(ixs_conn *cc, int status, const char *ctype, c
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", ctype);
     ix__srv_cors_headers(cc, r);
-    if (atomic_load(&s->draining)) MHD_add_response_header(r, "Connection", "close");
-    bool retry_set = ix__policy_headers(cc, r, status); /* a limited key's x-ratelimit-* */
-    /* Overload answers say when to come back (the queue moves every step). */
-    if ((status == 429 || status == 503) && !retry_set) MHD_add_response_header(r, "Retry-After", "1");
+    if (atomic_load(&s->draining) || cc->close) MHD_add_response_header(r, "Connection", "close");
+    /* A limited key's x-ratelimit-* headers, and its own 429's Retry-After. */
+    bool retry_set = ix__policy_headers(cc, r, status);
+    /* Other overload answers say when to come back: when the queue will
+     * have room (admit.c), else in a second. */
+    if ((status == 429 || status == 503) && !retry_set) {
+        char retry[16];
+        snprintf(retry, sizeof retry, "%d", cc->retry_after_s > 0 ? cc->retry_after_s : 1);
+        MHD_add_response_header(r, "Retry-After", retry);
+    }
     enum MHD_Result ret = MHD_queue_response(cc->c, (unsigned)status, r);
     MHD_destroy_response(r);
     ix__metrics_http(&s->metrics, cc->ep, status);
@@ -197,6 +223,7 @@ enum MHD_Result ix__srv_reply_err(ixs_conn *cc, const ixs_err *e) {
         return ix__srv_reply_json(cc, 500, NULL);
     }
     const char *type = e->type ? e->type : "server_error";
+    cc->retry_after_s = e->retry_after_s;
     if (cc->ollama) { /* Ollama's shape: the message alone, the parameter named in it */
         json_decref(err);
         json_object_set_new(root, "error", ix__json_text(e->msg, strlen(e->msg)));
@@ -415,20 +442,51 @@ static int auth_key(ix_server *s, struct MHD_Connection *c) {
     return found >= 0 ? found : ix__policy_auth(s, h);
 }
 
+/* The route of method (HEAD as GET) on url, NULL when none; *path_known
+ * tells whether some route has that path. */
+static const struct route *route_find(const char *url, const char *method, bool *path_known) {
+    *path_known = false;
+    for (size_t i = 0; i < IX_ARRAY_LEN(k_routes); i++) {
+        if (!route_matches(&k_routes[i], url)) continue;
+        *path_known = true;
+        if (!strcmp(method, k_routes[i].method) || (!strcmp(k_routes[i].method, "GET") && !strcmp(method, "HEAD")))
+            return &k_routes[i];
+    }
+    return NULL;
+}
+
+/* An upper bound on the number of values in a JSON text (one more than its
+ * commas, colons and opening brackets outside strings), in one pass and
+ * without allocating: a body is refused before jansson builds a tree of
+ * millions of nodes (a token array is ~50 bytes of memory per 2 bytes of
+ * text). */
+static size_t json_values_bound(const char *p, size_t n) {
+    size_t count = 1;
+    bool in_str = false;
+    for (size_t i = 0; i < n; i++) {
+        char ch = p[i];
+        if (in_str) {
+            if (ch == '\\') i++;
+            else if (ch == '"') in_str = false;
+        } else if (ch == '"') {
+            in_str = true;
+        } else if (ch == ',' || ch == ':' || ch == '[' || ch == '{') {
+            count++;
+        }
+    }
+    return count;
+}
+
+/* The most JSON values a body may hold: the largest legitimate request,
+ * IXS_MAX_PROMPTS token-id prompts of the whole context each, plus room for
+ * the other fields. */
+static size_t max_json_values(const ix_server *s) { return 16u * (size_t)(s->n_ctx > 0 ? s->n_ctx : 1) + 65536u; }
+
 static enum MHD_Result dispatch(ixs_conn *cc) {
     ix_server *s = cc->s;
     const char *url = cc->url, *method = cc->method;
-    const struct route *rt = NULL;
-    bool path_known = false;
-    for (size_t i = 0; i < IX_ARRAY_LEN(k_routes); i++) {
-        if (!route_matches(&k_routes[i], url)) continue;
-        path_known = true;
-        if (!strcmp(method, k_routes[i].method) ||
-            (!strcmp(k_routes[i].method, "GET") && !strcmp(method, "HEAD"))) {
-            rt = &k_routes[i];
-            break;
-        }
-    }
+    bool path_known;
+    const struct route *rt = route_find(url, method, &path_known);
     if (!rt && path_known && !strcmp(method, "OPTIONS")) { /* a CORS preflight */
         const char *allowed = "";
         for (size_t i = 0; i < IX_ARRAY_LEN(k_routes); i++)
@@ -454,11 +512,6 @@ static enum MHD_Result dispatch(ixs_conn *cc) {
     if (rt->auth && ix__policy_has_keys(s) && cc->key < 0)
         return reply_errf(cc, 401, "invalid_request_error", "invalid_api_key", NULL,
                           "Incorrect or missing API key: send 'Authorization: Bearer <key>'.");
-    if (cc->too_big) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "the request body exceeds the limit of %zu bytes", s->p.max_body_bytes);
-        return reply_errf(cc, 413, "invalid_request_error", "request_too_large", NULL, msg);
-    }
     if (!atomic_load_explicit(&s->ready, memory_order_acquire) && rt->id != R_HEALTH && rt->id != R_WEB) {
         /* the model is still loading: the port is open so that probes see it */
         double pct = atomic_load_explicit(&s->load_permille, memory_order_relaxed) / 10.0;
@@ -496,6 +549,12 @@ static enum MHD_Result dispatch(ixs_conn *cc) {
     }
     if (atomic_load(&s->draining))
         return reply_errf(cc, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+    if (json_values_bound(cc->body.data, cc->body.len) > max_json_values(s)) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "the request body holds more than %zu JSON values (16 times the context length, "
+                 "plus 65536)", max_json_values(s));
+        return reply_errf(cc, 413, "invalid_request_error", "request_too_large", NULL, msg);
+    }
     json_error_t jerr;
     json_t *req = json_loadb(cc->body.data ? cc->body.data : "", cc->body.len, JSON_REJECT_DUPLICATES, &jerr);
     if (!req) {
@@ -542,10 +601,92 @@ static void peer_address(struct MHD_Connection *c, char *buf, size_t size) {
         inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, buf, (socklen_t)size);
 }
 
+static enum MHD_Result reply_too_big(ixs_conn *cc) {
+    char msg[128];
+    snprintf(msg, sizeof msg, "the request body exceeds the limit of %zu bytes", cc->s->p.max_body_bytes);
+    cc->close = true;
+    return reply_errf(cc, 413, "invalid_request_error", "request_too_large", NULL, msg);
+}
+
+/* A body (chunked: no length to refuse it by) has passed the limit. MHD
+ * 0.9.75 queues no answer in the middle of a body, so the 413 is written to
+ * the socket here, the sending side shut, and the rest of the body read and
+ * dropped for a moment (IXS_SOCK_LINGER) before the sweeper closes the
+ * connection, so that the close does not reset the answer away. Over TLS
+ * only MHD may write: the connection is closed without an answer. */
+static enum MHD_Result refuse_body(ixs_conn *cc) {
+    ix_server *s = cc->s;
+    ixs_sock *k = ix__conn_sock(cc->c);
+    char msg[96];
+    snprintf(msg, sizeof msg, "the request body exceeds the limit of %zu bytes", s->p.max_body_bytes);
+    bool sent = !s->tls && k && ix__conn_send_raw(k->fd, 413, "Content Too Large", "request_too_large", msg);
+    ix__metrics_http(&s->metrics, cc->ep, 413);
+    json_t *line = ix__srv_log_line(s, cc->method, cc->url, 413, cc->t0_ns, cc->remote, cc->key);
+    if (line) json_object_set_new(line, "error", json_string("request_too_large"));
+    ix__srv_log_write(s, line);
+    if (!sent) return MHD_NO;
+    shutdown(k->fd, SHUT_WR);
+    ix__conn_phase(s, k, IXS_SOCK_LINGER);
+    return MHD_YES;
+}
+
+typedef struct framing {
+    int n_length;  /* Content-Length fields */
+    bool encoding; /* a Transfer-Encoding field */
+    const char *length;
+} framing;
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    framing *f = cls;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+        f->n_length++;
+        f->length = value;
+    } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+        f->encoding = true;
+    }
+    return MHD_YES;
+}
+
+/* What can be decided from the headers alone, before a byte of the body is
+ * read: ambiguous framing (RFC 9112 6.3: several Content-Length fields, or
+ * one beside Transfer-Encoding) is a 400; a connection over max_connections
+ * gets 503 (probes excepted); a missing key 401; a declared length over the
+ * limit 413. An answer queued here is "early": MHD reads no body and closes
+ * the connection after it (Connection: close says so). MHD_YES otherwise. */
+static enum MHD_Result head_checks(ixs_conn *cc) {
+    ix_server *s = cc->s;
+    framing f = {0, false, NULL};
+    MHD_get_connection_values(cc->c, MHD_HEADER_KIND, count_framing, &f);
+    bool path_known;
+    const struct route *rt = route_find(cc->url, cc->method, &path_known);
+    if (rt) cc->ep = rt->path;
+    ixs_sock *k = ix__conn_sock(cc->c);
+    cc->close = true;
+    cc->started = true;
+    if (f.n_length > 1)
+        return reply_errf(cc, 400, "invalid_request_error", "bad_framing", NULL,
+                          "more than one Content-Length field");
+    if (f.n_length && f.encoding)
+        return reply_errf(cc, 400, "invalid_request_error", "bad_framing", NULL,
+                          "both Content-Length and Transfer-Encoding");
+    if (k && k->excess && !(rt && (rt->id == R_HEALTH || rt->id == R_READY))) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "too many connections (the limit is %d); retry later", (int)s->p.max_connections);
+        return reply_errf(cc, 503, "server_error", "too_many_connections", NULL, msg);
+    }
+    if (rt && rt->auth && s->n_api_keys && (cc->key = auth_key(s, cc->c)) < 0)
+        return reply_errf(cc, 401, "invalid_request_error", "invalid_api_key", NULL,
+                          "Incorrect or missing API key: send 'Authorization: Bearer <key>'.");
+    if (f.length && strtoull(f.length, NULL, 10) > s->p.max_body_bytes) return reply_too_big(cc);
+    cc->close = false;
+    cc->started = false;
+    return MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **con_cls) {
-    (void)version;
     ix_server *s = cls;
     ixs_conn *cc = *con_cls;
     if (!cc) {
@@ -558,36 +699,53 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         cc->url = url;
         cc->t0_ns = ix_time_ns();
         cc->key = -1;
+        cc->http10 = version && !strcmp(version, MHD_HTTP_VERSION_1_0);
         peer_address(c, cc->remote, sizeof cc->remote);
         *con_cls = cc;
-        return MHD_YES;
+        ix__conn_phase(s, ix__conn_sock(c), IXS_SOCK_BODY);
+        return head_checks(cc);
     }
     if (*upload_data_size) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
-        if (!cc->too_big && cc->body.len + n > s->p.max_body_bytes) {
-            cc->too_big = true;
+        if (cc->started) return MHD_YES; /* answered already */
+        if (cc->body.len + n > s->p.max_body_bytes) { /* a chunked body: stop now */
             ix_buf_free(&cc->body);
+            cc->started = true;
+            return refuse_body(cc);
         }
-        if (!cc->too_big && ix_buf_append(&cc->body, upload_data, n) != IX_OK) return MHD_NO;
+        if (ix_buf_append(&cc->body, upload_data, n) != IX_OK) return MHD_NO;
         return MHD_YES;
     }
     if (cc->job) return ix__srv_generate_again(cc); /* resumed */
     if (cc->started) return MHD_YES; /* a response is queued already */
     cc->started = true;
+    ix__conn_phase(s, ix__conn_sock(c), IXS_SOCK_BUSY);
     return dispatch(cc);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode tc) {
-    (void)cls;
-    (void)c;
     (void)tc;
     ixs_conn *cc = *con_cls;
     if (!cc) return;
     ix__srv_job_release(cc->job); /* closed before the answer: cancels the job */
+    bool large = cc->body.cap >= IXS_TRIM_BYTES;
     ix_buf_free(&cc->body);
     ix_free(cc);
     *con_cls = NULL;
+    ixs_sock *k = ix__conn_sock(c);
+    if (k) {
+        ix__conn_phase(cls, k, IXS_SOCK_IDLE);
+        /* The client has shut its side: no next request can come, close now. */
+        if (ix__srv_peer(k->fd) != IXS_PEER_OPEN) atomic_store(&k->deadline_ns, 1);
+    }
+#ifdef __GLIBC__
+    /* A large body's pages (and the tree parsed from it) go back to the
+     * system now rather than staying in the heap's free lists. */
+    if (large) malloc_trim(0);
+#else
+    (void)large;
+#endif
 }
 
 /* ---- life cycle ------------------------------------------------------------- */
@@ -687,6 +845,52 @@ static ix_status attach(ix_server *s, ix_engine *e, const char *chat_template, i
     return IX_OK;
 }
 
+/* A whole file into a new NUL-terminated string. */
+static ix_status read_file(const char *path, char **out, ix_errbuf *err) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return ix_errf(err, IX_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    ix_buf b = {0};
+    char chunk[4096];
+    size_t n;
+    ix_status st = IX_OK;
+    while (st == IX_OK && (n = fread(chunk, 1, sizeof chunk, f)) > 0) st = ix_buf_append(&b, chunk, n);
+    if (st == IX_OK && ferror(f)) st = ix_errf(err, IX_ERR_IO, "cannot read %s", path);
+    else if (st == IX_OK) st = ix_buf_append(&b, "", 1);
+    else ix_errf(err, st, "out of memory");
+    fclose(f);
+    if (st != IX_OK) {
+        ix_buf_free(&b);
+        return st;
+    }
+    *out = b.data;
+    return IX_OK;
+}
+
+/* HTTPS through libmicrohttpd's GnuTLS: the certificate and key files read
+ * into pem[0], pem[1] (freed by the caller once the daemon has started) and
+ * their options appended. Nothing when neither file is given. */
+static ix_status tls_options(ix_server *s, const ix_server_params *p, char *pem[2], struct MHD_OptionItem *opts,
+                             size_t *n, ix_errbuf *err) {
+    bool cert = p->tls_cert_file && *p->tls_cert_file, key = p->tls_key_file && *p->tls_key_file;
+    if (!cert && !key) return IX_OK;
+    if (!cert || !key) return ix_errf(err, IX_ERR_INVALID, "TLS needs both a certificate and its key");
+    if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+        return ix_errf(err, IX_ERR_UNSUPPORTED, "this libmicrohttpd was built without TLS");
+    ix_status st = read_file(p->tls_cert_file, &pem[0], err);
+    if (st == IX_OK) st = read_file(p->tls_key_file, &pem[1], err);
+    if (st != IX_OK) {
+        ix_free(pem[0]);
+        ix_free(pem[1]);
+        pem[0] = pem[1] = NULL;
+        return st;
+    }
+    s->tls = true;
+    opts[(*n)++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, pem[0]};
+    opts[(*n)++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, pem[1]};
+    return IX_OK;
+}
+
 ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params *p, ix_errbuf *err) {
     *out = NULL;
     ix_server_params dp = ix_server_default_params();
@@ -698,6 +902,8 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
     if (!s->p.max_body_bytes) s->p.max_body_bytes = dp.max_body_bytes;
     if (s->p.max_connections <= 0) s->p.max_connections = dp.max_connections;
     if (s->p.conn_timeout_s <= 0) s->p.conn_timeout_s = dp.conn_timeout_s;
+    if (s->p.header_timeout_s <= 0) s->p.header_timeout_s = dp.header_timeout_s;
+    if (s->p.body_timeout_s <= 0) s->p.body_timeout_s = dp.body_timeout_s;
     if (s->p.n_http_threads <= 0) s->p.n_http_threads = dp.n_http_threads;
     if (s->p.n_http_threads > s->p.max_connections) s->p.n_http_threads = s->p.max_connections;
     s->model_name = ix_strdup(p->model_name && *p->model_name ? p->model_name : "inferx");
@@ -718,6 +924,8 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
     s->p.otlp_service_name = NULL;
     s->p.keys_file = NULL;
     s->p.usage_state = NULL;
+    s->p.tls_cert_file = NULL;
+    s->p.tls_key_file = NULL;
     s->created = time(NULL);
     atomic_init(&s->next_id, (uint64_t)ix_time_ns() ^ ((uint64_t)s->created << 32));
     atomic_init(&s->n_inflight, 0);
@@ -728,6 +936,9 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
     atomic_init(&s->hurry, false);
     atomic_init(&s->load_permille, 0);
     pthread_mutex_init(&s->jobs_mu, NULL);
+    pthread_mutex_init(&s->socks_mu, NULL);
+    atomic_init(&s->n_socks, 0);
+    ix__admit_init(&s->admit, s->p.max_waiting);
     s->listen_fd = MHD_INVALID_SOCKET;
     ix__metrics_init(&s->metrics, 0);
     s->pending_template = chat_template;
@@ -774,11 +985,26 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
         ix_server_destroy(s);
         return st;
     }
+    struct MHD_OptionItem opts[16];
+    size_t n_opts = 0;
+    ix__conn_options(s, opts, &n_opts);
+    char *tls_pem[2] = {NULL, NULL};
+    if ((st = tls_options(s, p, tls_pem, opts, &n_opts, err)) != IX_OK) {
+        ix_server_destroy(s);
+        return st;
+    }
+    if (tls_pem[0]) flags |= MHD_USE_TLS;
+    opts[n_opts++] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
     s->daemon = MHD_start_daemon(flags, p->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &ss,
-                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->p.max_connections,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->p.conn_timeout_s,
                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_THREAD_POOL_SIZE,
-                                 (unsigned)(s->p.n_http_threads > 1 ? s->p.n_http_threads : 0), MHD_OPTION_END);
+                                 (unsigned)(s->p.n_http_threads > 1 ? s->p.n_http_threads : 0), MHD_OPTION_ARRAY,
+                                 opts, MHD_OPTION_END);
+    ix_free(tls_pem[0]); /* MHD keeps its own copies */
+    if (tls_pem[1]) { /* the private key does not linger in freed memory */
+        volatile char *v = tls_pem[1];
+        for (size_t i = 0; v[i]; i++) v[i] = 0;
+    }
+    ix_free(tls_pem[1]);
     if (!s->daemon) {
         ix_server_destroy(s);
         return ix_errf(err, IX_ERR_IO, "cannot listen on %s:%u (address in use or not local?)", host,
@@ -860,6 +1086,8 @@ void ix_server_destroy(ix_server *s) {
     for (int i = 0; i < 1000 && atomic_load(&s->n_inflight) > 0; i++) sleep_ms(10);
     pthread_mutex_destroy(&s->jobs_mu);
     ix__policy_destroy(s); /* after the jobs: their usage is in the saved state */
+    pthread_mutex_destroy(&s->socks_mu);
+    ix__admit_free(&s->admit);
     ix__metrics_free(&s->metrics);
     ix__embed_destroy(s);
     ix__trace_destroy(s->tracer); /* after the jobs: the last spans go out */

@@ -14,7 +14,10 @@
  *   policy.c   per-key policy: the keys file, rate limits, budgets and their
  *              state file, /v1/usage, per-key metrics, request timeouts
  *   web.c      the chat page at / (web/chat.html, compiled in), CORS headers
- *              and preflights */
+ *              and preflights
+ *   admit.c    server-wide admission: --max-waiting counted per sequence
+ *   conn.c     connection defences: per-connection deadlines (headers,
+ *              body, idle), the connection limit's 503, the sweeper */
 #ifndef IX_SERVER_INT_H
 #define IX_SERVER_INT_H
 
@@ -36,6 +39,7 @@ typedef struct ixs_err {
     const char *code;   /* NULL or a short code */
     char param[64];     /* "" when none */
     char msg[512];
+    int retry_after_s;  /* 429 / 503: the Retry-After to send; 0: the default (1) */
 } ixs_err;
 
 int ix__srv_errf(ixs_err *e, int http, const char *type, const char *param, const char *fmt, ...)
@@ -257,6 +261,64 @@ ix_status ix__tools_grammar_or(const ixs_tools_req *t, ixs_tool_syntax ts, const
 ix_status ix__tools_parse_output(const char *text, size_t len, ixs_tool_syntax ts, json_t *tools, json_t **calls,
                                  ix_buf *content);
 
+/* ---- admission (admit.c) ------------------------------------------------ */
+/* The server-wide waiting limit. Per-key limits (429) are separate checks
+ * beside ix__admit_take. */
+typedef struct ixs_admit {
+    int32_t max_waiting;     /* <= 0: no limit */
+    atomic_int n_waiting;    /* sequences admitted that have not started yet */
+    pthread_mutex_t mu;      /* guards the drain measurement below */
+    uint64_t last_start_ns;  /* the last start (or when the queue began to fill) */
+    double gap_s;            /* average seconds between starts; 0: not measured */
+} ixs_admit;
+
+void ix__admit_init(ixs_admit *a, int32_t max_waiting);
+void ix__admit_free(ixs_admit *a);
+/* Reserves n_seqs waiting places, all or none: 0, or -1 with e filled (503
+ * "overloaded" with its retry_after_s; 400 when n_seqs alone is over the
+ * limit). Any thread. */
+int ix__admit_take(ixs_admit *a, int32_t n_seqs, ixs_err *e);
+/* n_seqs reserved places were never submitted. */
+void ix__admit_give_back(ixs_admit *a, int32_t n_seqs);
+/* n_seqs admitted sequences started (or finished before starting): their
+ * places free, and the drain rate learns. Any thread (the engine's). */
+void ix__admit_started(ixs_admit *a, int32_t n_seqs);
+/* clamp(ceil(need * gap_s), 1, 60): the Retry-After of an overload answer. */
+int ix__admit_retry_after_s(int32_t need, double gap_s);
+
+/* ---- connections (conn.c) ----------------------------------------------- */
+/* Where a connection is in its current request; each phase but BUSY has a
+ * deadline that trickling bytes cannot move. */
+typedef enum ixs_sock_phase {
+    IXS_SOCK_HEADERS, /* from accept (or the request line) to the end of the headers */
+    IXS_SOCK_BODY,    /* from the headers to the end of the body */
+    IXS_SOCK_BUSY,    /* the request is being answered: no deadline */
+    IXS_SOCK_IDLE,    /* kept alive between requests */
+    IXS_SOCK_LINGER,  /* answered before its body ended: discarding it, briefly */
+} ixs_sock_phase;
+
+/* One open connection (MHD's socket context). */
+typedef struct ixs_sock {
+    struct ixs_sock *prev, *next; /* s->socks, under s->socks_mu */
+    MHD_socket fd;
+    atomic_uint_fast64_t deadline_ns; /* 0: none */
+    atomic_int phase;                 /* ixs_sock_phase */
+    bool excess;                      /* opened over max_connections: refused with 503 */
+} ixs_sock;
+
+/* The MHD options of the connection defences (notify-connection, the
+ * request-line callback, limits, timeouts), appended to opts from *n. */
+void ix__conn_options(ix_server *s, struct MHD_OptionItem *opts, size_t *n);
+/* The socket context of c; NULL if MHD has none. */
+ixs_sock *ix__conn_sock(struct MHD_Connection *c);
+void ix__conn_phase(ix_server *s, ixs_sock *k, ixs_sock_phase ph);
+/* Writes a whole JSON error answer (Connection: close) straight to the
+ * socket, for when MHD cannot queue one (clear text only; msg and code
+ * must need no JSON escaping). Whether all of it was sent. */
+bool ix__conn_send_raw(MHD_socket fd, int status, const char *reason, const char *code, const char *msg);
+/* Closes the connections past their deadline (the watcher, every round). */
+void ix__conn_sweep(ix_server *s);
+
 /* ---- the server ------------------------------------------------------- */
 typedef struct ixs_job ixs_job; /* one generation request (generate.c) */
 typedef struct ixs_embedder ixs_embedder; /* embeddings' model context (embed.c) */
@@ -296,6 +358,11 @@ struct ix_server {
     ixs_embedder *embed;
     ixs_tracer *tracer;      /* NULL: tracing off */
     ixs_policy *policy;      /* keys file, limits, budgets, timeouts (always set once created) */
+    ixs_admit admit;         /* --max-waiting */
+    pthread_mutex_t socks_mu; /* guards socks; held while the sweeper shuts one */
+    ixs_sock *socks;         /* open connections */
+    atomic_int n_socks;
+    bool tls;                /* HTTPS: nothing is written to sockets beside MHD */
 };
 
 /* One HTTP request being answered (MHD's con_cls): what the replies, the
@@ -311,10 +378,15 @@ typedef struct ixs_conn {
     int key;            /* index of the API key it presented; -1: none (or no keys) */
     ix_buf body;
     bool too_big;
+    bool checked;       /* the checks at the end of the headers are done */
     bool started;
+    int route;          /* index into the route table; -1: none */
+    int retry_after_s;  /* the Retry-After of its answer (0: 1 s) */
     ixs_job *job; /* a non-streaming generation waiting for its finish (a reference) */
     bool ollama;  /* an /api/... route: errors are Ollama's {"error": "..."} */
-    double retry_after_s; /* a policy 429: > 0 its Retry-After, < 0 none; 0: not a policy 429 */
+    double policy_retry_s; /* a policy 429: > 0 its Retry-After, < 0 none; 0: not a policy 429 */
+    bool close;   /* answer with Connection: close (bad framing, a refused connection) */
+    bool http10;  /* an HTTP/1.0 request (no interim 1xx answers) */
 } ixs_conn;
 
 /* Replies: status + JSON body. Each counts in the metrics and writes the
@@ -431,9 +503,11 @@ uint64_t ix__srv_fnv1a(uint64_t h, const void *data, size_t n);
 /* JSON helpers: a valid UTF-8 string node from arbitrary bytes (invalid
  * sequences become U+FFFD). Never NULL unless out of memory. */
 json_t *ix__json_text(const char *s, size_t len);
-/* Whether the peer of a connected socket has closed its side (non-blocking
- * peek). */
-bool ix__srv_fd_closed(MHD_socket fd);
+/* What a non-blocking peek at a connected socket sees: bytes (or nothing
+ * yet), the peer's FIN (it closed, or only shut its sending side), or an
+ * error (a reset: the peer is gone). */
+typedef enum ixs_peer { IXS_PEER_OPEN, IXS_PEER_EOF, IXS_PEER_GONE } ixs_peer;
+ixs_peer ix__srv_peer(MHD_socket fd);
 /* A fresh "<prefix><24 hex>" id into buf. */
 void ix__srv_new_id(ix_server *s, const char *prefix, char *buf, size_t size);
 

@@ -1,0 +1,144 @@
+/* inferx server: connection defences, beside libmicrohttpd's own options.
+ *
+ * libmicrohttpd 0.9.75 gives a connection limit, a per-IP limit and an idle
+ * timeout, but the timeout restarts on every byte (a header line every few
+ * seconds keeps a socket forever), and at its limit it stops accepting, so
+ * new connections -- health probes included -- wait in the kernel's backlog.
+ * So:
+ *   - every connection gets a socket context (MHD_OPTION_NOTIFY_CONNECTION)
+ *     holding its phase and a deadline that bytes do not move: the headers
+ *     must be complete within header_timeout_s of the accept (or of the
+ *     request line, on a kept-alive connection), the body within
+ *     body_timeout_s of the headers, and an idle kept-alive connection
+ *     must start its next request line within conn_timeout_s. The watcher
+ *     thread sweeps the list every round and closes what is past its
+ *     deadline (a 408 first when it was mid-request and not TLS);
+ *   - MHD's own connection limit is set well above max_connections, and a
+ *     connection opened over max_connections is marked `excess`: its
+ *     request is answered at once with 503 and the connection closed
+ *     (server.c), except /health and /ready, so probes still see a full
+ *     server as alive. Only past MHD's limit do connections queue.
+ *
+ * Closing from the watcher is shutdown(2), under socks_mu: MHD reports a
+ * connection closed (NOTIFY_CLOSED, which takes the mutex) before it closes
+ * the descriptor, so the sweeper never touches a descriptor that has been
+ * reused. MHD then sees the end of the stream and closes the connection on
+ * its own thread. */
+#include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include "server/server_int.h"
+
+/* Connections MHD accepts past max_connections (each is answered 503). */
+#define IXS_EXCESS_MIN 64
+/* Seconds a connection answered before its body ended keeps reading (and
+ * discarding) so that closing it does not reset the answer away. */
+#define IXS_LINGER_S 2
+/* libmicrohttpd's memory per connection (request line, headers, buffers). */
+#define IXS_CONN_POOL_BYTES (128 * 1024)
+
+ixs_sock *ix__conn_sock(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+void ix__conn_phase(ix_server *s, ixs_sock *k, ixs_sock_phase ph) {
+    if (!k) return;
+    int32_t secs = ph == IXS_SOCK_HEADERS ? s->p.header_timeout_s
+                   : ph == IXS_SOCK_BODY  ? s->p.body_timeout_s
+                   : ph == IXS_SOCK_IDLE  ? s->p.conn_timeout_s
+                   : ph == IXS_SOCK_LINGER ? IXS_LINGER_S
+                                          : 0;
+    atomic_store(&k->phase, (int)ph);
+    atomic_store(&k->deadline_ns, secs > 0 ? ix_time_ns() + (uint64_t)secs * 1000000000ull : 0);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+    ix_server *s = cls;
+    ixs_sock *k = *socket_context;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        if (!(k = ix_calloc(1, sizeof *k))) return; /* no deadline then; MHD's idle timeout still holds */
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        k->fd = ci ? ci->connect_fd : MHD_INVALID_SOCKET;
+        atomic_init(&k->phase, IXS_SOCK_HEADERS);
+        atomic_init(&k->deadline_ns, 0);
+        ix__conn_phase(s, k, IXS_SOCK_HEADERS);
+        k->excess = atomic_fetch_add(&s->n_socks, 1) >= s->p.max_connections;
+        pthread_mutex_lock(&s->socks_mu);
+        k->next = s->socks;
+        if (s->socks) s->socks->prev = k;
+        s->socks = k;
+        pthread_mutex_unlock(&s->socks_mu);
+        *socket_context = k;
+        return;
+    }
+    if (!k) return;
+    pthread_mutex_lock(&s->socks_mu);
+    if (k->prev) k->prev->next = k->next;
+    else s->socks = k->next;
+    if (k->next) k->next->prev = k->prev;
+    pthread_mutex_unlock(&s->socks_mu);
+    atomic_fetch_sub(&s->n_socks, 1);
+    ix_free(k);
+    *socket_context = NULL;
+}
+
+/* A request line has arrived: a kept-alive connection starts its headers'
+ * clock (a fresh connection's started at the accept). */
+static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *c) {
+    (void)uri;
+    ix_server *s = cls;
+    ixs_sock *k = ix__conn_sock(c);
+    if (k && atomic_load(&k->phase) == IXS_SOCK_IDLE) ix__conn_phase(s, k, IXS_SOCK_HEADERS);
+    return NULL;
+}
+
+void ix__conn_options(ix_server *s, struct MHD_OptionItem *opts, size_t *n) {
+    int32_t excess = s->p.max_connections > IXS_EXCESS_MIN ? s->p.max_connections : IXS_EXCESS_MIN;
+    opts[(*n)++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, s};
+    opts[(*n)++] = (struct MHD_OptionItem){MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)on_request_line, s};
+    opts[(*n)++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT, s->p.max_connections + excess, NULL};
+    opts[(*n)++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT, s->p.conn_timeout_s, NULL};
+    /* MHD's default 32 KiB pool runs out storing a few hundred query
+     * parameters, and then the request hangs (0.9.75): room for about a
+     * thousand; past that the header deadline answers. */
+    opts[(*n)++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_MEMORY_LIMIT, IXS_CONN_POOL_BYTES, NULL};
+    if (s->p.max_conns_per_ip > 0)
+        opts[(*n)++] = (struct MHD_OptionItem){MHD_OPTION_PER_IP_CONNECTION_LIMIT, s->p.max_conns_per_ip, NULL};
+}
+
+bool ix__conn_send_raw(MHD_socket fd, int status, const char *reason, const char *code, const char *msg) {
+    char body[512], head[256];
+    int nb = snprintf(body, sizeof body,
+                      "{\"error\":{\"message\":\"%s\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":\"%s\"}}",
+                      msg, code);
+    if (nb < 0 || (size_t)nb >= sizeof body) return false;
+    int nh = snprintf(head, sizeof head,
+                      "HTTP/1.1 %d %s\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n",
+                      status, reason, nb);
+    struct iovec iov[2] = {{head, (size_t)nh}, {body, (size_t)nb}};
+    struct msghdr mh = {0};
+    mh.msg_iov = iov;
+    mh.msg_iovlen = 2;
+    return sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) == nh + nb;
+}
+
+void ix__conn_sweep(ix_server *s) {
+    uint64_t now = ix_time_ns();
+    pthread_mutex_lock(&s->socks_mu);
+    for (ixs_sock *k = s->socks; k; k = k->next) {
+        uint64_t d = atomic_load(&k->deadline_ns);
+        if (!d || now < d || k->fd == MHD_INVALID_SOCKET) continue;
+        atomic_store(&k->deadline_ns, 0);
+        int ph = atomic_load(&k->phase);
+        /* Mid-request and in clear text, nothing else is writing: say why. */
+        if (!s->tls && (ph == IXS_SOCK_HEADERS || ph == IXS_SOCK_BODY))
+            ix__conn_send_raw(k->fd, 408, "Request Timeout", "timeout", "the request did not arrive in time");
+        shutdown(k->fd, SHUT_RDWR);
+    }
+    pthread_mutex_unlock(&s->socks_mu);
+}
