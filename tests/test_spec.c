@@ -127,9 +127,10 @@ static void test_ngram_lookup(void **state) {
     ix_token out[8];
     /* latest occurrence wins */
     const ix_token a[] = {5, 6, 7, 5, 6, 8, 5, 6};
-    assert_int_equal(ix_spec_ngram_lookup(a, 8, 1, 3, 4, out), 3); /* up to the end */
+    assert_int_equal(ix_spec_ngram_lookup(a, 8, 1, 3, 4, out), 4);
     assert_int_equal(out[0], 8);
     assert_int_equal(out[2], 6);
+    assert_int_equal(out[3], 8); /* past the end: the loop (8 5 6) goes on */
     /* longest suffix first: (7 5 6) occurs once, not the later (5 6) */
     const ix_token b[] = {7, 5, 6, 1, 2, 5, 6, 3, 7, 5, 6};
     assert_int_equal(ix_spec_ngram_lookup(b, 11, 1, 3, 2, out), 2);

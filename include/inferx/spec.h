@@ -99,8 +99,9 @@ void ix_proposer_release(ix_proposer *pr, uint64_t key);
 
 /* Prompt lookup on its own (what the ngram proposer does per sequence): the
  * longest suffix of toks, from max_n down to min_n tokens, that also occurs
- * earlier in toks (latest occurrence first); writes up to k tokens that
- * followed it into out. Returns the count (0: no match). */
+ * earlier in toks (latest occurrence first); writes the k tokens that
+ * followed it into out, reading on through out itself where they reach the
+ * end of toks (a loop of period p continues). Returns k, or 0: no match. */
 int32_t ix_spec_ngram_lookup(const ix_token *toks, int32_t n, int32_t min_n, int32_t max_n, int32_t k,
                              ix_token *out);
 

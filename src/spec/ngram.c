@@ -1,7 +1,8 @@
 /*
  * The ngram proposer (prompt lookup decoding): the sequence's last n tokens
  * are looked up earlier in the same sequence -- prompt and output so far --
- * and the tokens that followed the latest occurrence are the guess. It pays
+ * and the tokens that followed the latest occurrence are the guess (read on
+ * through the guess itself when they reach the end). It pays
  * where the output repeats its input: edits, summaries that quote, code
  * completion, retrieval answers. No state, no model: a proposal costs a scan
  * of the sequence (microseconds next to a forward pass).
@@ -23,12 +24,12 @@ int32_t ix_spec_ngram_lookup(const ix_token *toks, int32_t n, int32_t min_n, int
         /* latest earlier occurrence first: recent text predicts best */
         for (int32_t start = n - len - 1; start >= 0; start--) {
             if (memcmp(toks + start, suffix, (size_t)len * sizeof *toks) != 0) continue;
-            int32_t from = start + len, got = 0;
-            while (got < k && from + got < n) {
-                out[got] = toks[from + got];
-                got++;
-            }
-            return got;
+            /* what followed, read on through the guess itself: a
+             * continuation that reaches the end repeats with the period
+             * n - from (an output in a loop gets whole guesses) */
+            int32_t from = start + len;
+            for (int32_t j = 0; j < k; j++) out[j] = from + j < n ? toks[from + j] : out[from + j - n];
+            return k;
         }
     }
     return 0;
