@@ -127,6 +127,7 @@ static const field k_fields[] = {
     {"deadline_ms", BOTH, F_DONE, NULL},
     {"cache_salt", BOTH, F_DONE, NULL},
     {"grammar", BOTH, F_DONE, NULL},
+    {"speculative_decoding", BOTH, F_DONE, NULL},
     {"chat_template_kwargs", CHAT, F_DONE, NULL},
     {"chat_template_kwargs", CHAT, F_DONE, NULL},
 };
