@@ -9,7 +9,7 @@
 #   cc app.c $(pkg-config --cflags --libs inferx)
 #   find_package(inferx REQUIRED) + target_link_libraries(app PRIVATE inferx::inferx)
 
-set(IX_LIB_MODULES ix_core ix_gguf ix_kernels ix_tokenizer ix_grammar ix_template ix_kv ix_sample ix_model
+set(IX_LIB_MODULES ix_core ix_gguf ix_kernels ix_tokenizer ix_grammar ix_template ix_kv ix_sample ix_model ix_spec
   ix_sched ix_engine ix_server ix_medusa ix_kvstore)
 set(IX_LIB_OBJECTS "")
 foreach(m IN LISTS IX_LIB_MODULES)

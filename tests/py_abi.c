@@ -42,7 +42,10 @@ int main(void) {
         F(ix_request_params, max_tokens), F(ix_request_params, stop), F(ix_request_params, n_stop),
         F(ix_request_params, stop_token_ids), F(ix_request_params, n_stop_token_ids), F(ix_request_params, ignore_eos),
         F(ix_request_params, priority), F(ix_request_params, deadline_ms), F(ix_request_params, cache_ns),
-        F(ix_request_params, n), F(ix_request_params, constraint), F(ix_request_params, cb), E();
+        F(ix_request_params, n), F(ix_request_params, constraint), F(ix_request_params, cb),
+        F(ix_request_params, no_spec), E();
+    S(ix_spec_params), F(ix_spec_params, kind), F(ix_spec_params, k), F(ix_spec_params, ngram_max),
+        F(ix_spec_params, ngram_min), F(ix_spec_params, adaptive), F(ix_spec_params, draft_model), E();
     S(ix_sched_params), F(ix_sched_params, policy), F(ix_sched_params, preempt), F(ix_sched_params, max_num_seqs),
         F(ix_sched_params, max_num_batched_tokens), F(ix_sched_params, target_step_ms), E();
     S(ix_model_profile), F(ix_model_profile, n_forward), F(ix_model_profile, n_tokens), F(ix_model_profile, n_logits),
@@ -51,7 +54,8 @@ int main(void) {
     S(ix_engine_params), F(ix_engine_params, sched), F(ix_engine_params, kv_dtype), F(ix_engine_params, kv_mem_bytes),
         F(ix_engine_params, kv_blocks), F(ix_engine_params, kv_block_size), F(ix_engine_params, kv_swap_blocks),
         F(ix_engine_params, enable_prefix_cache), F(ix_engine_params, n_threads), F(ix_engine_params, n_ctx),
-        F(ix_engine_params, start_thread), F(ix_engine_params, kv_disk_dir), F(ix_engine_params, kv_disk_max_bytes), E();
+        F(ix_engine_params, start_thread), F(ix_engine_params, kv_disk_dir), F(ix_engine_params, kv_disk_max_bytes),
+        F(ix_engine_params, spec), E();
     S(ix_kv_stats), F(ix_kv_stats, n_blocks_total), F(ix_kv_stats, n_blocks_used), F(ix_kv_stats, n_blocks_cached),
         F(ix_kv_stats, n_blocks_evictable), F(ix_kv_stats, n_blocks_free), F(ix_kv_stats, n_slots_used),
         F(ix_kv_stats, n_slots_allocated), F(ix_kv_stats, utilization), F(ix_kv_stats, n_seqs),
@@ -66,7 +70,9 @@ int main(void) {
         F(ix_engine_stats, n_deadline_shed), F(ix_engine_stats, n_deadline_missed), F(ix_engine_stats, step_budget),
         F(ix_engine_stats, step_cost_fixed_ms), F(ix_engine_stats, step_cost_per_token_ms), F(ix_engine_stats, plan_ns),
         F(ix_engine_stats, forward_ns), F(ix_engine_stats, sample_ns), F(ix_engine_stats, step_tokens),
-        F(ix_engine_stats, step_tokens_sum), F(ix_engine_stats, forward),
+        F(ix_engine_stats, step_tokens_sum), F(ix_engine_stats, spec_n_drafts),
+        F(ix_engine_stats, spec_n_draft_tokens), F(ix_engine_stats, spec_n_accepted_tokens),
+        F(ix_engine_stats, spec_accepted_per_pos), F(ix_engine_stats, forward),
         F(ix_engine_stats, kv), E();
     S(ix_generation), F(ix_generation, info), F(ix_generation, tokens), F(ix_generation, text), E();
     printf("\n}\n");

@@ -8,6 +8,9 @@
  *     prompt is prefilled in chunks sized to the target
  *   - a new request's first chunk is planned in the very next step, even
  *     behind a long prefill, and a short prompt gets its first token there
+ *   - speculation: a decode carries the draft tokens the engine asks for, cut
+ *     by the token budget (never the sequence's own token), all dropped
+ *     (nothing preempted) when the cache cannot hold them
  *   - parameters are validated */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -419,8 +422,58 @@ static void test_params(void **state) {
     ix_kv_destroy(kv);
 }
 
+/* Plans of decodes that carry drafts (planned, not carried out). */
+static void test_drafts(void **state) {
+    (void)state;
+    ix_sched_params p = ix_sched_default_params();
+    p.target_step_ms = 0;
+    p.max_num_batched_tokens = 6;
+    sim sm;
+    sim_init(&sm, 64, p);
+    sim_item *a = sim_submit(&sm, 5, 50, 1), *b = sim_submit(&sm, 5, 50, 2);
+    for (int k = 0; k < 4 && (a->it.n_generated[0] == 0 || b->it.n_generated[0] == 0); k++) sim_step(&sm);
+    assert_true(a->it.n_generated[0] > 0 && b->it.n_generated[0] > 0);
+    a->it.n_draft[0] = 3;
+    b->it.n_draft[0] = 3;
+    ix_sched_plan *pl = &sm.plan;
+    assert_int_equal(ix_sched_plan_step(sm.s, 0, sim_admit, &sm, pl), IX_OK);
+    assert_int_equal(pl->n_work, 2);
+    /* a budget of 6: the first decode and its 3 drafts, then the second
+     * decode and what is left (1 draft) */
+    assert_true(pl->work[0].decode && pl->work[1].decode);
+    assert_int_equal(pl->work[0].n_tokens, 4);
+    assert_int_equal(pl->work[1].n_tokens, 2);
+    assert_int_equal(pl->n_tokens, 6);
+    a->it.n_draft[0] = b->it.n_draft[0] = 0; /* drafts are the engine's per plan */
+    sim_free(&sm);
+
+    /* Two blocks: one sequence of 14 prompt tokens holds one, one is free.
+     * 3 drafts cross into the free block; 18 would need two: then every draft
+     * is dropped and the decode runs alone, nobody preempted. */
+    p = ix_sched_default_params();
+    p.target_step_ms = 0;
+    sim_init(&sm, 2, p);
+    a = sim_submit(&sm, 14, 50, 3);
+    for (int k = 0; k < 4 && a->it.n_generated[0] == 0; k++) sim_step(&sm);
+    assert_int_equal(a->it.n_generated[0], 1);
+    a->it.n_draft[0] = 3;
+    assert_int_equal(ix_sched_plan_step(sm.s, 0, sim_admit, &sm, pl), IX_OK);
+    assert_int_equal(pl->n_work, 1);
+    assert_int_equal(pl->work[0].n_tokens, 4);
+    a->it.n_draft[0] = 18;
+    assert_int_equal(ix_sched_plan_step(sm.s, 0, sim_admit, &sm, pl), IX_OK);
+    assert_int_equal(pl->n_work, 1);
+    assert_int_equal(pl->work[0].n_tokens, 1);
+    assert_int_equal(pl->n_preempted, 0);
+    a->it.n_draft[0] = 0;
+    sim_step(&sm); /* and the plain decode runs */
+    assert_int_equal(a->it.n_generated[0], 2);
+    sim_free(&sm);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_drafts),
         cmocka_unit_test(test_cost_model),
         cmocka_unit_test(test_decodes_never_stall),
         cmocka_unit_test(test_new_request_next_step),

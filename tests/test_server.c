@@ -1636,6 +1636,9 @@ static void test_cli_sched_flags(void **state) {
         {"--max-num-batched-tokens", "100000", "expects an integer in [1, 65536]"},
         {"--max-num-seqs", "1.5", "--max-num-seqs expects an integer in [1, 4096]"},
         {"--policy", "lifo", "--policy expects fcfs, priority or deadline"},
+        {"--spec", "eagle", "--spec expects none, ngram, draft or medusa"},
+        {"--spec-k", "0", "--spec-k expects an integer in [1, 8], got '0'"},
+        {"--spec-adaptive", "maybe", "--spec-adaptive expects on or off"},
     };
     char out[4096];
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -1659,6 +1662,51 @@ static void test_cli_sched_flags(void **state) {
     assert_true(metric(r.body, "inferx:step_token_budget", NULL, &v) && v >= 1 && v <= 40);
     resp_free(&r);
     stop_serve(pid, err_fd);
+}
+
+/* inferx serve --spec ngram: the same text as without speculation, a
+ * request may opt out, the vLLM-named counters move. */
+static void test_cli_spec(void **state) {
+    (void)state;
+    need_inferx();
+    const char *prompt = "one two three four five six seven eight nine ten one two three four five six seven";
+    char *ref = generate_ref(prompt, 24);
+    char *argv[] = {INFERX_BIN, "serve", "-m", MODEL, "--port", "0", "-t", "1", "--served-model-name", "tiny",
+                    "--spec", "ngram", "--spec-k", "3", "--spec-adaptive", "off", "--access-log", "off", NULL};
+    int err_fd;
+    uint16_t port;
+    pid_t pid = spawn_serve(argv, &err_fd, &port);
+    char body[512];
+    for (int opt_out = 0; opt_out < 2; opt_out++) {
+        snprintf(body, sizeof body,
+                 "{\"prompt\":\"%s\",\"max_tokens\":24,\"temperature\":0,\"ignore_eos\":true%s}", prompt,
+                 opt_out ? ",\"speculative_decoding\":false" : "");
+        resp r;
+        assert_int_equal(http(port, "POST", "/v1/completions", NULL, body, &r), 0);
+        assert_int_equal(r.status, 200);
+        json_t *j = json_loads(r.body, 0, NULL);
+        assert_non_null(j);
+        json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
+        assert_string_equal(json_string_value(json_object_get(c0, "text")), ref);
+        json_decref(j);
+        resp_free(&r);
+    }
+    resp r;
+    assert_int_equal(http(port, "POST", "/v1/completions", NULL,
+                          "{\"prompt\":\"x\",\"speculative_decoding\":\"yes\"}", &r), 0);
+    assert_int_equal(r.status, 400);
+    assert_non_null(strstr(r.body, "speculative_decoding"));
+    resp_free(&r);
+    assert_int_equal(http(port, "GET", "/metrics", NULL, NULL, &r), 0);
+    double drafts = 0, tokens = 0, acc = 0, pos0 = 0;
+    assert_true(metric(r.body, "inferx:spec_decode_num_drafts_total", NULL, &drafts));
+    assert_true(metric(r.body, "inferx:spec_decode_num_draft_tokens_total", NULL, &tokens));
+    assert_true(metric(r.body, "inferx:spec_decode_num_accepted_tokens_total", NULL, &acc));
+    assert_true(metric(r.body, "inferx:spec_decode_num_accepted_tokens_per_pos_total", "position=\"0\"", &pos0));
+    assert_true(drafts >= 1 && tokens >= drafts && acc <= tokens && pos0 <= drafts);
+    resp_free(&r);
+    stop_serve(pid, err_fd);
+    free(ref);
 }
 
 static int thread_count(void) {
@@ -2237,6 +2285,7 @@ int main(void) {
         cmocka_unit_test(test_gguf_chat_template),
         cmocka_unit_test(test_cli_key_file_and_access_log),
         cmocka_unit_test(test_cli_sched_flags),
+        cmocka_unit_test(test_cli_spec),
         cmocka_unit_test(test_many_streams_fixed_threads),
         cmocka_unit_test(test_overload_retry_after),
         cmocka_unit_test(test_shutdown_drains),

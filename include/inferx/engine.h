@@ -26,6 +26,7 @@
 #include "inferx/model.h"
 #include "inferx/sample.h"
 #include "inferx/sched.h"
+#include "inferx/spec.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -144,6 +145,10 @@ typedef struct ix_request_params {
     int32_t n;            /* parallel choices, 1..IX_SCHED_MAX_SEQS; 0 = 1 */
     ix_constraint constraint; /* kind IX_CONSTRAINT_NONE (default): free decoding */
     ix_request_callbacks cb;
+    /* true: this request never speculates (its tokens are the same either
+     * way; an opt-out for latency experiments or a client that wants every
+     * step alike). Default false. */
+    bool no_spec;
 } ix_request_params;
 
 ix_request_params ix_request_default_params(void);
@@ -167,6 +172,9 @@ typedef struct ix_engine_params {
      * written so a new engine over the same folder finds them. Copied. */
     const char *kv_disk_dir;
     uint64_t kv_disk_max_bytes; /* 0: unbounded; else LRU on disk past it */
+    /* speculative decoding (spec.h); default kind IX_SPEC_NONE. Submit and
+     * create refuse what ix_spec_params_check refuses. */
+    ix_spec_params spec;
 } ix_engine_params;
 
 ix_engine_params ix_engine_default_params(void);
@@ -240,6 +248,11 @@ typedef struct ix_engine_stats {
      * than the bound before); the last entry, steps above every bound. */
     uint64_t step_tokens[IX_ENGINE_STEP_TOKEN_BUCKETS + 1];
     uint64_t step_tokens_sum;
+    /* Speculative decoding, as vLLM counts it: decodes that verified drafts,
+     * the draft tokens verified, those accepted, and accepted by position
+     * (spec_accepted_per_pos[j]: the (j+1)-th draft token was accepted). */
+    uint64_t spec_n_drafts, spec_n_draft_tokens, spec_n_accepted_tokens;
+    uint64_t spec_accepted_per_pos[IX_SPEC_MAX_K];
     ix_model_profile forward;
     ix_kv_stats kv;
 } ix_engine_stats;

@@ -5,7 +5,8 @@
  * item per request, holding up to IX_SCHED_MAX_SEQS KV sequences (its
  * parallel samples) - and, once per engine step, builds the plan of that step:
  *   1. every running item that finished its prefill decodes one token per
- *      sequence (decodes go first so running streams never stall);
+ *      sequence, plus the draft tokens the engine asks it to verify
+ *      (decodes go first so running streams never stall);
  *   2. items still prefilling get their next chunk;
  *   3. swapped items come back, then waiting items are admitted in policy
  *      order, each with a first prefill chunk;
@@ -115,6 +116,12 @@ typedef struct ix_sched_item {
     int32_t n_computed[IX_SCHED_MAX_SEQS]; /* tokens whose K/V is in the cache */
     int32_t n_generated[IX_SCHED_MAX_SEQS];
     bool finished[IX_SCHED_MAX_SEQS];
+    /* speculative decoding: draft tokens the engine would verify in the
+     * sequence's next decode, set before each plan. A decode work entry then
+     * carries 1 + n_draft tokens -- fewer when the step's budget runs out,
+     * none when the cache cannot hold every draft (drafts are dropped before
+     * anyone is preempted for them). */
+    int32_t n_draft[IX_SCHED_MAX_SEQS];
     void *user;
     /* maintained by the scheduler */
     ix_sched_state state;
@@ -127,7 +134,7 @@ typedef struct ix_sched_item {
 typedef struct ix_sched_work {
     ix_sched_item *item;
     int32_t seq_index; /* which of item->seqs */
-    int32_t n_tokens;  /* 1 for a decode, the chunk length for a prefill */
+    int32_t n_tokens;  /* a decode: 1 + the draft tokens granted; a prefill: the chunk */
     bool decode;
 } ix_sched_work;
 

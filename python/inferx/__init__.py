@@ -230,9 +230,16 @@ class Engine(_Handle):
     every request submitted from any Python thread."""
 
     def __init__(self, model, kv_mem_mb=256, max_num_seqs=None, max_num_batched_tokens=None, target_step_ms=None,
-                 n_threads=0, n_ctx=0, prefix_cache=True):
+                 n_threads=0, n_ctx=0, prefix_cache=True, spec=None, spec_k=None):
         L = library()
         p = L.ix_engine_default_params()
+        if spec:  # speculative decoding: "ngram" (docs/speculative.md)
+            kinds = {"none": 0, "ngram": 1, "draft": 2, "medusa": 3}
+            if spec not in kinds:
+                raise ValueError("spec must be one of %s" % ", ".join(kinds))
+            p.spec.kind = kinds[spec]
+        if spec_k:
+            p.spec.k = spec_k
         p.kv_mem_bytes = int(kv_mem_mb) << 20
         if max_num_seqs:
             p.sched.max_num_seqs = max_num_seqs
@@ -255,7 +262,7 @@ class Engine(_Handle):
         library().ix_engine_destroy(h)
 
     def _request(self, prompt, keep, max_tokens=128, stop=None, n=1, priority=0, ignore_eos=False, json_schema=None,
-                 json_object=False, grammar=None, **sampling):
+                 json_object=False, grammar=None, speculative=True, **sampling):
         """Fills a request (keep collects the ctypes buffers it points to)."""
         if sum(x is not None and x is not False for x in (json_schema, grammar, json_object)) > 1:
             raise TypeError("json_schema, json_object and grammar exclude each other")
@@ -268,6 +275,7 @@ class Engine(_Handle):
         keep.append(arr)
         r.prompt, r.n_prompt = arr, len(ids)
         r.max_tokens, r.n, r.priority, r.ignore_eos = max_tokens, n, priority, ignore_eos
+        r.no_spec = not speculative
         for k, v in sampling.items():
             setattr(r.sample, k, v)
         if json_schema is not None or grammar is not None or json_object:
@@ -293,7 +301,8 @@ class Engine(_Handle):
         """Runs every prompt (a string or token ids; a list of them) through
         the engine at once (continuous batching) and returns a Completion per
         prompt (one, for a single prompt). Keyword arguments: max_tokens,
-        stop, n, priority, ignore_eos; json_schema (a dict or JSON text),
+        stop, n, priority, ignore_eos, speculative (False opts out of the
+        engine's spec); json_schema (a dict or JSON text),
         json_object=True or grammar (GBNF text, docs/grammar.md) to constrain
         the output; and the sampling parameters
         temperature, top_k, top_p, min_p, repetition_penalty,

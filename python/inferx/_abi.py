@@ -10,6 +10,7 @@ MAX_SEQS = 16  # IX_SCHED_MAX_SEQS
 MAX_LOGPROBS = 20  # IX_SAMPLE_MAX_LOGPROBS
 ERRMSG_MAX = 512  # IX_ERRMSG_MAX
 STEP_TOKEN_BUCKETS = 13  # IX_ENGINE_STEP_TOKEN_BUCKETS
+SPEC_MAX_K = 8  # IX_SPEC_MAX_K
 
 token_t = C.c_int32
 
@@ -133,6 +134,7 @@ class RequestParams(C.Structure):
         ("n", C.c_int32),
         ("constraint", Constraint),
         ("cb", RequestCallbacks),
+        ("no_spec", C.c_bool),
     ]
 
 
@@ -143,6 +145,17 @@ class SchedParams(C.Structure):
         ("max_num_seqs", C.c_int32),
         ("max_num_batched_tokens", C.c_int32),
         ("target_step_ms", C.c_double),
+    ]
+
+
+class SpecParams(C.Structure):
+    _fields_ = [
+        ("kind", C.c_int),
+        ("k", C.c_int32),
+        ("ngram_max", C.c_int32),
+        ("ngram_min", C.c_int32),
+        ("adaptive", C.c_bool),
+        ("draft_model", C.c_char_p),
     ]
 
 
@@ -160,6 +173,7 @@ class EngineParams(C.Structure):
         ("start_thread", C.c_bool),
         ("kv_disk_dir", C.c_char_p),
         ("kv_disk_max_bytes", C.c_uint64),
+        ("spec", SpecParams),
     ]
 
 
@@ -223,6 +237,10 @@ class EngineStats(C.Structure):
         ("sample_ns", C.c_uint64),
         ("step_tokens", C.c_uint64 * (STEP_TOKEN_BUCKETS + 1)),
         ("step_tokens_sum", C.c_uint64),
+        ("spec_n_drafts", C.c_uint64),
+        ("spec_n_draft_tokens", C.c_uint64),
+        ("spec_n_accepted_tokens", C.c_uint64),
+        ("spec_accepted_per_pos", C.c_uint64 * SPEC_MAX_K),
         ("forward", ModelProfile),
         ("kv", KvStats),
     ]
@@ -249,6 +267,7 @@ MIRRORED = {
     "ix_constraint": Constraint,
     "ix_request_params": RequestParams,
     "ix_sched_params": SchedParams,
+    "ix_spec_params": SpecParams,
     "ix_engine_params": EngineParams,
     "ix_kv_stats": KvStats,
     "ix_model_profile": ModelProfile,

@@ -95,5 +95,36 @@ int ix_cli_parse_opts_pos(const char *cmd, const ix_cli_opt *opts, size_t n_opts
                           const char **pos, int max_pos, int *n_pos);
 /* The table's --help lines: "  -a, --name METAVAR   help", aligned. */
 void ix_cli_print_opts(FILE *f, const ix_cli_opt *opts, size_t n_opts);
+/* For a command with a parser of its own: sets the option of the table that
+ * a names from v (NULL: none given). 1: a is not in the table; IX_CLI_OK;
+ * IX_CLI_USAGE after printing what is wrong. *used_value says whether v was
+ * taken (every type but a flag takes one). */
+int ix_cli_parse_one(const char *cmd, const ix_cli_opt *opts, size_t n_opts, const char *a, const char *v,
+                     bool *used_value);
+
+/* The speculative-decoding options of run, serve and bench, as table rows
+ * over an ix_spec_params; after parsing, ix_cli_spec_resolve makes
+ * --draft-model alone mean --spec draft. */
+const char *ix_cli_set_spec_kind(void *dst, const char *value);
+const char *ix_cli_set_on_off(void *dst, const char *value); /* a bool from "on" / "off" */
+#define IX_CLI_SPEC_OPTS(spec)                                                                                  \
+    {"--spec", NULL, "none|ngram|draft|medusa",                                                                \
+     "speculative decoding: ngram guesses from the prompt and the\n"                                           \
+     "output so far (draft and medusa are not built yet); the\n"                                               \
+     "output is the same token for token (default none)",                                                      \
+     IX_CLI_OPT_FN, &(spec)->kind, 0, 0, false, ix_cli_set_spec_kind},                                          \
+        {"--spec-k", NULL, "N",                                                                                 \
+         "most guessed tokens per sequence and step; each sequence's\n"                                        \
+         "k adapts below it to its acceptance and the step cost",                                              \
+         IX_CLI_OPT_I32, &(spec)->k, 1, IX_SPEC_MAX_K, true, NULL},                                             \
+        {"--spec-adaptive", NULL, "on|off",                                                                     \
+         "off: every decode guesses --spec-k tokens, whatever the\n"                                           \
+         "acceptance and the load (benchmarks, tests; default on)",                                            \
+         IX_CLI_OPT_FN, &(spec)->adaptive, 0, 0, false, ix_cli_set_on_off},                                     \
+    {                                                                                                          \
+        "--draft-model", NULL, "FILE", "draft GGUF for --spec draft (not built yet: refused)", IX_CLI_OPT_STR, \
+            &(spec)->draft_model, 0, 0, false, NULL                                                            \
+    }
+void ix_cli_spec_resolve(ix_spec_params *sp);
 
 #endif

@@ -43,9 +43,12 @@ static void usage(FILE *f) {
             "  --ignore-eos         keep generating past end-of-sequence tokens\n"
             "  -c, --ctx N          context length (default: the model's)\n"
             "  -t, --threads N      worker threads (default: all cores)\n"
-            "  --kv-f32             keep the KV cache in f32 (default f16)\n"
-            "  -h, --help           show this help\n",
+            "  --kv-f32             keep the KV cache in f32 (default f16)\n",
             ix_cli_default_model());
+    ix_spec_params spec = ix_spec_default_params();
+    const ix_cli_opt spec_opts[] = {IX_CLI_SPEC_OPTS(&spec)};
+    ix_cli_print_opts(f, spec_opts, IX_ARRAY_LEN(spec_opts));
+    fprintf(f, "  -h, --help           show this help\n");
 }
 
 static bool parse_float(const char *opt, const char *s, float *out) {
@@ -114,6 +117,8 @@ int ix_cli_run(int argc, char **argv) {
     size_t n_stops = 0;
     uint64_t n_predict = 128, seed = 42, n_ctx = 0, threads = 0;
     bool ignore_eos = false, kv_f32 = false;
+    ix_spec_params spec = ix_spec_default_params();
+    const ix_cli_opt spec_opts[] = {IX_CLI_SPEC_OPTS(&spec)};
     ix_sample_params sp = ix_sample_default_params();
     sp.temperature = 0.8f;
     sp.top_k = 40;
@@ -133,6 +138,13 @@ int ix_cli_run(int argc, char **argv) {
             continue;
         } else if (!strcmp(a, "--chat")) {
             chat = true;
+            continue;
+        }
+        bool used = false;
+        int src = ix_cli_parse_one("run", spec_opts, IX_ARRAY_LEN(spec_opts), a, v, &used);
+        if (src != 1) {
+            if (src != IX_CLI_OK) return 2;
+            i += used;
             continue;
         }
         if (!v) {
@@ -239,6 +251,8 @@ int ix_cli_run(int argc, char **argv) {
     ep.enable_prefix_cache = false;
     ep.sched.max_num_seqs = 1;
     ep.sched.max_num_batched_tokens = 512;
+    ix_cli_spec_resolve(&spec);
+    ep.spec = spec;
     if (ix_engine_create(&e, m, &ep, &err) != IX_OK) {
         fprintf(stderr, "inferx run: %s\n", err.msg);
         goto done;
@@ -278,6 +292,13 @@ int ix_cli_run(int argc, char **argv) {
             fi->usage.prompt_tokens, prefill_s, (double)fi->usage.prompt_tokens / prefill_s,
             prefill_s * 1e3, n_gen, n_gen > 1 && gen_s > 0 ? (double)(n_gen - 1) / gen_s : 0.0, hp->arch_name,
             ix_pool_n_threads(ix_engine_pool(e)), ix_kernels()->name);
+    if (spec.kind != IX_SPEC_NONE) {
+        ix_engine_stats es;
+        ix_engine_get_stats(e, &es);
+        fprintf(stderr, "inferx run: speculation (%s): %llu of %llu guessed tokens accepted in %llu decodes\n",
+                ix_spec_kind_name(spec.kind), (unsigned long long)es.spec_n_accepted_tokens,
+                (unsigned long long)es.spec_n_draft_tokens, (unsigned long long)es.spec_n_drafts);
+    }
     rc = 0;
 done:
     ix_engine_destroy(e);

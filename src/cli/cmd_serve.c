@@ -333,6 +333,7 @@ int ix_cli_serve(int argc, char **argv) {
          NULL},
         {"--threads", "-t", "N", "kernel threads (default: all cores)", IX_CLI_OPT_I32, &ep.n_threads, 0, 1024, false,
          NULL},
+        IX_CLI_SPEC_OPTS(&ep.spec),
     };
     int prc = ix_cli_parse_opts("serve", opts, IX_ARRAY_LEN(opts), argc, argv);
     if (prc != IX_CLI_OK) {
@@ -345,6 +346,7 @@ int ix_cli_serve(int argc, char **argv) {
         key_list_free(&keys.list);
         return 2;
     }
+    ix_cli_spec_resolve(&ep.spec);
 
     /* Block the shutdown signals before any thread exists, so that every
      * thread inherits the mask and only sigwait below takes them. */

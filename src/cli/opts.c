@@ -96,6 +96,40 @@ static bool set_value(const char *cmd, const ix_cli_opt *o, const char *value) {
     return true;
 }
 
+int ix_cli_parse_one(const char *cmd, const ix_cli_opt *opts, size_t n_opts, const char *a, const char *v,
+                     bool *used_value) {
+    *used_value = false;
+    const ix_cli_opt *o = NULL;
+    for (size_t k = 0; k < n_opts && !o; k++)
+        if (!strcmp(a, opts[k].name) || (opts[k].alias && !strcmp(a, opts[k].alias))) o = &opts[k];
+    if (!o) return 1;
+    if (o->type == IX_CLI_OPT_FLAG) {
+        *(bool *)o->dst = true;
+        return IX_CLI_OK;
+    }
+    if (!v) {
+        fprintf(stderr, "inferx %s: %s needs a value (see --help)\n", cmd, a);
+        return IX_CLI_USAGE;
+    }
+    *used_value = true;
+    return set_value(cmd, o, v) ? IX_CLI_OK : IX_CLI_USAGE;
+}
+
+const char *ix_cli_set_spec_kind(void *dst, const char *value) {
+    return ix_spec_kind_parse(value, dst) == IX_OK ? NULL : "expects none, ngram, draft or medusa";
+}
+
+const char *ix_cli_set_on_off(void *dst, const char *value) {
+    bool on = !strcmp(value, "on");
+    if (!on && strcmp(value, "off")) return "expects on or off";
+    *(bool *)dst = on;
+    return NULL;
+}
+
+void ix_cli_spec_resolve(ix_spec_params *sp) {
+    if (sp->draft_model && sp->kind == IX_SPEC_NONE) sp->kind = IX_SPEC_DRAFT;
+}
+
 int ix_cli_parse_opts(const char *cmd, const ix_cli_opt *opts, size_t n_opts, int argc, char **argv) {
     return ix_cli_parse_opts_pos(cmd, opts, n_opts, argc, argv, NULL, 0, NULL);
 }
@@ -114,22 +148,14 @@ int ix_cli_parse_opts_pos(const char *cmd, const ix_cli_opt *opts, size_t n_opts
             pos[(*n_pos)++] = a;
             continue;
         }
-        const ix_cli_opt *o = NULL;
-        for (size_t k = 0; k < n_opts && !o; k++)
-            if (!strcmp(a, opts[k].name) || (opts[k].alias && !strcmp(a, opts[k].alias))) o = &opts[k];
-        if (!o) {
+        bool used = false;
+        int rc = ix_cli_parse_one(cmd, opts, n_opts, a, i + 1 < argc ? argv[i + 1] : NULL, &used);
+        if (rc == 1) {
             fprintf(stderr, "inferx %s: unknown option '%s' (see --help)\n", cmd, a);
             return IX_CLI_USAGE;
         }
-        if (o->type == IX_CLI_OPT_FLAG) {
-            *(bool *)o->dst = true;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "inferx %s: %s needs a value (see --help)\n", cmd, a);
-            return IX_CLI_USAGE;
-        }
-        if (!set_value(cmd, o, argv[++i])) return IX_CLI_USAGE;
+        if (rc != IX_CLI_OK) return IX_CLI_USAGE;
+        i += used;
     }
     return IX_CLI_OK;
 }

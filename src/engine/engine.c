@@ -47,6 +47,18 @@ typedef struct gentry {
 
 #define GCACHE_SLOTS 16
 
+/* Speculation: a choice's acceptance estimate starts here, moves by
+ * SPEC_ALPHA_RATE towards each draft token's outcome (accepted 1, rejected
+ * 0), and, while the choice does not speculate, drifts back towards the
+ * prior by SPEC_ALPHA_DRIFT per step -- so a choice that stopped
+ * speculating because its guesses failed tries again later. */
+#define SPEC_ALPHA_PRIOR 0.5f
+#define SPEC_ALPHA_RATE 0.2f
+#define SPEC_ALPHA_DRIFT 0.05f
+
+/* A proposer's key for choice c of request id. */
+static uint64_t spec_key(uint64_t id, int32_t c) { return id * IX_SCHED_MAX_SEQS + (uint64_t)c; }
+
 typedef struct req {
     ix_sched_item it; /* it.user == this */
     ix_request_callbacks cb;
@@ -57,12 +69,17 @@ typedef struct req {
     ix_token *stop_ids;
     size_t n_stop_ids;
     bool ignore_eos;
+    bool no_spec;
     ix_token_vec toks[IX_SCHED_MAX_SEQS]; /* prompt + generated, per choice */
     ix_sampler *smp[IX_SCHED_MAX_SEQS];
     ix__text_stream *text[IX_SCHED_MAX_SEQS];
     gentry *gram;                           /* NULL: free decoding */
     ix_grammar_matcher *gm[IX_SCHED_MAX_SEQS]; /* per choice, created at its first sample */
     ix_finish_reason reasons[IX_SCHED_MAX_SEQS];
+    /* speculation, per choice: the next decode's tokens (its own last
+     * token, then it->n_draft[c] guesses) and the acceptance estimate */
+    ix_token draft[IX_SCHED_MAX_SEQS][IX_SPEC_MAX_K + 1];
+    float alpha[IX_SCHED_MAX_SEQS];
     bool admitted_once;
     int32_t cached_prompt;
     uint64_t t_submit, t_sched, t_prefilled, t_first;
@@ -101,7 +118,10 @@ struct ix_engine {
     ix_token *b_tok; /* (max_batch) */
     int32_t *b_pos, *b_seq;
     uint8_t *b_out;
+    int32_t *w_rows; /* (max_batch) logits rows of each work entry of the step */
     float *logits;   /* (max_out, n_vocab) */
+    ix_proposer *prop;    /* NULL: no speculation */
+    ix_spec_seq *spec_q;  /* (max_num_seqs) one step's proposal queries */
     ix_buf text;     /* a token's text, on its way to on_token */
     uint32_t *mask;  /* (mask_words) a constrained choice's allowed tokens */
     size_t mask_words;
@@ -136,6 +156,7 @@ ix_engine_params ix_engine_default_params(void) {
     p.kv_swap_blocks = -1;
     p.enable_prefix_cache = true;
     p.start_thread = true;
+    p.spec = ix_spec_default_params();
     return p;
 }
 
@@ -332,6 +353,7 @@ static ix_status req_build(ix_engine *e, const ix_request_params *rp, req **out,
     r->cb = rp->cb;
     r->sp = rp->sample;
     r->ignore_eos = rp->ignore_eos;
+    r->no_spec = rp->no_spec;
     if (rp->sample.n_logit_bias) {
         r->bias = ix_malloc(rp->sample.n_logit_bias * sizeof *r->bias);
         if (!r->bias) goto oom;
@@ -355,6 +377,7 @@ static ix_status req_build(ix_engine *e, const ix_request_params *rp, req **out,
         if (ix_sampler_add_prompt(r->smp[c], rp->prompt, rp->n_prompt) != IX_OK) goto oom;
         if (ix__text_stream_create(&r->text[c], tok, (const char *const *)r->stops, r->n_stops) != IX_OK)
             goto oom;
+        r->alpha[c] = SPEC_ALPHA_PRIOR;
         for (size_t i = 0; i < rp->n_prompt; i++)
             if (ix_token_vec_push(&r->toks[c], rp->prompt[i]) != IX_OK) goto oom;
     }
@@ -398,6 +421,7 @@ static void req_finish(ix_engine *e, req *r, ix_finish_reason why, const char *m
         if (it->seqs[i] >= 0) ix_kv_seq_free(e->kv, it->seqs[i]);
         it->seqs[i] = -1;
     }
+    for (int c = 0; c < it->n_choices; c++) ix_proposer_release(e->prop, spec_key(it->id, c));
     ix_finish_info info;
     memset(&info, 0, sizeof info);
     info.id = it->id;
@@ -680,6 +704,96 @@ static ix_status fork_choices(ix_engine *e, req *r) {
     return IX_OK;
 }
 
+/* ---- speculation -------------------------------------------------------------------- */
+
+/* Whether choice c decodes in the next step (its known tokens are all
+ * computed but the last): the scheduler's test, on the engine's side. */
+static bool choice_decoding(const req *r, int32_t c) {
+    const ix_sched_item *it = &r->it;
+    return it->state == IX_SCHED_RUNNING && c < it->n_seqs && !it->finished[c] && it->seqs[c] >= 0 &&
+           it->n_generated[c] > 0 && it->n_computed[c] == (int32_t)r->toks[c].n - 1;
+}
+
+/* Before the plan: asks the proposer for every decoding choice's guesses
+ * (one batched call) and sets it->n_draft. How many each choice may guess
+ * comes from its acceptance and the step-cost model (ix_spec_choose_k),
+ * never past max_tokens or the context. */
+static void spec_propose(ix_engine *e) {
+    int32_t n_decode = 0, n_q = 0;
+    for (req *r = e->active; r; r = r->next) {
+        memset(r->it.n_draft, 0, sizeof r->it.n_draft);
+        for (int32_t c = 0; c < r->it.n_seqs; c++) n_decode += choice_decoding(r, c);
+    }
+    if (!e->prop || n_decode == 0) return;
+    ix_sched_stats ss;
+    ix_sched_get_stats(e->sched, &ss);
+    const ix_spec_params *sp = &e->p.spec;
+    for (req *r = e->active; r; r = r->next) {
+        ix_sched_item *it = &r->it;
+        for (int32_t c = 0; c < it->n_seqs; c++) {
+            if (!choice_decoding(r, c)) continue;
+            int32_t k = r->no_spec ? 0
+                        : sp->adaptive ? ix_spec_choose_k(r->alpha[c], sp->k, ss.cost_a_ms, ss.cost_b_ms, n_decode)
+                                       : sp->k;
+            int32_t n = (int32_t)r->toks[c].n;
+            if (k > it->max_new - it->n_generated[c] - 1) k = it->max_new - it->n_generated[c] - 1;
+            if (k > e->n_ctx - n) k = e->n_ctx - n;
+            if (k <= 0 || n_q >= e->p.sched.max_num_seqs) {
+                r->alpha[c] += SPEC_ALPHA_DRIFT * (SPEC_ALPHA_PRIOR - r->alpha[c]);
+                continue;
+            }
+            r->draft[c][0] = r->toks[c].ids[n - 1];
+            e->spec_q[n_q++] = (ix_spec_seq){
+                .key = spec_key(it->id, c), .tokens = r->toks[c].ids, .n_tokens = n,
+                .n_prompt = it->n_prompt, .k = k, .out = r->draft[c] + 1};
+        }
+    }
+    if (ix_proposer_propose(e->prop, e->spec_q, n_q) != IX_OK) return; /* no guesses this step */
+    for (int32_t q = 0; q < n_q; q++) {
+        uint64_t key = e->spec_q[q].key;
+        req *r = NULL;
+        for (req *x = e->active; x && !r; x = x->next)
+            if (x->it.id == key / IX_SCHED_MAX_SEQS) r = x;
+        int32_t n_out = e->spec_q[q].n_out;
+        if (n_out > e->spec_q[q].k) n_out = 0;
+        for (int32_t j = 0; j < n_out; j++) /* a guess outside the vocabulary ends the guesses there */
+            if (e->spec_q[q].out[j] < 0 || e->spec_q[q].out[j] >= e->n_vocab) n_out = j;
+        if (r) r->it.n_draft[key % IX_SCHED_MAX_SEQS] = n_out > 0 ? n_out : 0;
+    }
+}
+
+/* After the forward pass of a decode that carried d guesses of choice c:
+ * samples rows row .. row + d in order with the choice's own sampler, keeping
+ * each guess the sampled token equals; the first token that differs (or the
+ * one after the last guess) is the target's own. Then the sequence drops the
+ * K/V of rejected guesses and commits the rest. */
+static void spec_verify(ix_engine *e, req *r, int32_t c, int32_t d, const float *rows, uint64_t now) {
+    ix_sched_item *it = &r->it;
+    int32_t seq = it->seqs[c], base = it->n_computed[c], acc = 0;
+    for (int32_t j = 0; j <= d; j++) {
+        size_t before = r->toks[c].n;
+        take_token(e, r, c, rows + (size_t)j * (size_t)e->n_vocab, now);
+        if (it->finished[c] || r->toks[c].n == before || j == d) break;
+        bool hit = r->toks[c].ids[before] == r->draft[c][1 + j];
+        r->alpha[c] += SPEC_ALPHA_RATE * ((hit ? 1.0f : 0.0f) - r->alpha[c]);
+        if (!hit) break;
+        e->stats.spec_accepted_per_pos[j]++;
+        acc++;
+    }
+    e->stats.spec_n_drafts++;
+    e->stats.spec_n_draft_tokens += (uint64_t)d;
+    e->stats.spec_n_accepted_tokens += (uint64_t)acc;
+    if (it->finished[c]) return; /* its sequence is freed */
+    it->n_computed[c] = base + 1 + acc;
+    if (ix_kv_seq_truncate(e->kv, seq, it->n_computed[c]) != IX_OK) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "KV cache: %.200s", ix_kv_errmsg(e->kv));
+        choice_error(e, r, c, msg);
+        return;
+    }
+    ix_kv_seq_commit(e->kv, seq, it->n_computed[c]);
+}
+
 static void publish(ix_engine *e) {
     ix_sched_stats ss;
     ix_sched_get_stats(e->sched, &ss);
@@ -740,6 +854,7 @@ static ix_status step(ix_engine *e, bool *did_work) {
     }
 
     uint64_t t0 = ix_time_ns();
+    spec_propose(e);
     ix_sched_plan plan;
     ix_status s = ix_sched_plan_step(e->sched, t0, admit, e, &plan);
     if (s != IX_OK) return s;
@@ -771,7 +886,11 @@ static ix_status step(ix_engine *e, bool *did_work) {
         ix_sched_item *it = wk->item;
         req *r = it->user;
         int32_t i = wk->seq_index, from = it->n_computed[i];
-        const ix_token *src = r->toks[i].ids + from;
+        /* a decode with guesses: its last token and the guesses, each
+         * with a logits row */
+        bool spec = wk->decode && wk->n_tokens > 1;
+        const ix_token *src = spec ? r->draft[i] : r->toks[i].ids + from;
+        e->w_rows[w] = 0;
         if (ix_kv_seq_append(e->kv, it->seqs[i], wk->n_tokens, src) != IX_OK) {
             /* The plan guaranteed room; treat a failure as this request's error. */
             snprintf(r->errmsg, sizeof r->errmsg, "KV cache: %.200s", ix_kv_errmsg(e->kv));
@@ -782,10 +901,11 @@ static ix_status step(ix_engine *e, bool *did_work) {
             e->b_tok[T] = src[k];
             e->b_pos[T] = from + k;
             e->b_seq[T] = it->seqs[i];
-            e->b_out[T] = 0;
+            e->b_out[T] = spec;
             T++;
         }
-        if (from + wk->n_tokens == (int32_t)r->toks[i].n) e->b_out[T - 1] = 1;
+        if (spec) e->w_rows[w] = wk->n_tokens;
+        else if (from + wk->n_tokens == (int32_t)r->toks[i].n) e->b_out[T - 1] = 1, e->w_rows[w] = 1;
     }
     uint64_t t_fwd = ix_time_ns();
     e->stats.plan_ns += t_fwd - t0;
@@ -824,8 +944,7 @@ static ix_status step(ix_engine *e, bool *did_work) {
     }
 
     /* Commit, then sample the sequences that reached their end. */
-    int32_t row = 0;
-    for (int32_t w = 0; w < plan.n_work; w++) {
+    for (int32_t w = 0, row = 0; w < plan.n_work; row += e->w_rows[w], w++) {
         ix_sched_work *wk = &plan.work[w];
         ix_sched_item *it = wk->item;
         req *r = it->user;
@@ -835,10 +954,15 @@ static ix_status step(ix_engine *e, bool *did_work) {
             req_finish(e, r, IX_FINISH_ERROR, r->errmsg);
             continue;
         }
+        const float *l = e->logits + (size_t)row * (size_t)e->n_vocab;
+        if (wk->decode && wk->n_tokens > 1) {
+            spec_verify(e, r, i, wk->n_tokens - 1, l, now);
+            if (all_finished(it)) req_finish(e, r, IX_FINISH_STOP, r->errmsg[0] ? r->errmsg : NULL);
+            continue;
+        }
         it->n_computed[i] += wk->n_tokens;
         ix_kv_seq_commit(e->kv, it->seqs[i], it->n_computed[i]);
         if (it->n_computed[i] != (int32_t)r->toks[i].n) continue;
-        const float *l = e->logits + (size_t)row++ * (size_t)e->n_vocab;
         if (!r->t_prefilled) r->t_prefilled = now;
         if (it->n_seqs == 1 && it->n_choices > 1 && it->n_generated[0] == 0) {
             if (fork_choices(e, r) != IX_OK) {
@@ -932,7 +1056,10 @@ void ix_engine_destroy(ix_engine *e) {
     ix_free(e->b_pos);
     ix_free(e->b_seq);
     ix_free(e->b_out);
+    ix_free(e->w_rows);
     ix_free(e->logits);
+    ix_free(e->spec_q);
+    ix_proposer_destroy(e->prop);
     ix_free(e->cancels);
     ix_buf_free(&e->text);
     for (int i = 0; i < GCACHE_SLOTS; i++) gentry_destroy(e->gcache[i]); /* no request holds one now */
@@ -997,6 +1124,11 @@ ix_status ix_engine_create(ix_engine **out, const ix_model *m, const ix_engine_p
     cp.n_threads = p->n_threads;
     if ((s = ix_model_ctx_create(&e->ctx, m, e->kv, &cp, err)) != IX_OK) goto fail;
     if ((s = ix_sched_create(&e->sched, &p->sched, e->kv, err)) != IX_OK) goto fail;
+    if ((s = ix_proposer_create(&e->prop, &p->spec, err)) != IX_OK) goto fail;
+    if (e->prop && !(e->spec_q = ix_calloc((size_t)p->sched.max_num_seqs, sizeof *e->spec_q))) {
+        s = ix_errf(err, IX_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
 
     e->max_batch = p->sched.max_num_batched_tokens;
     e->max_out = e->max_batch;
@@ -1004,6 +1136,7 @@ ix_status ix_engine_create(ix_engine **out, const ix_model *m, const ix_engine_p
     e->b_pos = ix_malloc((size_t)e->max_batch * sizeof *e->b_pos);
     e->b_seq = ix_malloc((size_t)e->max_batch * sizeof *e->b_seq);
     e->b_out = ix_malloc((size_t)e->max_batch);
+    e->w_rows = ix_malloc((size_t)e->max_batch * sizeof *e->w_rows);
     e->logits = ix_malloc((size_t)e->max_out * (size_t)e->n_vocab * sizeof(float));
     /* The sampler reads n_vocab bits; the grammar writes its vocabulary's
      * words and zeroes the rest, so tokens past the tokenizer's are refused. */
@@ -1011,7 +1144,7 @@ ix_status ix_engine_create(ix_engine **out, const ix_model *m, const ix_engine_p
     size_t tok_words = ((size_t)ix_tokenizer_n_vocab(ix_model_tokenizer(m)) + 31) / 32;
     if (tok_words > e->mask_words) e->mask_words = tok_words;
     e->mask = ix_calloc(e->mask_words, sizeof *e->mask);
-    if (!e->b_tok || !e->b_pos || !e->b_seq || !e->b_out || !e->logits || !e->mask) {
+    if (!e->b_tok || !e->b_pos || !e->b_seq || !e->b_out || !e->w_rows || !e->logits || !e->mask) {
         s = ix_errf(err, IX_ERR_NOMEM, "out of memory for the step buffers");
         goto fail;
     }

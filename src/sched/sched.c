@@ -37,6 +37,7 @@ struct ix_sched {
     ix_sched_stats stats;
     ix_sched_cost cost; /* measured steps: budget and deadline estimates */
     int32_t last_budget;
+    bool drafts_on; /* this plan lets draft tokens run (they fit the cache) */
 };
 
 /* ---- names ------------------------------------------------------------------ */
@@ -340,12 +341,20 @@ static int32_t fit_chunk(const ix_sched *s, int32_t seq, int32_t want, int64_t a
     return lo;
 }
 
-/* Blocks the running items' next decode tokens need. */
+/* Draft tokens sequence i of it may verify in this plan: what the engine
+ * asked for, while the plan lets drafts run at all. */
+static int32_t seq_drafts(const ix_sched *s, const ix_sched_item *it, int i) {
+    int32_t d = it->n_draft[i];
+    return s->drafts_on && d > 0 ? d : 0;
+}
+
+/* Blocks the running items' next decode tokens need (with their drafts while
+ * the plan lets drafts run). */
 static int64_t decode_need(const ix_sched *s) {
     int64_t need = 0;
     for (ix_sched_item *it = s->running.head; it; it = it->next)
         for (int i = 0; i < it->n_seqs; i++)
-            if (seq_decoding(it, i)) need += ix_kv_seq_blocks_needed(s->kv, it->seqs[i], 1);
+            if (seq_decoding(it, i)) need += ix_kv_seq_blocks_needed(s->kv, it->seqs[i], 1 + seq_drafts(s, it, i));
     return need;
 }
 
@@ -451,20 +460,31 @@ ix_status ix_sched_plan_step(ix_sched *s, uint64_t now, ix_sched_admit_fn admit_
     room r = {0, 0, 0, 0};
 
     /* 1. Decodes of running items, which always go first; preempt from the
-     * back until they fit. Their count sets the budget. */
+     * back until they fit -- after dropping every draft: speculation never
+     * costs a preemption. Their count sets the budget. */
+    s->drafts_on = true;
     while (s->running.n > 0 && decode_need(s) > ix_kv_n_available(s->kv)) {
+        if (s->drafts_on) {
+            s->drafts_on = false;
+            continue;
+        }
         if (s->running.n == 1) break; /* alone and still too big: the engine sees IX_FULL */
         preempt(s, s->running.tail, plan);
     }
     int32_t n_decode = 0;
     for (ix_sched_item *it = s->running.head; it; it = it->next)
-        for (int i = 0; i < it->n_seqs; i++) n_decode += seq_decoding(it, i);
+        for (int i = 0; i < it->n_seqs; i++)
+            if (seq_decoding(it, i)) n_decode += 1 + seq_drafts(s, it, i);
     r.budget = s->last_budget = step_budget(s, n_decode);
     for (ix_sched_item *it = s->running.head; it; it = it->next)
         for (int i = 0; i < it->n_seqs; i++)
             if (seq_decoding(it, i) && r.budget > 0) {
-                add_work(plan, it, i, 1, true);
-                r.budget--;
+                /* a sequence's drafts are cut (never its own token) when the
+                 * budget runs out */
+                int32_t n = 1 + seq_drafts(s, it, i);
+                if (n > r.budget) n = r.budget;
+                add_work(plan, it, i, n, true);
+                r.budget -= n;
             }
     /* Round one may use half of what prefill has (two blocks at least): in a
      * burst of arrivals the oldest still finish first. */

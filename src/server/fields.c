@@ -128,6 +128,7 @@ static const field k_fields[] = {
     {"timeout", BOTH, F_DONE, NULL}, /* seconds; policy.c cancels the request past it */
     {"cache_salt", BOTH, F_DONE, NULL},
     {"grammar", BOTH, F_DONE, NULL},
+    {"speculative_decoding", BOTH, F_DONE, NULL},
     {"chat_template_kwargs", CHAT, F_DONE, NULL},
     {"chat_template_kwargs", CHAT, F_DONE, NULL},
 };

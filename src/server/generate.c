@@ -1278,6 +1278,9 @@ static int parse_request(ix_server *s, json_t *req, bool chat, parsed *p, ixs_jo
     }
     if (get_bool(req, "ignore_eos", &b, e) < 0) return -1;
     r->ignore_eos = b;
+    bool spec = true; /* false: this request never speculates (same tokens either way) */
+    if (get_bool(req, "speculative_decoding", &spec, e) < 0) return -1;
+    r->no_spec = !spec;
     if ((got = get_int(req, "priority", INT32_MIN, INT32_MAX, &i64, e)) < 0) return -1;
     if (got) r->priority = (int32_t)i64;
     if ((got = get_int(req, "deadline_ms", 0, INT64_MAX / 1000000, &i64, e)) < 0) return -1;

@@ -365,6 +365,21 @@ ix_status ix__metrics_render(ix_server *s, ix_buf *b) {
         out_label(&p, "swap_space", gib);
         outs(&p, "} 1\n");
     }
+    /* speculative decoding, as vLLM v1 counts it (zero with --spec none) */
+    one(&p, "inferx:spec_decode_num_drafts_total", "counter", "Decodes that verified guessed tokens.",
+        (double)st.spec_n_drafts);
+    one(&p, "inferx:spec_decode_num_draft_tokens_total", "counter", "Guessed tokens verified.",
+        (double)st.spec_n_draft_tokens);
+    one(&p, "inferx:spec_decode_num_accepted_tokens_total", "counter", "Guessed tokens accepted.",
+        (double)st.spec_n_accepted_tokens);
+    family(&p, "inferx:spec_decode_num_accepted_tokens_per_pos_total", "counter",
+           "Guessed tokens accepted, by position in the guess (0 = the first).");
+    for (int j = 0; j < IX_SPEC_MAX_K; j++) {
+        char pos[8];
+        snprintf(pos, sizeof pos, "%d", j);
+        sample(&p, "inferx:spec_decode_num_accepted_tokens_per_pos_total", "position", pos,
+               (double)st.spec_accepted_per_pos[j]);
+    }
 
     /* inferx's own. */
     family(&p, "inferx:http_requests_total", "counter", "HTTP requests answered, by endpoint and status code.");

@@ -79,6 +79,16 @@ class ModelTests(unittest.TestCase):
                              check=True, capture_output=True, text=True).stdout
         self.assertIn(text.strip(), out)
 
+    def test_speculation_same_text(self):
+        with inferx.Engine(self.model, kv_mem_mb=32) as e:
+            ref = e.generate(PROMPT, max_tokens=24, temperature=0).text
+        with inferx.Engine(self.model, kv_mem_mb=32, spec="ngram", spec_k=3) as e:
+            self.assertEqual(e.generate(PROMPT, max_tokens=24, temperature=0).text, ref)
+            self.assertEqual(e.generate(PROMPT, max_tokens=24, temperature=0, speculative=False).text, ref)
+            self.assertIn("spec_n_accepted_tokens", e.stats())
+        with self.assertRaises(ValueError):
+            inferx.Engine(self.model, spec="eagle")
+
     def test_sampling_seed_stop_and_n(self):
         with inferx.Engine(self.model, kv_mem_mb=32) as e:
             a = e.generate(PROMPT, max_tokens=16, temperature=0.9, top_p=0.9, seed=7, n=3)

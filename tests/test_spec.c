@@ -1,0 +1,473 @@
+/* spec: speculative decoding on the bundled model.
+ *   - the proposer table, parameters, prompt lookup, the choice of k from
+ *     acceptance and the step-cost line (off when compute-bound)
+ *   - greedy identity: every output token equals non-speculative decoding,
+ *     k 1..8, batches of 1, 8 and 32 sequences, chunked prefill beside
+ *     speculating decodes, preemption (recompute and swap) under a tiny KV
+ *     pool, n > 1 choices, prefix cache on
+ *   - seeded sampling (temperature, top-k/p, min-p, penalties, logit bias)
+ *     gives the same tokens with speculation on and off; stop strings, stop
+ *     token ids and max_tokens cut the same text
+ *   - distribution: at temperature 1, the tokens where guesses are verified
+ *     follow the same distribution as without speculation (chi-square,
+ *     independent seeds)
+ *   - a request that opts out never speculates; the pool is empty after
+ *     every run */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "inferx/engine.h"
+#include "inferx/spec.h"
+
+#define MODEL IX_SOURCE_DIR "/models/target-f16.gguf"
+#define N_PROMPT 6
+#define N_NEW 32
+
+static ix_model *g_model;
+static ix_token_vec g_prompts[N_PROMPT];
+
+/* Prose, and prompts whose continuation is in the prompt (where prompt
+ * lookup pays). */
+static const char *const k_texts[N_PROMPT] = {
+    "It was on this point that she had",
+    "Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy disposition,",
+    "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog. The quick",
+    ("def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\n"
+     "Rewrite with type hints:\n\ndef add(a: int, b: int) -> int:\n    return a + b\n\ndef sub("),
+    "one two three four five six seven eight nine ten one two three four five six seven eight nine ten one",
+    "Mr. Darcy",
+};
+
+static int setup(void **state) {
+    (void)state;
+    ix_errbuf err;
+    if (ix_model_load(&g_model, MODEL, &err) != IX_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        return -1;
+    }
+    const ix_tokenizer *t = ix_model_tokenizer(g_model);
+    for (int i = 0; i < N_PROMPT; i++)
+        ix_tokenizer_encode(t, k_texts[i], strlen(k_texts[i]), IX_TOK_ADD_SPECIAL, &g_prompts[i], NULL);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    for (int i = 0; i < N_PROMPT; i++) ix_token_vec_free(&g_prompts[i]);
+    ix_model_destroy(g_model);
+    return 0;
+}
+
+/* ---- the module on its own --------------------------------------------------------- */
+
+static void test_params_and_table(void **state) {
+    (void)state;
+    ix_spec_kind k;
+    assert_int_equal(ix_spec_kind_parse("ngram", &k), IX_OK);
+    assert_int_equal(k, IX_SPEC_NGRAM);
+    assert_int_equal(ix_spec_kind_parse("bogus", &k), IX_ERR_INVALID);
+    assert_int_equal(ix_spec_kind_parse(NULL, &k), IX_ERR_INVALID);
+    assert_string_equal(ix_spec_kind_name(IX_SPEC_DRAFT), "draft");
+
+    ix_spec_params p = ix_spec_default_params();
+    ix_errbuf err = {{0}};
+    ix_proposer *pr = (ix_proposer *)1;
+    assert_int_equal(ix_proposer_create(&pr, &p, &err), IX_OK); /* none: no proposer */
+    assert_null(pr);
+    p.kind = IX_SPEC_NGRAM;
+    p.k = 0;
+    assert_int_equal(ix_spec_params_check(&p, &err), IX_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "k = 0"));
+    p.k = IX_SPEC_MAX_K + 1;
+    assert_int_equal(ix_spec_params_check(&p, &err), IX_ERR_INVALID);
+    p.k = 4;
+    p.ngram_min = 4;
+    p.ngram_max = 2;
+    assert_int_equal(ix_spec_params_check(&p, &err), IX_ERR_INVALID);
+    p = ix_spec_default_params();
+    p.kind = IX_SPEC_MEDUSA;
+    assert_int_equal(ix_spec_params_check(&p, &err), IX_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "medusa"));
+    p.kind = (ix_spec_kind)42;
+    assert_int_equal(ix_spec_params_check(&p, &err), IX_ERR_INVALID);
+
+    /* An engine refuses bad speculation parameters at create. */
+    ix_engine_params ep = ix_engine_default_params();
+    ep.spec.kind = IX_SPEC_NGRAM;
+    ep.spec.k = 99;
+    ix_engine *e = (ix_engine *)1;
+    assert_int_equal(ix_engine_create(&e, g_model, &ep, &err), IX_ERR_INVALID);
+    assert_null(e);
+
+    p = ix_spec_default_params();
+    p.kind = IX_SPEC_NGRAM;
+    assert_int_equal(ix_proposer_create(&pr, &p, &err), IX_OK);
+    assert_string_equal(ix_proposer_get_ops(pr)->name, "ngram");
+    const ix_token toks[] = {1, 2, 3, 9, 1, 2, 3};
+    ix_token out[IX_SPEC_MAX_K];
+    ix_spec_seq q = {.key = 1, .tokens = toks, .n_tokens = 7, .n_prompt = 7, .k = 4, .out = out};
+    assert_int_equal(ix_proposer_propose(pr, &q, 1), IX_OK);
+    assert_int_equal(q.n_out, 4); /* 1 2 3 matched: 9 1 2 3 follows */
+    assert_int_equal(out[0], 9);
+    assert_int_equal(out[3], 3);
+    ix_proposer_release(pr, 1);
+    ix_proposer_destroy(pr);
+    ix_proposer_destroy(NULL);
+}
+
+static void test_ngram_lookup(void **state) {
+    (void)state;
+    ix_token out[8];
+    /* latest occurrence wins */
+    const ix_token a[] = {5, 6, 7, 5, 6, 8, 5, 6};
+    assert_int_equal(ix_spec_ngram_lookup(a, 8, 1, 3, 4, out), 4);
+    assert_int_equal(out[0], 8);
+    assert_int_equal(out[2], 6);
+    assert_int_equal(out[3], 8); /* past the end: the loop (8 5 6) goes on */
+    /* longest suffix first: (7 5 6) occurs once, not the later (5 6) */
+    const ix_token b[] = {7, 5, 6, 1, 2, 5, 6, 3, 7, 5, 6};
+    assert_int_equal(ix_spec_ngram_lookup(b, 11, 1, 3, 2, out), 2);
+    assert_int_equal(out[0], 1);
+    /* nothing matches; too short; k 0 */
+    const ix_token c[] = {1, 2, 3, 4};
+    assert_int_equal(ix_spec_ngram_lookup(c, 4, 1, 3, 4, out), 0);
+    assert_int_equal(ix_spec_ngram_lookup(c, 1, 1, 3, 4, out), 0);
+    assert_int_equal(ix_spec_ngram_lookup(a, 8, 1, 3, 0, out), 0);
+    /* min_n above every match */
+    assert_int_equal(ix_spec_ngram_lookup(a, 8, 3, 3, 4, out), 0);
+}
+
+static void test_choose_k(void **state) {
+    (void)state;
+    assert_true(fabs(ix_spec_expected_tokens(0.0, 4) - 1.0) < 1e-12);
+    assert_true(fabs(ix_spec_expected_tokens(1.0, 4) - 5.0) < 1e-12);
+    assert_true(fabs(ix_spec_expected_tokens(0.5, 2) - 1.75) < 1e-12);
+    /* no cost line yet: the most allowed */
+    assert_int_equal(ix_spec_choose_k(0.5, 6, 0, 0, 1), 6);
+    /* memory-bound (a step's fixed cost dominates): speculate, more with
+     * better acceptance */
+    int32_t k_lo = ix_spec_choose_k(0.4, 8, 50.0, 0.5, 1), k_hi = ix_spec_choose_k(0.9, 8, 50.0, 0.5, 1);
+    assert_true(k_lo >= 1 && k_hi >= k_lo);
+    /* compute-bound (many sequences, per-token cost dominates): off -- a
+     * first guess pays only while alpha > b n / (a + b n) */
+    assert_int_equal(ix_spec_choose_k(0.7, 8, 50.0, 0.5, 512), 0);
+    assert_int_equal(ix_spec_choose_k(0.99, 8, 0.0, 0.5, 8), 0);
+    /* and the switch comes back as the load drops */
+    int32_t prev = 0;
+    bool came_back = false;
+    for (int32_t n = 512; n >= 1; n /= 2) {
+        int32_t k = ix_spec_choose_k(0.7, 8, 50.0, 0.5, n);
+        assert_true(k >= prev); /* fewer sequences: never less speculation */
+        came_back |= k > 0;
+        prev = k;
+    }
+    assert_true(came_back);
+    /* a proposer that never hits: off */
+    assert_int_equal(ix_spec_choose_k(0.0, 8, 50.0, 0.5, 1), 0);
+    assert_int_equal(ix_spec_choose_k(0.9, 0, 50.0, 0.5, 1), 0);
+}
+
+/* ---- identity on the engine ------------------------------------------------------ */
+
+static ix_engine *mk_engine(ix_engine_params p) {
+    ix_engine *e;
+    ix_errbuf err = {{0}};
+    p.n_threads = 2;
+    if (ix_engine_create(&e, g_model, &p, &err) != IX_OK) fail_msg("engine: %s", err.msg);
+    return e;
+}
+
+static ix_engine_params spec_params(int32_t k) {
+    ix_engine_params p = ix_engine_default_params();
+    p.spec.kind = k > 0 ? IX_SPEC_NGRAM : IX_SPEC_NONE;
+    p.spec.k = k > 0 ? k : 4;
+    p.spec.adaptive = false; /* every decode speculates: the hardest case */
+    return p;
+}
+
+static ix_request_params req_for(int i, const ix_sample_params *sp) {
+    ix_request_params r = ix_request_default_params();
+    r.prompt = g_prompts[i % N_PROMPT].ids;
+    r.n_prompt = g_prompts[i % N_PROMPT].n;
+    if (sp) r.sample = *sp;
+    else r.sample.temperature = 0;
+    r.max_tokens = N_NEW;
+    r.ignore_eos = true;
+    return r;
+}
+
+static void assert_pool_empty(ix_engine *e) {
+    ix_engine_stats st;
+    ix_engine_get_stats(e, &st);
+    assert_int_equal(st.kv.n_blocks_used, 0);
+    assert_int_equal(st.n_running + st.n_waiting + st.n_swapped, 0);
+}
+
+/* Runs n requests (built by mk) on an engine of params p; returns the
+ * generations (caller frees) and the engine's stats. */
+static ix_generation *run(ix_engine_params p, const ix_request_params *reqs, int n, ix_engine_stats *st) {
+    ix_engine *e = mk_engine(p);
+    ix_generation *g = calloc((size_t)n, sizeof *g);
+    ix_errbuf err = {{0}};
+    assert_non_null(g);
+    if (ix_engine_generate(e, reqs, (size_t)n, g, &err) != IX_OK) fail_msg("generate: %s", err.msg);
+    if (st) ix_engine_get_stats(e, st);
+    assert_pool_empty(e);
+    ix_engine_destroy(e);
+    return g;
+}
+
+static void free_gens(ix_generation *g, int n) {
+    for (int i = 0; i < n; i++) ix_generation_free(&g[i]);
+    free(g);
+}
+
+static void assert_same(const ix_generation *a, const ix_generation *b, int n, const char *what) {
+    for (int i = 0; i < n; i++) {
+        if (a[i].info.reason != b[i].info.reason)
+            fail_msg("%s: request %d finished as %s, without speculation %s (%s)", what, i,
+                     ix_finish_reason_name(b[i].info.reason), ix_finish_reason_name(a[i].info.reason),
+                     b[i].info.message);
+        assert_int_equal(a[i].info.n_choices, b[i].info.n_choices);
+        for (int c = 0; c < a[i].info.n_choices; c++) {
+            if (a[i].tokens[c].n != b[i].tokens[c].n)
+                fail_msg("%s: request %d choice %d has %zu tokens, without speculation %zu", what, i, c,
+                         b[i].tokens[c].n, a[i].tokens[c].n);
+            for (size_t k = 0; k < a[i].tokens[c].n; k++)
+                if (a[i].tokens[c].ids[k] != b[i].tokens[c].ids[k])
+                    fail_msg("%s: request %d choice %d token %zu is %d, without speculation %d", what, i, c, k,
+                             b[i].tokens[c].ids[k], a[i].tokens[c].ids[k]);
+            assert_int_equal(a[i].text[c].len, b[i].text[c].len);
+            if (a[i].text[c].len) assert_memory_equal(a[i].text[c].data, b[i].text[c].data, a[i].text[c].len);
+        }
+        assert_int_equal(a[i].info.usage.completion_tokens, b[i].info.usage.completion_tokens);
+    }
+}
+
+static void test_greedy_identity(void **state) {
+    (void)state;
+    enum { MAXB = 32 };
+    ix_request_params reqs[MAXB];
+    for (int i = 0; i < MAXB; i++) reqs[i] = req_for(i, NULL);
+    ix_generation *ref = run(spec_params(0), reqs, MAXB, NULL);
+    static const int32_t ks[] = {1, 4, 8};
+    static const int batches[] = {1, 8, 32};
+    uint64_t accepted = 0;
+    for (size_t ki = 0; ki < IX_ARRAY_LEN(ks); ki++)
+        for (size_t bi = 0; bi < IX_ARRAY_LEN(batches); bi++) {
+            int n = batches[bi];
+            ix_engine_params p = spec_params(ks[ki]);
+            if (n > 1) p.sched.max_num_batched_tokens = 64; /* chunked prefill beside speculating decodes */
+            ix_engine_stats st;
+            char what[64];
+            snprintf(what, sizeof what, "k %d, batch %d", ks[ki], n);
+            if (n == 1) { /* each alone */
+                for (int i = 0; i < N_PROMPT; i++) {
+                    ix_generation *g = run(p, &reqs[i], 1, &st);
+                    assert_same(&ref[i], g, 1, what);
+                    accepted += st.spec_n_accepted_tokens;
+                    free_gens(g, 1);
+                }
+                continue;
+            }
+            ix_generation *g = run(p, reqs, n, &st);
+            assert_same(ref, g, n, what);
+            assert_true(st.spec_n_draft_tokens > 0);
+            assert_true(st.spec_n_accepted_tokens <= st.spec_n_draft_tokens);
+            uint64_t per_pos = 0;
+            for (int j = 0; j < IX_SPEC_MAX_K; j++) per_pos += st.spec_accepted_per_pos[j];
+            assert_int_equal(per_pos, st.spec_n_accepted_tokens);
+            for (int j = 1; j < IX_SPEC_MAX_K; j++) /* a later position needs every one before */
+                assert_true(st.spec_accepted_per_pos[j] <= st.spec_accepted_per_pos[j - 1]);
+            fprintf(stderr, "  %s: %llu drafts, %llu of %llu guesses accepted, %llu steps\n", what,
+                    (unsigned long long)st.spec_n_drafts, (unsigned long long)st.spec_n_accepted_tokens,
+                    (unsigned long long)st.spec_n_draft_tokens, (unsigned long long)st.n_steps);
+            accepted += st.spec_n_accepted_tokens;
+            free_gens(g, n);
+        }
+    assert_true(accepted > 0); /* the repeat prompts are guessed right */
+
+    /* Preemption in the mix: 10 blocks of 16 slots for 8 requests of
+     * 4-40 prompt + 32 new tokens. */
+    for (int mode = 0; mode < 2; mode++) {
+        ix_engine_params p = spec_params(4);
+        p.kv_blocks = 10;
+        p.kv_block_size = 16;
+        p.kv_swap_blocks = 64;
+        p.sched.preempt = mode ? IX_PREEMPT_SWAP : IX_PREEMPT_RECOMPUTE;
+        ix_engine_stats st;
+        ix_generation *g = run(p, reqs, 8, &st);
+        assert_same(ref, g, 8, mode ? "swap preemption" : "recompute preemption");
+        assert_true(st.n_preempt_recompute + st.n_preempt_swap > 0);
+        assert_true(st.spec_n_accepted_tokens > 0);
+        free_gens(g, 8);
+    }
+    free_gens(ref, MAXB);
+
+    /* n = 3 choices fork the prompt; each speculates on its own sequence. */
+    ix_request_params r = req_for(2, NULL);
+    r.n = 3;
+    ix_generation *g0 = run(spec_params(0), &r, 1, NULL), *g1 = run(spec_params(4), &r, 1, NULL);
+    assert_same(g0, g1, 1, "n = 3");
+    free_gens(g0, 1);
+    free_gens(g1, 1);
+}
+
+/* Seeded sampling with every transform; stops cutting the output. */
+static void test_sampling_identity(void **state) {
+    (void)state;
+    enum { N = 12 };
+    ix_logit_bias bias[] = {{13, 2.0f}, {100, -5.0f}};
+    ix_request_params reqs[N];
+    static const char *const stops[] = {" of the", " I am", "house"};
+    ix_token stop_ids[1];
+    for (int i = 0; i < N; i++) {
+        ix_sample_params sp = ix_sample_default_params();
+        sp.temperature = i % 3 == 0 ? 0.0f : 0.7f + 0.1f * (float)(i % 4);
+        sp.top_k = i % 2 ? 40 : 0;
+        sp.top_p = i % 4 == 1 ? 0.9f : 1.0f;
+        sp.min_p = i % 5 == 2 ? 0.05f : 0.0f;
+        sp.repetition_penalty = i % 3 == 1 ? 1.1f : 1.0f;
+        sp.presence_penalty = i % 4 == 3 ? 0.3f : 0.0f;
+        sp.frequency_penalty = i % 5 == 4 ? 0.2f : 0.0f;
+        sp.seed = 1000 + (uint64_t)i;
+        sp.logprobs = i % 4 == 0;
+        sp.n_logprobs = i % 8 == 0 ? 3 : 0;
+        if (i % 6 == 5) {
+            sp.logit_bias = bias;
+            sp.n_logit_bias = IX_ARRAY_LEN(bias);
+        }
+        reqs[i] = req_for(i, &sp);
+        reqs[i].n = i % 4 == 2 ? 2 : 1;
+        if (i % 2 == 0) { /* guesses run into (and past) the stops */
+            reqs[i].stop = stops;
+            reqs[i].n_stop = IX_ARRAY_LEN(stops);
+        }
+        if (i == 10) {
+            stop_ids[0] = g_prompts[4].ids[g_prompts[4].n - 2];
+            reqs[i].stop_token_ids = stop_ids;
+            reqs[i].n_stop_token_ids = 1;
+        }
+        if (i == 8) reqs[i].max_tokens = 3;
+    }
+    ix_engine_stats st;
+    ix_generation *ref = run(spec_params(0), reqs, N, NULL);
+    for (int32_t k = 2; k <= 6; k += 4) {
+        ix_generation *g = run(spec_params(k), reqs, N, &st);
+        assert_same(ref, g, N, "seeded sampling");
+        assert_true(st.spec_n_accepted_tokens > 0);
+        free_gens(g, N);
+    }
+    /* the stops did cut some outputs */
+    int n_stopped = 0;
+    for (int i = 0; i < N; i++) n_stopped += ref[i].info.reason == IX_FINISH_STOP;
+    fprintf(stderr, "  %d of %d requests stopped early\n", n_stopped, N);
+    assert_true(n_stopped > 0);
+    free_gens(ref, N);
+
+    /* Opt-out: the same tokens, and no guesses at all. */
+    for (int i = 0; i < N; i++) reqs[i].no_spec = true;
+    ref = run(spec_params(4), reqs, N, &st);
+    assert_int_equal(st.spec_n_drafts, 0);
+    free_gens(ref, N);
+}
+
+/* At temperature 1, the token after the repeat prompt's first generated
+ * token -- where a guess is verified -- has the same distribution with and
+ * without speculation: a chi-square test of homogeneity over the most
+ * frequent tokens (plus "other"), independent seeds. */
+#ifndef DIST_PROMPT
+#define DIST_PROMPT 1
+#endif
+static void test_distribution(void **state) {
+    (void)state;
+    enum { N = 600, NB = 8 };
+    ix_request_params *reqs = calloc(N, sizeof *reqs);
+    assert_non_null(reqs);
+    ix_generation *g[2];
+    ix_engine_stats st;
+    for (int run_i = 0; run_i < 2; run_i++) {
+        for (int i = 0; i < N; i++) {
+            ix_sample_params sp = ix_sample_default_params();
+            sp.temperature = 1.0f;
+            sp.top_k = 8; /* a small slice of the vocabulary, so most cells are well filled */
+            sp.seed = (uint64_t)(run_i * 1000003 + i) * 7919u + 17u;
+            reqs[i] = req_for(DIST_PROMPT, &sp);
+            reqs[i].max_tokens = 3; /* the second token is a verified guess */
+        }
+        g[run_i] = run(spec_params(run_i ? 4 : 0), reqs, N, &st);
+    }
+    fprintf(stderr, "  %llu of %d second tokens were verified guesses\n",
+            (unsigned long long)st.spec_n_drafts, N);
+    assert_true(st.spec_n_drafts >= N / 4);
+    /* buckets: the NB most frequent second tokens without speculation */
+    ix_token top[NB];
+    int counts[2][NB + 1];
+    memset(counts, 0, sizeof counts);
+    int nb = 0;
+    for (int b = 0; b < NB; b++) {
+        int best = -1, best_n = 0;
+        for (int i = 0; i < N; i++) {
+            ix_token t = g[0][i].tokens[0].ids[1];
+            bool taken = false;
+            for (int x = 0; x < nb; x++) taken |= top[x] == t;
+            if (taken) continue;
+            int n = 0;
+            for (int j = 0; j < N; j++) n += g[0][j].tokens[0].ids[1] == t;
+            if (n > best_n) best_n = n, best = t;
+        }
+        if (best < 0 || best_n < 10) break;
+        top[nb++] = best;
+    }
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < N; i++) {
+            ix_token t = g[r][i].tokens[0].ids[1];
+            int b = nb;
+            for (int x = 0; x < nb; x++)
+                if (top[x] == t) b = x;
+            counts[r][b]++;
+        }
+    double chi2 = 0;
+    int cells = 0;
+    for (int b = 0; b <= nb; b++) {
+        double tot = counts[0][b] + counts[1][b];
+        if (tot == 0) continue;
+        cells++;
+        for (int r = 0; r < 2; r++) {
+            double expct = tot / 2.0; /* equal sample sizes */
+            chi2 += (counts[r][b] - expct) * (counts[r][b] - expct) / expct;
+        }
+    }
+    /* 99.9th percentiles of chi-square for 1..8 degrees of freedom */
+    static const double crit[] = {10.83, 13.82, 16.27, 18.47, 20.52, 22.46, 24.32, 26.12};
+    int dof = cells - 1;
+    fprintf(stderr, "  second token at temperature 1: %d buckets, chi2 = %.2f (dof %d, 0.1%% critical %.2f)\n",
+            cells, chi2, dof, dof >= 1 ? crit[dof - 1] : 0.0);
+    assert_true(dof >= 2); /* the distribution is really spread */
+    assert_true(chi2 < crit[dof - 1]);
+    free_gens(g[0], N);
+    free_gens(g[1], N);
+    free(reqs);
+}
+
+int main(void) {
+    FILE *f = fopen(MODEL, "rb");
+    if (!f) {
+        fprintf(stderr, "test_spec: %s is missing; skipped\n", MODEL);
+        return 77;
+    }
+    fclose(f);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_params_and_table), cmocka_unit_test(test_ngram_lookup),
+        cmocka_unit_test(test_choose_k),         cmocka_unit_test(test_greedy_identity),
+        cmocka_unit_test(test_sampling_identity), cmocka_unit_test(test_distribution),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
