@@ -11,7 +11,10 @@
 #
 # usage: bench/llama_cpp_compat.sh INFERX LLAMA_BUILD_DIR SHARED_DIR TMP_DIR [THREADS] [TYPES...]
 #   default types: Q4_K_M Q5_K_M Q6_K Q8_0 Q4_0 IQ4_XS
+#   CHUNKS=N in the environment scores only the first N chunks of 256 tokens (both
+#   engines; default: the whole text, 76 chunks)
 set -eu
+# shellcheck disable=SC2086 # $ch: empty or two words
 bin=$1 lbuild=$2 shared=$3 tmp=$4 t=${5:-2}
 shift 4
 [ $# -gt 0 ] && shift
@@ -22,14 +25,15 @@ if [ ! -x "$lppl" ]; then
     exit 0
 fi
 f32=$shared/models/target-f32.gguf text=$shared/models/heldout.txt
+ch=${CHUNKS:+--chunks $CHUNKS}
 mkdir -p "$tmp"
 
 ours() { # PPL of $1 by inferx
-    "$bin" perplexity -m "$1" -f "$text" -c 256 -t "$t" --json 2>/dev/null |
+    "$bin" perplexity -m "$1" -f "$text" -c 256 $ch -t "$t" --json 2>/dev/null |
         python3 -c "import json,sys; d=json.load(sys.stdin); print('%.4f %.4f' % (d['ppl'], d['ppl_pm']))"
 }
 theirs() { # PPL of $1 by llama.cpp ("Final estimate: PPL = X +/- Y"), or "failed"
-    if "$lppl" -m "$1" -f "$text" -c 256 -b 256 -t "$t" >"$2" 2>&1; then
+    if "$lppl" -m "$1" -f "$text" -c 256 -b 256 $ch -t "$t" >"$2" 2>&1; then
         sed -n 's/.*Final estimate: PPL = \([0-9.]*\) +\/- \([0-9.]*\).*/\1 \2/p' "$2" | tail -1
     else
         echo failed
@@ -52,4 +56,4 @@ for ty in $types; do
     row "$ty (written by inferx quantize)" "$tmp/compat-$ty.gguf"
 done
 echo
-echo "llama.cpp: $("$lbuild/bin/llama-perplexity" --version 2>&1 | grep -m1 -i 'version' || echo unknown); -c 256 -b 256 -t $t"
+echo "llama.cpp: $("$lbuild/bin/llama-perplexity" --version 2>&1 | grep -m1 -i 'version' || echo unknown); -c 256 -b 256 ${CHUNKS:+--chunks $CHUNKS }-t $t"
