@@ -260,7 +260,18 @@ static const ix__tile_fn k_qtiles[2][Q_RX] = {TILE_ROW(qtile, Q8_0), TILE_ROW(qt
  *   Q4_K  c = 0; the rows' 6-bit scales and mins decoded once per super-block;
  *   Q5_K  as Q4_K, with the fifth bits from qh;
  *   Q6_K  c = 32 and a scale per 16: the halves dotted and reduced apart. */
-typedef enum kq_type { KQ_Q5_0, KQ_Q4_K, KQ_Q5_K, KQ_Q6_K } kq_type;
+typedef enum kq_type {
+    KQ_Q5_0, KQ_Q4_K, KQ_Q5_K, KQ_Q6_K, KQ_Q4_1, KQ_Q5_1, KQ_IQ4_NL, KQ_IQ4_XS, KQ_Q2_K, KQ_Q3_K, KQ_N
+} kq_type;
+/* and, as avx512.c's:
+ *   Q4_1, Q5_1  c = 0, one scale and min per block: min term m * s;
+ *   IQ4_NL      the codes looked up (vpshufb) in the grid + 128 (c = 128) with
+ *               VNNI; without, the grid values dotted as |w| times x with w's
+ *               sign (vpsignb: w + 128 would saturate vpmaddubsw's pairs);
+ *   IQ4_XS      as IQ4_NL with a signed scale per 32 (ix__sub_scales);
+ *   Q2_K        c = 0, a scale and min per 16: halves apart as Q6_K's;
+ *   Q3_K        c = 4 (2 bits | the hmask bit << 2), a signed scale per 16. */
+static const int8_t k_iq4_grid[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 static inline __attribute__((always_inline)) __m256i kq_dp(__m256i acc, __m256i w, __m256i x) {
 #if IX_AVX2_VNNI
@@ -268,6 +279,12 @@ static inline __attribute__((always_inline)) __m256i kq_dp(__m256i acc, __m256i 
 #else /* no int16 pair saturates at these code sizes: |pair| <= 2 * 63 * 127 */
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)));
 #endif
+}
+
+/* kq_dp of signed codes (|w| <= 127) without VNNI: |w| times x with w's sign. */
+static inline __attribute__((always_inline)) __m256i kq_dps(__m256i acc, __m256i w, __m256i x) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w)),
+                                                   _mm256_set1_epi16(1)));
 }
 
 /* The row's exact dot in every lane of its half. */
@@ -301,10 +318,23 @@ static inline __m256i q5_bits(uint32_t qh0, uint32_t qh1, int from) {
 
 static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_type t, int rx, bool pf) {
     const size_t nb = a->k / IX__QK, ws = a->ws, xs = a->xs;
-    const size_t per = t == KQ_Q5_0 ? 1 : 8;
-    const size_t bytes = t == KQ_Q5_0 ? 22 : t == KQ_Q4_K ? 144 : t == KQ_Q5_K ? 176 : 210;
+    const bool blk32 = t == KQ_Q5_0 || t == KQ_Q4_1 || t == KQ_Q5_1 || t == KQ_IQ4_NL; /* 32-element blocks */
+    const size_t per = blk32 ? 1 : 8;
+    const size_t bytes = t == KQ_Q5_0 ? 22 : t == KQ_Q4_K ? 144 : t == KQ_Q5_K ? 176 : t == KQ_Q6_K ? 210
+                         : t == KQ_Q4_1 ? 20 : t == KQ_Q5_1 ? 24 : t == KQ_IQ4_NL ? 18 : t == KQ_IQ4_XS ? 136
+                         : t == KQ_Q2_K ? 84 : 110;
     const bool k4 = t == KQ_Q4_K || t == KQ_Q5_K; /* 6-bit scales and mins per 32 */
+    const bool q5 = t == KQ_Q5_0 || t == KQ_Q5_1;
+    const bool m1 = t == KQ_Q4_1 || t == KQ_Q5_1; /* min term m * s */
+    const bool iq = t == KQ_IQ4_NL || t == KQ_IQ4_XS;
+    const bool halves = t == KQ_Q6_K || t == KQ_Q2_K || t == KQ_Q3_K; /* a scale per 16 */
+    const bool vnni = IX_AVX2_VNNI;
+    /* the code offset c over 4: each dword lane starts at -c s / 4 */
+    const int c4 = t == KQ_Q5_0 ? 4 : t == KQ_Q6_K ? 8 : t == KQ_Q3_K ? 1 : iq && vnni ? 32 : 0;
     const __m256i nib = _mm256_set1_epi8(0x0f);
+    int8_t grid[16];
+    for (int i = 0; i < 16; i++) grid[i] = (int8_t)(k_iq4_grid[i] ^ (vnni ? (int8_t)0x80 : 0)); /* + 128 as u8 */
+    const __m256i vgrid = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)grid));
     __m256 acc[Q_RX];
     for (int i = 0; i < rx; i++) acc[i] = _mm256_setzero_ps();
     uint8_t scm[2][16] = {{0}}; /* Q4_K: per row, the super-block's scales and mins */
@@ -315,13 +345,26 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
         if (pf) ix__prefetch_ahead(a, Q_RW, b, nb);
         const size_t j = b % per;
         const uint8_t *p0 = a->w + b / per * bytes, *p1 = p0 + ws; /* the rows' (super-)blocks */
-        __m256i wl, wh, sc0 = _mm256_setzero_si256(), sc1 = sc0, mn = sc0;
-        if (t == KQ_Q5_0) {
-            __m256i v = load2x16(p0 + 6, p1 + 6);
-            uint32_t h0 = ix__load_u32(p0 + 2), h1 = ix__load_u32(p1 + 2);
+        __m256i wl, wh, sc0 = _mm256_setzero_si256(), sc1 = sc0, mn = sc0, mn1 = sc0;
+        if (q5) {
+            const size_t qh_at = t == KQ_Q5_0 ? 2 : 4;
+            __m256i v = load2x16(p0 + qh_at + 4, p1 + qh_at + 4);
+            uint32_t h0 = ix__load_u32(p0 + qh_at), h1 = ix__load_u32(p1 + qh_at);
             wl = _mm256_or_si256(_mm256_and_si256(v, nib), q5_bits(h0, h1, 0));
             wh = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), nib), q5_bits(h0, h1, 16));
             dw = rows2_h(p0, p1);
+            if (m1) dm = rows2_h(p0 + 2, p1 + 2);
+        } else if (t == KQ_Q4_1 || iq) {
+            const size_t o = t == KQ_Q4_1 ? 4 : t == KQ_IQ4_NL ? 2 : 8 + 16 * j;
+            __m256i v = load2x16(p0 + o, p1 + o);
+            wl = _mm256_and_si256(v, nib);
+            wh = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+            if (iq) {
+                wl = _mm256_shuffle_epi8(vgrid, wl);
+                wh = _mm256_shuffle_epi8(vgrid, wh);
+            }
+            if (t != KQ_IQ4_XS || j == 0) dw = rows2_h(p0, p1);
+            if (m1) dm = rows2_h(p0 + 2, p1 + 2);
         } else if (k4) {
             if (j == 0) {
                 ix__k4_scales(p0 + 4, scm[0]);
@@ -341,6 +384,24 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
             }
             sc0 = rows2_i32(scm[0][j], scm[1][j]);
             mn = rows2_i32(scm[0][8 + j], scm[1][8 + j]);
+        } else if (t == KQ_Q2_K || t == KQ_Q3_K) {
+            if (j == 0) {
+                const size_t at = t == KQ_Q2_K ? 80 : 108;
+                dw = rows2_h(p0 + at, p1 + at);
+                if (t == KQ_Q2_K) dm = _mm256_xor_ps(rows2_h(p0 + 82, p1 + 82), _mm256_set1_ps(-0.0f)); /* -dmin */
+            }
+            /* 2-bit planes: element 32 (j % 4) + i of a 128-element half at bits 2 (j % 4) of byte i */
+            const size_t o = (t == KQ_Q2_K ? 16 : 32) + 32 * (j / 4);
+            const __m128i sh = _mm_cvtsi32_si128(2 * (int)(j % 4));
+            const __m256i three = _mm256_set1_epi8(3);
+            wl = _mm256_and_si256(_mm256_srl_epi16(load2x16(p0 + o, p1 + o), sh), three);
+            wh = _mm256_and_si256(_mm256_srl_epi16(load2x16(p0 + o + 16, p1 + o + 16), sh), three);
+            if (t == KQ_Q3_K) { /* u = q + 4 = the 2 bits | bit j of hmask[i] << 2 */
+                const __m128i sj = _mm_cvtsi32_si128((int)j);
+                const __m256i one = _mm256_set1_epi8(1);
+                wl = _mm256_or_si256(wl, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(load2x16(p0, p1), sj), one), 2));
+                wh = _mm256_or_si256(wh, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(load2x16(p0 + 16, p1 + 16), sj), one), 2));
+            }
         } else {
             if (j == 0) dw = rows2_h(p0 + 208, p1 + 208);
             const size_t h = j / 4, e = j % 4;
@@ -359,6 +420,16 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
             sc0 = rows2_i32((int8_t)p0[192 + 2 * j], (int8_t)p1[192 + 2 * j]);
             sc1 = rows2_i32((int8_t)p0[193 + 2 * j], (int8_t)p1[193 + 2 * j]);
         }
+        if (t == KQ_IQ4_XS || t == KQ_Q2_K || t == KQ_Q3_K) {
+            const ix_dtype dt = t == KQ_IQ4_XS ? IX_DTYPE_IQ4_XS : t == KQ_Q2_K ? IX_DTYPE_Q2_K : IX_DTYPE_Q3_K;
+            int32_t s[2][2], m[2][2];
+            ix__sub_scales(dt, p0, j, s[0], m[0]);
+            ix__sub_scales(dt, p1, j, s[1], m[1]);
+            sc0 = rows2_i32(s[0][0], s[1][0]);
+            sc1 = rows2_i32(s[0][1], s[1][1]);
+            mn = rows2_i32(m[0][0], m[1][0]);
+            mn1 = rows2_i32(m[0][1], m[1][1]);
+        }
         for (int i = 0; i < rx; i++) {
             const uint8_t *xr = a->x + (size_t)i * xs;
             const int8_t *xq = (const int8_t *)xr + b * IX__QK;
@@ -368,22 +439,27 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
             const __m256i xh = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(xq + 16)));
             const __m256 sx = _mm256_set1_ps(xb->d);
             __m256i idot;
-            if (t == KQ_Q6_K) {
+            int32_t s0 = 0, s1 = 0;
+            if (halves) {
                 /* sum of the first 16 x: vpsadbw of x + 128 */
                 __m128i sad = _mm_sad_epu8(_mm_xor_si128(x16, _mm_set1_epi8((char)0x80)), _mm_setzero_si128());
-                int32_t s0 = _mm_cvtsi128_si32(sad) + _mm_extract_epi32(sad, 2) - 16 * 128, s1 = xb->s - s0;
-                __m256i il = reduce2(kq_dp(_mm256_set1_epi32(-8 * s0), wl, xl));
-                __m256i ih = reduce2(kq_dp(_mm256_set1_epi32(-8 * s1), wh, xh));
+                s0 = _mm_cvtsi128_si32(sad) + _mm_extract_epi32(sad, 2) - 16 * 128, s1 = xb->s - s0;
+                __m256i il = reduce2(kq_dp(_mm256_set1_epi32(-c4 * s0), wl, xl));
+                __m256i ih = reduce2(kq_dp(_mm256_set1_epi32(-c4 * s1), wh, xh));
                 idot = _mm256_add_epi32(_mm256_mullo_epi32(sc0, il), _mm256_mullo_epi32(sc1, ih));
             } else {
-                const __m256i bias = _mm256_set1_epi32(t == KQ_Q5_0 ? -4 * xb->s : 0);
-                idot = reduce2(kq_dp(kq_dp(bias, wl, xl), wh, xh));
-                if (k4) idot = _mm256_mullo_epi32(sc0, idot);
+                const __m256i bias = _mm256_set1_epi32(-c4 * xb->s);
+                idot = reduce2(iq && !vnni ? kq_dps(kq_dps(bias, wl, xl), wh, xh) : kq_dp(kq_dp(bias, wl, xl), wh, xh));
+                if (k4 || t == KQ_IQ4_XS) idot = _mm256_mullo_epi32(sc0, idot);
             }
             acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(idot), _mm256_mul_ps(dw, sx), acc[i]);
-            if (k4)
-                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_mullo_epi32(mn, _mm256_set1_epi32(xb->s))),
-                                         _mm256_mul_ps(dm, sx), acc[i]);
+            if (k4 || m1 || t == KQ_Q2_K) {
+                __m256i imin = k4   ? _mm256_mullo_epi32(mn, _mm256_set1_epi32(xb->s))
+                               : m1 ? _mm256_set1_epi32(xb->s)
+                                    : _mm256_add_epi32(_mm256_mullo_epi32(mn, _mm256_set1_epi32(s0)),
+                                                       _mm256_mullo_epi32(mn1, _mm256_set1_epi32(s1)));
+                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dm, sx), acc[i]);
+            }
         }
     }
     for (int i = 0; i < rx; i++) {
@@ -403,8 +479,16 @@ KQ_ALL(Q5_0)
 KQ_ALL(Q4_K)
 KQ_ALL(Q5_K)
 KQ_ALL(Q6_K)
-static const ix__tile_fn k_kqtiles[4][Q_RX] = {TILE_ROW(kq, Q5_0), TILE_ROW(kq, Q4_K), TILE_ROW(kq, Q5_K),
-                                               TILE_ROW(kq, Q6_K)};
+KQ_ALL(Q4_1)
+KQ_ALL(Q5_1)
+KQ_ALL(IQ4_NL)
+KQ_ALL(IQ4_XS)
+KQ_ALL(Q2_K)
+KQ_ALL(Q3_K)
+static const ix__tile_fn k_kqtiles[KQ_N][Q_RX] = {TILE_ROW(kq, Q5_0),   TILE_ROW(kq, Q4_K),   TILE_ROW(kq, Q5_K),
+                                                  TILE_ROW(kq, Q6_K),   TILE_ROW(kq, Q4_1),   TILE_ROW(kq, Q5_1),
+                                                  TILE_ROW(kq, IQ4_NL), TILE_ROW(kq, IQ4_XS), TILE_ROW(kq, Q2_K),
+                                                  TILE_ROW(kq, Q3_K)};
 
 /* ---- float matmul tiles ----------------------------------------------------------------- */
 #define F_RX 2
@@ -669,6 +753,12 @@ void MM(q5_0)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, 
 void MM(q4_k)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_Q4_K], Q_RX, Q_RW); }
 void MM(q5_k)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_Q5_K], Q_RX, Q_RW); }
 void MM(q6_k)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_Q6_K], Q_RX, Q_RW); }
+void MM(q4_1)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_Q4_1], Q_RX, Q_RW); }
+void MM(q5_1)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_Q5_1], Q_RX, Q_RW); }
+void MM(iq4_nl)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_IQ4_NL], Q_RX, Q_RW); }
+void MM(iq4_xs)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_IQ4_XS], Q_RX, Q_RW); }
+void MM(q2_k)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_Q2_K], Q_RX, Q_RW); }
+void MM(q3_k)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_Q3_K], Q_RX, Q_RW); }
 
 void MM(f32)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_ftiles[0], F_RX, F_RW); }
 

@@ -455,7 +455,32 @@ static const ix__tile_fn k_qtiles[2][2][Q_RX] = {
  *   Q6_K  c = 32 and a scale per 16: the halves are dotted and reduced apart,
  *         each starting from -c times its share of the X block sum (the first
  *         half's from vpsadbw). */
-typedef enum kq_type { KQ_Q5_0, KQ_Q4_K, KQ_Q5_K, KQ_Q6_K } kq_type;
+typedef enum kq_type {
+    KQ_Q5_0, KQ_Q4_K, KQ_Q5_K, KQ_Q6_K, KQ_Q4_1, KQ_Q5_1, KQ_IQ4_NL, KQ_IQ4_XS, KQ_Q2_K, KQ_Q3_K, KQ_N
+} kq_type;
+/* Further types on the same tile:
+ *   Q4_1, Q5_1  c = 0, one scale and min per block: min term m * s;
+ *   IQ4_NL      the codes looked up (vpshufb) in the grid + 128 (c = 128);
+ *               without VNNI the grid values themselves, dotted as |w| times
+ *               x with w's sign (the int16 pairs would saturate otherwise);
+ *   IQ4_XS      as IQ4_NL with a signed 6-bit scale per 32;
+ *   Q2_K        c = 0, a 4-bit scale and min per 16: halves apart as Q6_K's;
+ *   Q3_K        c = 4 (the low 2 bits | the hmask bit << 2), a signed 6-bit
+ *               scale per 16, halves apart.
+ * Their sub-block scales (IQ4_XS, Q2_K, Q3_K) are decoded once per
+ * super-block for the 8 rows into a table in the reduced layout. */
+static const int8_t k_iq4_grid[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/* The reduced layout's dword of row r (0..7) is at kq_lane(r) and kq_lane(r) + 2. */
+static inline size_t kq_lane(int r) { return (size_t)(4 * (r % 4) + r / 4); }
+
+/* acc + the 4-byte dots of signed codes w (|w| <= 127) and x per int32 lane
+ * without VNNI: |w| times x with w's sign (the IQ4 grid + 128 would saturate
+ * vpmaddubsw's int16 pairs). */
+static inline __attribute__((always_inline)) __m512i kq_dps(__m512i acc, __m512i w, __m512i x) {
+    __m512i sx = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), _mm512_setzero_si512(), x);
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_abs_epi8(w), sx), _mm512_set1_epi16(1)));
+}
 
 /* 16 bytes at p, p + ws, p + 2 ws, p + 3 ws into 128-bit lanes 0..3. */
 static inline __attribute__((always_inline)) __m512i ld4x16(const uint8_t *p, size_t ws) {
@@ -500,20 +525,53 @@ static inline __attribute__((always_inline)) __m512i q4k_scales4(const uint8_t *
     return _mm512_or_si512(lo, hi);
 }
 
+/* The sub-block scales of IQ4_XS, Q2_K and Q3_K of a tile's 8 rows (row r's
+ * super-block at sb + r ws) in the reduced layout, per block j: v[0][j] the
+ * first 16 elements' scale, v[1][j] the second's, v[2][j] / v[3][j] their
+ * mins (Q2_K). Decoded from the formats' definitions (docs/kernels.md). */
+typedef struct kq_tab {
+    _Alignas(64) int32_t v[4][8][16];
+} kq_tab;
+
+static inline __attribute__((always_inline)) void kq_scales(kq_type t, const uint8_t *sb, size_t ws, kq_tab *tab) {
+    const ix_dtype dt = t == KQ_IQ4_XS ? IX_DTYPE_IQ4_XS : t == KQ_Q2_K ? IX_DTYPE_Q2_K : IX_DTYPE_Q3_K;
+    for (int r = 0; r < Q_RW; r++)
+        for (size_t j = 0; j < 8; j++) {
+            int32_t v[4];
+            ix__sub_scales(dt, sb + (size_t)r * ws, j, v, v + 2);
+            for (int k = 0; k < 4; k++) tab->v[k][j][kq_lane(r)] = tab->v[k][j][kq_lane(r) + 2] = v[k];
+        }
+}
+
 static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_type t, bool vnni, int rx, bool pf) {
     const size_t nb = a->k / IX__QK, ws = a->ws, xs = a->xs;
-    const size_t per = t == KQ_Q5_0 ? 1 : 8;
-    const size_t bytes = t == KQ_Q5_0 ? 22 : t == KQ_Q4_K ? 144 : t == KQ_Q5_K ? 176 : 210;
+    const bool blk32 = t == KQ_Q5_0 || t == KQ_Q4_1 || t == KQ_Q5_1 || t == KQ_IQ4_NL; /* 32-element blocks */
+    const size_t per = blk32 ? 1 : 8;
+    const size_t bytes = t == KQ_Q5_0 ? 22 : t == KQ_Q4_K ? 144 : t == KQ_Q5_K ? 176 : t == KQ_Q6_K ? 210
+                         : t == KQ_Q4_1 ? 20 : t == KQ_Q5_1 ? 24 : t == KQ_IQ4_NL ? 18 : t == KQ_IQ4_XS ? 136
+                         : t == KQ_Q2_K ? 84 : 110;
     const bool k4 = t == KQ_Q4_K || t == KQ_Q5_K; /* 6-bit scales and mins per 32 */
+    const bool q5 = t == KQ_Q5_0 || t == KQ_Q5_1; /* fifth bits in a u32 qh */
+    const bool m1 = t == KQ_Q4_1 || t == KQ_Q5_1; /* min term m * s */
+    const bool iq = t == KQ_IQ4_NL || t == KQ_IQ4_XS;
+    const bool tabled = t == KQ_IQ4_XS || t == KQ_Q2_K || t == KQ_Q3_K; /* scales from kq_scales */
+    const bool halves = t == KQ_Q6_K || t == KQ_Q2_K || t == KQ_Q3_K; /* a scale per 16 */
+    /* the code offset c over 4: each dword lane starts at -c s / 4 */
+    const int c4 = t == KQ_Q5_0 ? 4 : t == KQ_Q6_K ? 8 : t == KQ_Q3_K ? 1 : iq && vnni ? 32 : 0;
     const __m512i nib = _mm512_set1_epi8(0x0f);
     const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+    int8_t grid[16];
+    for (int i = 0; i < 16; i++) grid[i] = (int8_t)(k_iq4_grid[i] ^ (vnni ? (int8_t)0x80 : 0)); /* + 128 as u8 */
+    const __m512i vgrid = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)grid));
     __m512 acc[Q_RX];
     for (int i = 0; i < rx; i++) acc[i] = _mm512_setzero_ps();
     __m512i scm[Q_RG] = {_mm512_setzero_si512(), _mm512_setzero_si512()}; /* per super-block: Q4_K scales/mins, Q6_K scales */
     __m512 dw = _mm512_setzero_ps(), dm = _mm512_setzero_ps();
+    kq_tab tab;
     /* code bytes that several consecutive blocks decode from, loaded once:
      * K4: qs of sub-blocks 2i, 2i + 1 (and Q5_K's qh of the whole super-block);
-     * Q6_K: ql and qh of a 128-element half */
+     * Q6_K: ql and qh of a 128-element half; Q2_K / Q3_K: the 2-bit planes of
+     * a 128-element half (and Q3_K's hmask) */
     __m512i raw[Q_RG][6];
     for (int g = 0; g < Q_RG; g++)
         for (int k = 0; k < 6; k++) raw[g][k] = _mm512_setzero_si512();
@@ -521,30 +579,41 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
         if (pf) ix__prefetch_ahead(a, Q_RW, b, nb);
         const size_t j = b % per;
         const uint8_t *sb = a->w + b / per * bytes; /* row 0's (super-)block */
-        if (j == 0 && t != KQ_Q5_0) {
-            for (int g = 0; g < Q_RG; g++)
-                scm[g] = k4 ? q4k_scales4(sb + (size_t)(4 * g) * ws, ws) : ld4x16(sb + 192 + (size_t)(4 * g) * ws, ws);
-            dw = scales8(sb + (k4 ? 0 : 208), ws);
-            if (k4) /* -dmin, exactly */
-                dm = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(scales8(sb + 2, ws)), sign));
+        if (j == 0 && !blk32) {
+            if (k4 || t == KQ_Q6_K)
+                for (int g = 0; g < Q_RG; g++)
+                    scm[g] = k4 ? q4k_scales4(sb + (size_t)(4 * g) * ws, ws) : ld4x16(sb + 192 + (size_t)(4 * g) * ws, ws);
+            if (tabled) kq_scales(t, sb, ws, &tab);
+            dw = scales8(sb + (t == KQ_Q6_K ? 208 : t == KQ_Q2_K ? 80 : t == KQ_Q3_K ? 108 : 0), ws);
+            if (k4 || t == KQ_Q2_K) /* -dmin, exactly */
+                dm = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(scales8(sb + (k4 ? 2 : 82), ws)), sign));
         }
-        __m512i wl[Q_RG], wh[Q_RG], sc0 = _mm512_setzero_si512(), sc1 = sc0, mn = sc0;
+        __m512i wl[Q_RG], wh[Q_RG], sc0 = _mm512_setzero_si512(), sc1 = sc0, mn = sc0, mn1 = sc0;
         for (int g = 0; g < Q_RG; g++) {
             const uint8_t *p = sb + (size_t)(4 * g) * ws;
-            if (t == KQ_Q5_0) {
-                __m512i v = ld4x16(p + 6, ws);
+            if (q5) {
+                const size_t qh_at = t == KQ_Q5_0 ? 2 : 4;
+                __m512i v = ld4x16(p + qh_at + 4, ws);
                 wl[g] = _mm512_and_si512(v, nib);
                 wh[g] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
                 /* fifth bits: bit i of row r's qh to byte i of lane r (lo: i < 16) */
                 uint64_t ml = 0, mh = 0;
                 for (int r = 0; r < 4; r++) {
-                    uint32_t qh = ix__load_u32(p + (size_t)r * ws + 2);
+                    uint32_t qh = ix__load_u32(p + (size_t)r * ws + qh_at);
                     ml |= (uint64_t)(qh & 0xffff) << (16 * r);
                     mh |= (uint64_t)(qh >> 16) << (16 * r);
                 }
                 const __m512i b4 = _mm512_set1_epi8(16);
                 wl[g] = _mm512_or_si512(wl[g], _mm512_maskz_mov_epi8((__mmask64)ml, b4));
                 wh[g] = _mm512_or_si512(wh[g], _mm512_maskz_mov_epi8((__mmask64)mh, b4));
+            } else if (t == KQ_Q4_1 || iq) {
+                __m512i v = ld4x16(p + (t == KQ_Q4_1 ? 4 : t == KQ_IQ4_NL ? 2 : 8 + 16 * j), ws);
+                wl[g] = _mm512_and_si512(v, nib);
+                wh[g] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+                if (iq) {
+                    wl[g] = _mm512_shuffle_epi8(vgrid, wl[g]);
+                    wh[g] = _mm512_shuffle_epi8(vgrid, wh[g]);
+                }
             } else if (k4) {
                 if (j % 2 == 0) {
                     const uint8_t *q = p + (t == KQ_Q5_K ? 48 : 16) + 32 * (j / 2);
@@ -564,6 +633,27 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
                     wl[g] = _mm512_or_si512(wl[g], _mm512_slli_epi16(_mm512_and_si512(_mm512_srl_epi16(raw[g][2], sj), one), 4));
                     wh[g] = _mm512_or_si512(wh[g], _mm512_slli_epi16(_mm512_and_si512(_mm512_srl_epi16(raw[g][3], sj), one), 4));
                 }
+            } else if (t == KQ_Q2_K || t == KQ_Q3_K) {
+                /* 2-bit planes: element 32 (j % 4) + i of the half at bits 2 (j % 4) of byte i */
+                const size_t qs_at = t == KQ_Q2_K ? 16 : 32;
+                if (j % 4 == 0) {
+                    raw[g][0] = ld4x16(p + qs_at + 32 * (j / 4), ws);
+                    raw[g][1] = ld4x16(p + qs_at + 32 * (j / 4) + 16, ws);
+                }
+                if (t == KQ_Q3_K && j == 0) {
+                    raw[g][2] = ld4x16(p, ws);
+                    raw[g][3] = ld4x16(p + 16, ws);
+                }
+                const __m128i sh = _mm_cvtsi32_si128(2 * (int)(j % 4));
+                const __m512i three = _mm512_set1_epi8(3);
+                wl[g] = _mm512_and_si512(_mm512_srl_epi16(raw[g][0], sh), three);
+                wh[g] = _mm512_and_si512(_mm512_srl_epi16(raw[g][1], sh), three);
+                if (t == KQ_Q3_K) { /* u = q + 4 = the 2 bits | bit j of hmask[i] << 2 */
+                    const __m128i sj = _mm_cvtsi32_si128((int)j);
+                    const __m512i one = _mm512_set1_epi8(1);
+                    wl[g] = _mm512_or_si512(wl[g], _mm512_slli_epi16(_mm512_and_si512(_mm512_srl_epi16(raw[g][2], sj), one), 2));
+                    wh[g] = _mm512_or_si512(wh[g], _mm512_slli_epi16(_mm512_and_si512(_mm512_srl_epi16(raw[g][3], sj), one), 2));
+                }
             } else {
                 const size_t h = j / 4, e = j % 4;
                 if (e == 0)
@@ -577,7 +667,8 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
                 wh[g] = _mm512_or_si512(_mm512_and_si512(_mm512_srl_epi16(raw[g][2 * (e % 2) + 1], sl), nib), _mm512_slli_epi16(hh, 4));
             }
         }
-        if (t == KQ_Q5_0) dw = scales8(sb, ws);
+        if (blk32) dw = scales8(sb, ws);
+        if (m1) dm = scales8(sb + 2, ws);
         if (k4) {
             const uint64_t k = (uint64_t)j; /* unsigned: the top byte's shift must not overflow */
             const __m512i idx = _mm512_set1_epi64((int64_t)((0x80808000u | (8 + k)) << 32 | (0x80808000u | k)));
@@ -588,6 +679,13 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
             const __m512i idx = _mm512_set1_epi64((int64_t)((((k + 1) << 24) | 0x808080) << 32 | ((k << 24) | 0x808080)));
             sc0 = _mm512_srai_epi32(kq_pick8(scm[0], scm[1], idx, 0), 24);
             sc1 = _mm512_srai_epi32(kq_pick8(scm[0], scm[1], idx, 1), 24);
+        } else if (tabled) {
+            sc0 = _mm512_load_si512(tab.v[0][j]);
+            sc1 = _mm512_load_si512(tab.v[1][j]);
+            if (t == KQ_Q2_K) {
+                mn = _mm512_load_si512(tab.v[2][j]);
+                mn1 = _mm512_load_si512(tab.v[3][j]);
+            }
         }
         for (int i = 0; i < rx; i++) {
             const uint8_t *xr = a->x + (size_t)i * xs;
@@ -598,28 +696,35 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
             const __m512i xh = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xq + 16)));
             const __m512 sx = _mm512_set1_ps(xb->d);
             __m512i idot;
-            if (t == KQ_Q6_K) {
+            int32_t s0 = 0, s1 = 0;
+            if (halves) {
                 /* sum of the first 16 x: vpsadbw of x + 128 */
                 __m128i sad = _mm_sad_epu8(_mm_xor_si128(x16, _mm_set1_epi8((char)0x80)), _mm_setzero_si128());
-                int32_t s0 = _mm_cvtsi128_si32(sad) + _mm_extract_epi32(sad, 2) - 16 * 128, s1 = xb->s - s0;
+                s0 = _mm_cvtsi128_si32(sad) + _mm_extract_epi32(sad, 2) - 16 * 128, s1 = xb->s - s0;
                 __m512i il[Q_RG], ih[Q_RG];
                 for (int g = 0; g < Q_RG; g++) {
-                    il[g] = kq_dp(_mm512_set1_epi32(-8 * s0), wl[g], xl, vnni);
-                    ih[g] = kq_dp(_mm512_set1_epi32(-8 * s1), wh[g], xh, vnni);
+                    il[g] = kq_dp(_mm512_set1_epi32(-c4 * s0), wl[g], xl, vnni);
+                    ih[g] = kq_dp(_mm512_set1_epi32(-c4 * s1), wh[g], xh, vnni);
                 }
                 idot = _mm512_add_epi32(_mm512_mullo_epi32(sc0, reduce8(il[0], il[1])),
                                         _mm512_mullo_epi32(sc1, reduce8(ih[0], ih[1])));
             } else {
-                const __m512i bias = _mm512_set1_epi32(t == KQ_Q5_0 ? -4 * xb->s : 0);
+                const __m512i bias = _mm512_set1_epi32(-c4 * xb->s);
                 __m512i iv[Q_RG];
-                for (int g = 0; g < Q_RG; g++) iv[g] = kq_dp(kq_dp(bias, wl[g], xl, vnni), wh[g], xh, vnni);
+                for (int g = 0; g < Q_RG; g++)
+                    iv[g] = iq && !vnni ? kq_dps(kq_dps(bias, wl[g], xl), wh[g], xh)
+                                        : kq_dp(kq_dp(bias, wl[g], xl, vnni), wh[g], xh, vnni);
                 idot = reduce8(iv[0], iv[1]);
-                if (k4) idot = _mm512_mullo_epi32(sc0, idot);
+                if (k4 || t == KQ_IQ4_XS) idot = _mm512_mullo_epi32(sc0, idot);
             }
             acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(idot), _mm512_mul_ps(dw, sx), acc[i]);
-            if (k4)
-                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_mullo_epi32(mn, _mm512_set1_epi32(xb->s))),
-                                         _mm512_mul_ps(dm, sx), acc[i]);
+            if (k4 || m1 || t == KQ_Q2_K) {
+                __m512i imin = k4   ? _mm512_mullo_epi32(mn, _mm512_set1_epi32(xb->s))
+                               : m1 ? _mm512_set1_epi32(xb->s)
+                                    : _mm512_add_epi32(_mm512_mullo_epi32(mn, _mm512_set1_epi32(s0)),
+                                                       _mm512_mullo_epi32(mn1, _mm512_set1_epi32(s1)));
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(dm, sx), acc[i]);
+            }
         }
     }
     const __m512i gather = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
@@ -645,13 +750,27 @@ KQ_ALL(Q5_K, vnni, true)
 KQ_ALL(Q5_K, bw, false)
 KQ_ALL(Q6_K, vnni, true)
 KQ_ALL(Q6_K, bw, false)
+KQ_ALL(Q4_1, vnni, true)
+KQ_ALL(Q4_1, bw, false)
+KQ_ALL(Q5_1, vnni, true)
+KQ_ALL(Q5_1, bw, false)
+KQ_ALL(IQ4_NL, vnni, true)
+KQ_ALL(IQ4_NL, bw, false)
+KQ_ALL(IQ4_XS, vnni, true)
+KQ_ALL(IQ4_XS, bw, false)
+KQ_ALL(Q2_K, vnni, true)
+KQ_ALL(Q2_K, bw, false)
+KQ_ALL(Q3_K, vnni, true)
+KQ_ALL(Q3_K, bw, false)
 #define KQ_ROW(T, TAG)                                                                         \
     {kq_##T##_##TAG##_1, kq_##T##_##TAG##_2, kq_##T##_##TAG##_3,                                \
      kq_##T##_##TAG##_4, kq_##T##_##TAG##_5, kq_##T##_##TAG##_6}
 /* [vnni][kq_type][rx - 1] */
-static const ix__tile_fn k_kqtiles[2][4][Q_RX] = {
-    {KQ_ROW(Q5_0, bw), KQ_ROW(Q4_K, bw), KQ_ROW(Q5_K, bw), KQ_ROW(Q6_K, bw)},
-    {KQ_ROW(Q5_0, vnni), KQ_ROW(Q4_K, vnni), KQ_ROW(Q5_K, vnni), KQ_ROW(Q6_K, vnni)},
+static const ix__tile_fn k_kqtiles[2][KQ_N][Q_RX] = {
+    {KQ_ROW(Q5_0, bw), KQ_ROW(Q4_K, bw), KQ_ROW(Q5_K, bw), KQ_ROW(Q6_K, bw), KQ_ROW(Q4_1, bw), KQ_ROW(Q5_1, bw),
+     KQ_ROW(IQ4_NL, bw), KQ_ROW(IQ4_XS, bw), KQ_ROW(Q2_K, bw), KQ_ROW(Q3_K, bw)},
+    {KQ_ROW(Q5_0, vnni), KQ_ROW(Q4_K, vnni), KQ_ROW(Q5_K, vnni), KQ_ROW(Q6_K, vnni), KQ_ROW(Q4_1, vnni),
+     KQ_ROW(Q5_1, vnni), KQ_ROW(IQ4_NL, vnni), KQ_ROW(IQ4_XS, vnni), KQ_ROW(Q2_K, vnni), KQ_ROW(Q3_K, vnni)},
 };
 
 /* ---- packed quantized weights (ix_kernels_pack) ------------------------------------------
@@ -969,6 +1088,19 @@ void ix__mm_q5_k_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) { ix__mat
 void ix__mm_q5_k_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[0][KQ_Q5_K], Q_RX, Q_RW); }
 void ix__mm_q6_k_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[1][KQ_Q6_K], Q_RX, Q_RW); }
 void ix__mm_q6_k_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[0][KQ_Q6_K], Q_RX, Q_RW); }
+#define KQ_MM(t, T)                                                                            \
+    void ix__mm_##t##_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) {                    \
+        ix__matmul_tiles(mm, n0, n1, k_kqtiles[1][KQ_##T], Q_RX, Q_RW);                          \
+    }                                                                                          \
+    void ix__mm_##t##_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) {                      \
+        ix__matmul_tiles(mm, n0, n1, k_kqtiles[0][KQ_##T], Q_RX, Q_RW);                          \
+    }
+KQ_MM(q4_1, Q4_1)
+KQ_MM(q5_1, Q5_1)
+KQ_MM(iq4_nl, IQ4_NL)
+KQ_MM(iq4_xs, IQ4_XS)
+KQ_MM(q2_k, Q2_K)
+KQ_MM(q3_k, Q3_K)
 
 /* Float weights: the same on both tables. */
 void ix__mm_f32_avx512(const ix_matmul *mm, size_t n0, size_t n1) {

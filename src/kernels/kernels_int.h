@@ -279,6 +279,23 @@ static inline void ix__k4_scales(const uint8_t *sc, uint8_t out[16]) {
     memcpy(out, v, 16);
 }
 
+/* IQ4_XS, Q2_K, Q3_K: block j's (elements 32 j .. 32 j + 31) integer scales
+ * sc[0], sc[1] (one per 16) and mins mn[0], mn[1] (Q2_K; else 0) from the
+ * super-block at b (layouts in docs/kernels.md). The unpacks and the vector
+ * tiles, which decode the codes apart, share it. */
+static inline void ix__sub_scales(ix_dtype t, const uint8_t *b, size_t j, int32_t sc[2], int32_t mn[2]) {
+    for (size_t k = 0; k < 2; k++) {
+        const size_t s = 2 * j + k; /* sub-block of 16 */
+        mn[k] = 0;
+        if (t == IX_DTYPE_IQ4_XS) /* low 4 bits: nibble j % 2 of scales_l[j / 2]; high 2: scales_h bits 2j */
+            sc[k] = (int32_t)(((b[4 + j / 2] >> (4 * (j % 2))) & 15) | ((ix__load_u16(b + 2) >> (2 * j)) & 3) << 4) - 32;
+        else if (t == IX_DTYPE_Q2_K) /* scales[s]: scale | min << 4 */
+            sc[k] = b[s] & 15, mn[k] = b[s] >> 4;
+        else /* Q3_K: low 4 bits in scales[s % 8] (high nibble for s >= 8), high 2 at bit 2 (s / 4) of scales[8 + s % 4] */
+            sc[k] = (int32_t)((((s < 8 ? b[96 + s] : b[88 + s] >> 4) & 15) | ((b[104 + s % 4] >> (2 * (s / 4))) & 3) << 4)) - 32;
+    }
+}
+
 /* The row of type t, or NULL when the kernels do not read t. */
 const ix__wtype *ix__wtype_of(ix_dtype t);
 
@@ -300,8 +317,11 @@ IX__MM_DECL(ix__mm_q_generic)     /* every quantized type, through its unpack */
 #define IX__MM_DECL_AVX512(t) IX__MM_DECL(ix__mm_##t##_avx512bw) IX__MM_DECL(ix__mm_##t##_avx512vnni)
 IX__MM_DECL_AVX2(f32) IX__MM_DECL_AVX2(f16) IX__MM_DECL_AVX2(bf16) IX__MM_DECL_AVX2(q8_0) IX__MM_DECL_AVX2(q4_0)
 IX__MM_DECL_AVX2(q5_0) IX__MM_DECL_AVX2(q4_k) IX__MM_DECL_AVX2(q5_k) IX__MM_DECL_AVX2(q6_k)
+IX__MM_DECL_AVX2(q4_1) IX__MM_DECL_AVX2(q5_1) IX__MM_DECL_AVX2(iq4_nl) IX__MM_DECL_AVX2(iq4_xs) IX__MM_DECL_AVX2(q2_k)
+IX__MM_DECL_AVX2(q3_k)
 IX__MM_DECL_AVX512(q8_0) IX__MM_DECL_AVX512(q4_0) IX__MM_DECL_AVX512(q5_0) IX__MM_DECL_AVX512(q4_k)
-IX__MM_DECL_AVX512(q5_k) IX__MM_DECL_AVX512(q6_k)
+IX__MM_DECL_AVX512(q5_k) IX__MM_DECL_AVX512(q6_k) IX__MM_DECL_AVX512(q4_1) IX__MM_DECL_AVX512(q5_1)
+IX__MM_DECL_AVX512(iq4_nl) IX__MM_DECL_AVX512(iq4_xs) IX__MM_DECL_AVX512(q2_k) IX__MM_DECL_AVX512(q3_k)
 IX__MM_DECL(ix__mm_f32_avx512) IX__MM_DECL(ix__mm_f16_avx512) IX__MM_DECL(ix__mm_bf16_avx512)
 #endif
 #if defined(IX_KERNELS_HAVE_NEON)

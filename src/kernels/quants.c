@@ -438,14 +438,13 @@ static void quantize_iq4_nl(const float *src, uint8_t *p, size_t n, const float 
  * even j) | (bits 2j..2j+1 of scales_h) << 4, x = d (ls - 32) kv[code], codes
  * at qs[16 j] packed as IQ4_NL's. */
 static void unpack_iq4_xs(const uint8_t *b, size_t j, ix__q32 *u) {
-    unsigned ls = ((b[4 + j / 2] >> (4 * (j % 2))) & 15) | ((ix__load_u16(b + 2) >> (2 * j)) & 3) << 4;
     const uint8_t *qs = b + 8 + 16 * j;
     for (int i = 0; i < 16; i++) {
         u->q[i] = k_iq4nl[qs[i] & 15];
         u->q[i + 16] = k_iq4nl[qs[i] >> 4];
     }
     q32_plain(u, ld_h(b));
-    u->sc[0] = u->sc[1] = (int32_t)ls - 32;
+    ix__sub_scales(IX_DTYPE_IQ4_XS, b, j, u->sc, u->mn);
 }
 
 static void quantize_iq4_xs(const float *src, uint8_t *p, size_t n, const float *qw) {
@@ -478,10 +477,7 @@ static void unpack_q2_k(const uint8_t *b, size_t j, ix__q32 *u) {
     const uint8_t *qs = b + 16 + 32 * (j / 4);
     const int shift = 2 * (int)(j % 4);
     for (int i = 0; i < 32; i++) u->q[i] = (int8_t)((qs[i] >> shift) & 3);
-    for (int k = 0; k < 2; k++) {
-        u->sc[k] = b[2 * j + (size_t)k] & 15;
-        u->mn[k] = b[2 * j + (size_t)k] >> 4;
-    }
+    ix__sub_scales(IX_DTYPE_Q2_K, b, j, u->sc, u->mn);
     u->d = ld_h(b + 80);
     u->dm = -ld_h(b + 82);
 }
@@ -542,20 +538,13 @@ static void quantize_q2_k(const float *src, uint8_t *p, size_t n, const float *q
  * 4 bits in scales[s % 8] (low nibble for s < 8, high for s >= 8) and its
  * high 2 bits at bit 2 (s / 4) of scales[8 + s % 4]. Element e: 2 low bits
  * as Q2_K's, minus 4 unless bit (e / 32) of hmask[e % 32] is set. */
-static int q3_scale(const uint8_t *sc, size_t s) {
-    int lo = s < 8 ? sc[s] & 15 : sc[s - 8] >> 4;
-    int hi = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
-    return (lo | hi << 4) - 32;
-}
-
 static void unpack_q3_k(const uint8_t *b, size_t j, ix__q32 *u) {
     const uint8_t *qs = b + 32 + 32 * (j / 4);
     const int shift = 2 * (int)(j % 4);
     for (int i = 0; i < 32; i++)
         u->q[i] = (int8_t)(((qs[i] >> shift) & 3) - ((b[i] >> j) & 1 ? 0 : 4));
     q32_plain(u, ld_h(b + 108));
-    u->sc[0] = q3_scale(b + 96, 2 * j);
-    u->sc[1] = q3_scale(b + 96, 2 * j + 1);
+    ix__sub_scales(IX_DTYPE_Q3_K, b, j, u->sc, u->mn);
 }
 
 static void quantize_q3_k(const float *src, uint8_t *p, size_t n, const float *qw) {
@@ -732,20 +721,20 @@ static const ix__wtype k_wtypes[] = {
     Q_ROW(Q4_0, q4_0, false, IX__PACK_PLANES, 256,
           AVX2(q4_0) AVX512(ix__mm_q4_0_avx512bw, ix__mm_q4_0_avx512vnni)
               NEON(ix__mm_q4_0_neon, ix__mm_q4_0_neondot)),
-    Q_ROW(Q4_1, q4_1, true, IX__PACK_NONE, 0, NO_VECTOR_PATH),
+    Q_ROW(Q4_1, q4_1, true, IX__PACK_NONE, 0, AVX2(q4_1) AVX512(ix__mm_q4_1_avx512bw, ix__mm_q4_1_avx512vnni)),
     Q_ROW(Q5_0, q5_0, false, IX__PACK_NONE, 0, AVX2(q5_0) AVX512(ix__mm_q5_0_avx512bw, ix__mm_q5_0_avx512vnni)
               NEON(ix__mm_q5_0_neon, ix__mm_q5_0_neondot)),
-    Q_ROW(Q5_1, q5_1, true, IX__PACK_NONE, 0, NO_VECTOR_PATH),
-    Q_ROW(Q2_K, q2_k, true, IX__PACK_NONE, 0, NO_VECTOR_PATH),
-    Q_ROW(Q3_K, q3_k, false, IX__PACK_NONE, 0, NO_VECTOR_PATH),
+    Q_ROW(Q5_1, q5_1, true, IX__PACK_NONE, 0, AVX2(q5_1) AVX512(ix__mm_q5_1_avx512bw, ix__mm_q5_1_avx512vnni)),
+    Q_ROW(Q2_K, q2_k, true, IX__PACK_NONE, 0, AVX2(q2_k) AVX512(ix__mm_q2_k_avx512bw, ix__mm_q2_k_avx512vnni)),
+    Q_ROW(Q3_K, q3_k, false, IX__PACK_NONE, 0, AVX2(q3_k) AVX512(ix__mm_q3_k_avx512bw, ix__mm_q3_k_avx512vnni)),
     Q_ROW(Q4_K, q4_k, true, IX__PACK_NONE, 0, AVX2(q4_k) AVX512(ix__mm_q4_k_avx512bw, ix__mm_q4_k_avx512vnni)
               NEON(ix__mm_q4_k_neon, ix__mm_q4_k_neondot)),
     Q_ROW(Q5_K, q5_k, true, IX__PACK_NONE, 0,
           AVX2(q5_k) AVX512(ix__mm_q5_k_avx512bw, ix__mm_q5_k_avx512vnni) NEON(ix__mm_q5_k_neon, ix__mm_q5_k_neondot)),
     Q_ROW(Q6_K, q6_k, false, IX__PACK_NONE, 0, AVX2(q6_k) AVX512(ix__mm_q6_k_avx512bw, ix__mm_q6_k_avx512vnni)
               NEON(ix__mm_q6_k_neon, ix__mm_q6_k_neondot)),
-    Q_ROW(IQ4_NL, iq4_nl, false, IX__PACK_NONE, 0, NO_VECTOR_PATH),
-    Q_ROW(IQ4_XS, iq4_xs, false, IX__PACK_NONE, 0, NO_VECTOR_PATH),
+    Q_ROW(IQ4_NL, iq4_nl, false, IX__PACK_NONE, 0, AVX2(iq4_nl) AVX512(ix__mm_iq4_nl_avx512bw, ix__mm_iq4_nl_avx512vnni)),
+    Q_ROW(IQ4_XS, iq4_xs, false, IX__PACK_NONE, 0, AVX2(iq4_xs) AVX512(ix__mm_iq4_xs_avx512bw, ix__mm_iq4_xs_avx512vnni)),
 };
 
 const ix__wtype *ix__wtype_of(ix_dtype t) {
