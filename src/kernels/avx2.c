@@ -101,6 +101,61 @@ static inline __m256 vf_exp(__m256 x) {
     return _mm256_and_ps(_mm256_mul_ps(_mm256_mul_ps(p, s1), s2), zero_below);
 }
 
+/* bf16 -> f32: the half goes to the top of the word */
+#define vf_load_b(p)                                                                               \
+    _mm256_castsi256_ps(                                                                           \
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+
+static inline __m256 load_b_n(const uint16_t *p, size_t n) {
+    uint16_t tmp[8] = {0};
+    memcpy(tmp, p, n * 2);
+    return vf_load_b(tmp);
+}
+#define vf_load_b_n(p, n) load_b_n((p), (n))
+
+/* ---- quantized K/V primitives (attn_q.h) ---- */
+static void quantize_act(const float *x, void *dst, size_t k);
+#define vq_quantize quantize_act
+
+/* Codes i..i+7 of a block (i % 8 == 0) as exact int32 lanes (kernels_int.h). */
+static inline __m256i vq_codes8(const uint8_t *codes, ix_kv_dtype t, int i) {
+    if (t == IX_KV_Q8_0) return _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(codes + i)));
+    if (t == IX_KV_Q4_0) {
+        __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(codes + (i & 15))));
+        b = i < 16 ? _mm256_and_si256(b, _mm256_set1_epi32(15)) : _mm256_srli_epi32(b, 4);
+        return _mm256_sub_epi32(b, _mm256_set1_epi32(8));
+    }
+    /* E4M3 x 512: (8 | m) << (e - 1), or m when e = 0; then the sign */
+    __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(codes + i)));
+    __m256i e = _mm256_and_si256(_mm256_srli_epi32(x, 3), _mm256_set1_epi32(15));
+    __m256i m = _mm256_and_si256(x, _mm256_set1_epi32(7));
+    __m256i normal = _mm256_cmpgt_epi32(e, _mm256_setzero_si256());
+    m = _mm256_or_si256(m, _mm256_and_si256(normal, _mm256_set1_epi32(8)));
+    __m256i sh = _mm256_max_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), _mm256_setzero_si256());
+    __m256i mag = _mm256_sllv_epi32(m, sh);
+    __m256i neg = _mm256_srai_epi32(_mm256_slli_epi32(x, 24), 31);
+    return _mm256_sub_epi32(_mm256_xor_si256(mag, neg), neg);
+}
+
+static inline int32_t vq_dot32(const int8_t *q, const uint8_t *codes, ix_kv_dtype t) {
+    __m256i acc = _mm256_setzero_si256();
+    for (int i = 0; i < 32; i += 8) {
+        __m256i qv = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + i)));
+        acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(qv, vq_codes8(codes, t, i)));
+    }
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+static inline void vq_axpy32(float *o, float w, const uint8_t *codes, ix_kv_dtype t) {
+    __m256 wv = _mm256_set1_ps(w);
+    for (int i = 0; i < 32; i += 8)
+        _mm256_storeu_ps(o + i, _mm256_fmadd_ps(wv, _mm256_cvtepi32_ps(vq_codes8(codes, t, i)),
+                                                _mm256_loadu_ps(o + i)));
+}
+
 #include "kernels/vecops.h"
 
 /* ---- conversions --------------------------------------------------------------- */

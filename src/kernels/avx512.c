@@ -68,6 +68,53 @@ static inline __m512 vf_exp(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
+/* bf16 -> f32: the half goes to the top of the word */
+#define vf_load_b(p)                                                                               \
+    _mm512_castsi512_ps(                                                                           \
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
+#define vf_load_b_n(p, n)                                                                          \
+    _mm512_castsi512_ps(                                                                           \
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(tail_mask(n), (p))), 16))
+
+/* ---- quantized K/V primitives (attn_q.h) ---- */
+static void quantize_act(const float *x, void *dst, size_t k);
+#define vq_quantize quantize_act
+
+/* Codes i..i+15 of a block (i = 0 or 16) as exact int32 lanes (kernels_int.h). */
+static inline __m512i vq_codes16(const uint8_t *codes, ix_kv_dtype t, int i) {
+    if (t == IX_KV_Q8_0) return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(codes + i)));
+    if (t == IX_KV_Q4_0) {
+        __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)codes));
+        b = i == 0 ? _mm512_and_si512(b, _mm512_set1_epi32(15)) : _mm512_srli_epi32(b, 4);
+        return _mm512_sub_epi32(b, _mm512_set1_epi32(8));
+    }
+    /* E4M3 x 512: (8 | m) << (e - 1), or m when e = 0; then the sign */
+    __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(codes + i)));
+    __m512i e = _mm512_and_si512(_mm512_srli_epi32(x, 3), _mm512_set1_epi32(15));
+    __m512i m = _mm512_and_si512(x, _mm512_set1_epi32(7));
+    __mmask16 normal = _mm512_cmpgt_epi32_mask(e, _mm512_setzero_si512());
+    m = _mm512_mask_or_epi32(m, normal, m, _mm512_set1_epi32(8));
+    __m512i sh = _mm512_max_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), _mm512_setzero_si512());
+    __m512i mag = _mm512_sllv_epi32(m, sh);
+    __mmask16 neg = _mm512_test_epi32_mask(x, _mm512_set1_epi32(0x80));
+    return _mm512_mask_sub_epi32(mag, neg, _mm512_setzero_si512(), mag);
+}
+
+static inline int32_t vq_dot32(const int8_t *q, const uint8_t *codes, ix_kv_dtype t) {
+    __m512i q0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q));
+    __m512i q1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + 16)));
+    __m512i acc = _mm512_add_epi32(_mm512_mullo_epi32(q0, vq_codes16(codes, t, 0)),
+                                   _mm512_mullo_epi32(q1, vq_codes16(codes, t, 16)));
+    return _mm512_reduce_add_epi32(acc);
+}
+
+static inline void vq_axpy32(float *o, float w, const uint8_t *codes, ix_kv_dtype t) {
+    __m512 wv = _mm512_set1_ps(w);
+    for (int i = 0; i < 32; i += 16)
+        _mm512_storeu_ps(o + i, _mm512_fmadd_ps(wv, _mm512_cvtepi32_ps(vq_codes16(codes, t, i)),
+                                                _mm512_loadu_ps(o + i)));
+}
+
 #include "kernels/vecops.h"
 
 /* ---- conversions --------------------------------------------------------------- */
