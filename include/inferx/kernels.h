@@ -266,8 +266,9 @@ void ix_attn_init(ix_attn_acc *acc, float *o, size_t head_dim, float scale);
  * at v + t * v_stride, each head_dim elements of kv_type (core.h). Rows of
  * the block types (q8_0, q4_0, fp8_e4m3) are read in place, a block of 32
  * values at a time, never widened to a copy: their head_dim and strides must
- * be multiples of 32 and head_dim at most 1024 (IX_ERR_UNSUPPORTED
- * otherwise), and element e of a row sits at byte (e / 32) * block bytes.
+ * be multiples of 16 and head_dim at most 1024 (IX_ERR_UNSUPPORTED
+ * otherwise), and row t starts at byte t * ix_kv_dtype_row_bytes(kv_type,
+ * stride) (a stride of whole rows, core.h).
  * Block types give the same bits on every ISA path (the query is quantized
  * to int8 blocks and every dot is an exact integer sum; src/kernels/attn_q.h);
  * float types agree across paths to rounding. */
@@ -284,6 +285,7 @@ ix_status ix_kernels_attn_add_group(ix_attn_acc *accs, const float *q, size_t nq
  * to dst (ix_kv_dtype_row_bytes(kv_type, n) bytes): how a model writes the
  * cache. Round to nearest; block types take scale max|x| / 127 (q8_0), the
  * signed max / -8 (q4_0, as GGUF) or max|x| / 448 (fp8_e4m3) per 32 values.
+ * A row of a block type closes with a 16-value block when n % 32 == 16.
  * IX_ERR_INVALID for a bad n or type. Any thread. */
 ix_status ix_kernels_kv_store(ix_kv_dtype kv_type, const float *src, void *dst, size_t n);
 /* The reverse: n values of a row back to f32 (tests, tools). */

@@ -117,12 +117,14 @@ static inline __m256 load_b_n(const uint16_t *p, size_t n) {
 static void quantize_act(const float *x, void *dst, size_t k);
 #define vq_quantize quantize_act
 
-/* Codes i..i+7 of a block (i % 8 == 0) as exact int32 lanes (kernels_int.h). */
-static inline __m256i vq_codes8(const uint8_t *codes, ix_kv_dtype t, int i) {
+/* Codes i..i+7 of a block of L (i % 8 == 0) as exact int32 lanes (kernels_int.h). */
+static inline __attribute__((always_inline)) __m256i vq_codes8(const uint8_t *codes, ix_kv_dtype t,
+                                                              size_t i, size_t L) {
     if (t == IX_KV_Q8_0) return _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(codes + i)));
     if (t == IX_KV_Q4_0) {
-        __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(codes + (i & 15))));
-        b = i < 16 ? _mm256_and_si256(b, _mm256_set1_epi32(15)) : _mm256_srli_epi32(b, 4);
+        bool lo = i < L / 2;
+        __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(codes + (lo ? i : i - L / 2))));
+        b = lo ? _mm256_and_si256(b, _mm256_set1_epi32(15)) : _mm256_srli_epi32(b, 4);
         return _mm256_sub_epi32(b, _mm256_set1_epi32(8));
     }
     /* E4M3 x 512: (8 | m) << (e - 1), or m when e = 0; then the sign */
@@ -137,11 +139,12 @@ static inline __m256i vq_codes8(const uint8_t *codes, ix_kv_dtype t, int i) {
     return _mm256_sub_epi32(_mm256_xor_si256(mag, neg), neg);
 }
 
-static inline int32_t vq_dot32(const int8_t *q, const uint8_t *codes, ix_kv_dtype t) {
+static inline __attribute__((always_inline)) int32_t vq_dot(const int8_t *q, const uint8_t *codes,
+                                                            ix_kv_dtype t, size_t L) {
     __m256i acc = _mm256_setzero_si256();
-    for (int i = 0; i < 32; i += 8) {
+    for (size_t i = 0; i < L; i += 8) {
         __m256i qv = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + i)));
-        acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(qv, vq_codes8(codes, t, i)));
+        acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(qv, vq_codes8(codes, t, i, L)));
     }
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
@@ -149,10 +152,11 @@ static inline int32_t vq_dot32(const int8_t *q, const uint8_t *codes, ix_kv_dtyp
     return _mm_cvtsi128_si32(s);
 }
 
-static inline void vq_axpy32(float *o, float w, const uint8_t *codes, ix_kv_dtype t) {
+static inline __attribute__((always_inline)) void vq_axpy(float *o, float w, const uint8_t *codes,
+                                                          ix_kv_dtype t, size_t L) {
     __m256 wv = _mm256_set1_ps(w);
-    for (int i = 0; i < 32; i += 8)
-        _mm256_storeu_ps(o + i, _mm256_fmadd_ps(wv, _mm256_cvtepi32_ps(vq_codes8(codes, t, i)),
+    for (size_t i = 0; i < L; i += 8)
+        _mm256_storeu_ps(o + i, _mm256_fmadd_ps(wv, _mm256_cvtepi32_ps(vq_codes8(codes, t, i, L)),
                                                 _mm256_loadu_ps(o + i)));
 }
 

@@ -80,12 +80,22 @@ static inline __m512 vf_exp(__m512 x) {
 static void quantize_act(const float *x, void *dst, size_t k);
 #define vq_quantize quantize_act
 
-/* Codes i..i+15 of a block (i = 0 or 16) as exact int32 lanes (kernels_int.h). */
-static inline __m512i vq_codes16(const uint8_t *codes, ix_kv_dtype t, int i) {
+/* Codes i..i+15 of a block of L (i = 0, or 16 when L = 32) as exact int32
+ * lanes (kernels_int.h). */
+static inline __attribute__((always_inline)) __m512i vq_codes16(const uint8_t *codes, ix_kv_dtype t,
+                                                               size_t i, size_t L) {
     if (t == IX_KV_Q8_0) return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(codes + i)));
     if (t == IX_KV_Q4_0) {
-        __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)codes));
-        b = i == 0 ? _mm512_and_si512(b, _mm512_set1_epi32(15)) : _mm512_srli_epi32(b, 4);
+        __m512i b;
+        if (L == 32) {
+            b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)codes));
+            b = i == 0 ? _mm512_and_si512(b, _mm512_set1_epi32(15)) : _mm512_srli_epi32(b, 4);
+        } else { /* 8 bytes: lanes 0-7 their low nibbles, lanes 8-15 their high ones */
+            __m128i x = _mm_loadl_epi64((const __m128i *)codes);
+            b = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(x, x));
+            b = _mm512_srlv_epi32(b, _mm512_set_epi32(4, 4, 4, 4, 4, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, 0));
+            b = _mm512_and_si512(b, _mm512_set1_epi32(15));
+        }
         return _mm512_sub_epi32(b, _mm512_set1_epi32(8));
     }
     /* E4M3 x 512: (8 | m) << (e - 1), or m when e = 0; then the sign */
@@ -100,18 +110,22 @@ static inline __m512i vq_codes16(const uint8_t *codes, ix_kv_dtype t, int i) {
     return _mm512_mask_sub_epi32(mag, neg, _mm512_setzero_si512(), mag);
 }
 
-static inline int32_t vq_dot32(const int8_t *q, const uint8_t *codes, ix_kv_dtype t) {
+static inline __attribute__((always_inline)) int32_t vq_dot(const int8_t *q, const uint8_t *codes,
+                                                            ix_kv_dtype t, size_t L) {
     __m512i q0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q));
-    __m512i q1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + 16)));
-    __m512i acc = _mm512_add_epi32(_mm512_mullo_epi32(q0, vq_codes16(codes, t, 0)),
-                                   _mm512_mullo_epi32(q1, vq_codes16(codes, t, 16)));
+    __m512i acc = _mm512_mullo_epi32(q0, vq_codes16(codes, t, 0, L));
+    if (L == 32) {
+        __m512i q1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + 16)));
+        acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(q1, vq_codes16(codes, t, 16, L)));
+    }
     return _mm512_reduce_add_epi32(acc);
 }
 
-static inline void vq_axpy32(float *o, float w, const uint8_t *codes, ix_kv_dtype t) {
+static inline __attribute__((always_inline)) void vq_axpy(float *o, float w, const uint8_t *codes,
+                                                          ix_kv_dtype t, size_t L) {
     __m512 wv = _mm512_set1_ps(w);
-    for (int i = 0; i < 32; i += 16)
-        _mm512_storeu_ps(o + i, _mm512_fmadd_ps(wv, _mm512_cvtepi32_ps(vq_codes16(codes, t, i)),
+    for (size_t i = 0; i < L; i += 16)
+        _mm512_storeu_ps(o + i, _mm512_fmadd_ps(wv, _mm512_cvtepi32_ps(vq_codes16(codes, t, i, L)),
                                                 _mm512_loadu_ps(o + i)));
 }
 

@@ -579,8 +579,9 @@ ix_status ix_kernels_attn_add_group(ix_attn_acc *accs, const float *q, size_t nq
         if (!accs[i].o || accs[i].head_dim == 0 || accs[i].head_dim != hd) return IX_ERR_INVALID;
     if ((unsigned)kv_type >= IX_KV_DTYPE_COUNT) return IX_ERR_UNSUPPORTED;
     if (ix__kv_is_block(kv_type) &&
-        (hd % IX__KV_QK || hd > IX__ATTN_Q_MAX_HD || (n_tokens > 1 && (k_stride % IX__KV_QK ||
-                                                                        v_stride % IX__KV_QK))))
+        (!ix_kv_dtype_row_bytes(kv_type, hd) || hd > IX__ATTN_Q_MAX_HD ||
+         (n_tokens > 1 && (!ix_kv_dtype_row_bytes(kv_type, k_stride) ||
+                           !ix_kv_dtype_row_bytes(kv_type, v_stride)))))
         return IX_ERR_UNSUPPORTED;
     if (n_tokens == 0) return IX_OK;
     if (!q || !k || !v) return IX_ERR_INVALID;

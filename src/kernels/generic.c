@@ -219,17 +219,17 @@ static void attn_add_one(ix_attn_acc *acc, const float *q, const void *k, size_t
 /* Quantized K/V (attn_q.h): the reference primitives. */
 #define vq_quantize quantize_act
 
-static inline int32_t vq_dot32(const int8_t *q, const uint8_t *codes, ix_kv_dtype t) {
+static inline int32_t vq_dot(const int8_t *q, const uint8_t *codes, ix_kv_dtype t, size_t L) {
     int32_t c[IX__KV_QK], dot = 0;
-    ix__kv_codes(codes, t, c);
-    for (int i = 0; i < IX__KV_QK; i++) dot += q[i] * c[i];
+    ix__kv_codes(codes, t, L, c);
+    for (size_t i = 0; i < L; i++) dot += q[i] * c[i];
     return dot;
 }
 
-static inline void vq_axpy32(float *o, float w, const uint8_t *codes, ix_kv_dtype t) {
+static inline void vq_axpy(float *o, float w, const uint8_t *codes, ix_kv_dtype t, size_t L) {
     int32_t c[IX__KV_QK];
-    ix__kv_codes(codes, t, c);
-    for (int i = 0; i < IX__KV_QK; i++) o[i] = fmaf(w, (float)c[i], o[i]);
+    ix__kv_codes(codes, t, L, c);
+    for (size_t i = 0; i < L; i++) o[i] = fmaf(w, (float)c[i], o[i]);
 }
 
 #include "kernels/attn_q.h"

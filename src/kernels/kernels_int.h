@@ -481,10 +481,11 @@ static inline float ix__attn_rebase(ix_attn_acc *acc, float chunk_max, bool *ski
 static inline float ix__softcap(float s, float cap) { return cap * tanhf(s / cap); }
 
 /* ---- quantized K/V rows (core.h's block types) --------------------------------
- * A row of head_dim values is head_dim / 32 blocks of ix__kv_block_bytes:
- * an f16 scale d, then the codes (Q8_0: 32 int8; Q4_0: 16 bytes, element i
- * in the low nibble of byte i and element 16 + i in the high one, minus 8;
- * FP8_E4M3: 32 E4M3 bytes). Every code decodes to an exact integer c with
+ * A row of head_dim values is head_dim / 32 blocks of L = 32 values, then
+ * one of L = 16 when head_dim % 32 == 16, each ix__kv_block_bytes(t, L): an
+ * f16 scale d, then the codes (Q8_0: L int8; Q4_0: L / 2 bytes, element i
+ * in the low nibble of byte i and element L / 2 + i in the high one, minus
+ * 8; FP8_E4M3: L E4M3 bytes). Every code decodes to an exact integer c with
  * value = ix__kv_block_scale(block) * c: int8, nibble - 8, and for E4M3 the
  * value times 512 (every E4M3 number is a multiple of 2^-9, |c| <= 229376),
  * the 2^-9 folded into the scale. So q . k of a block is an exact int32 dot
@@ -498,7 +499,9 @@ static inline bool ix__kv_is_block(ix_kv_dtype t) {
     return t == IX_KV_Q8_0 || t == IX_KV_Q4_0 || t == IX_KV_FP8_E4M3;
 }
 
-static inline size_t ix__kv_block_bytes(ix_kv_dtype t) { return t == IX_KV_Q4_0 ? 18 : 34; }
+static inline size_t ix__kv_block_bytes(ix_kv_dtype t, size_t L) {
+    return 2 + (t == IX_KV_Q4_0 ? L / 2 : L);
+}
 
 static inline float ix__kv_block_scale(const uint8_t *blk, ix_kv_dtype t) {
     float d = ix__block_d(blk);
@@ -513,19 +516,14 @@ static inline int32_t ix__e4m3_int(uint8_t b) {
     return b & 0x80 ? -mag : mag;
 }
 
-/* The 32 codes of one block (at its code bytes) as integers. */
-static inline void ix__kv_codes(const uint8_t *codes, ix_kv_dtype t, int32_t c[IX__KV_QK]) {
-    for (int i = 0; i < IX__KV_QK; i++) {
+/* The L codes of one block (at its code bytes) as integers. */
+static inline void ix__kv_codes(const uint8_t *codes, ix_kv_dtype t, size_t L, int32_t *c) {
+    for (size_t i = 0; i < L; i++) {
         if (t == IX_KV_Q8_0) c[i] = (int8_t)codes[i];
-        else if (t == IX_KV_Q4_0)
-            c[i] = (i < 16 ? codes[i] & 15 : codes[i - 16] >> 4) - 8;
+        else if (t == IX_KV_Q4_0) c[i] = (i < L / 2 ? codes[i] & 15 : codes[i - L / 2] >> 4) - 8;
         else c[i] = ix__e4m3_int(codes[i]);
     }
 }
-
-/* One K or V row of n values (n % 32 == 0 for block types) from f32: the write
- * side of the cache, shared by every path (kv_codec.c). */
-void ix__kv_quantize_row(ix_kv_dtype t, const float *src, uint8_t *dst, size_t n);
 
 /* The shared cos/sin table of RoPE (dispatch.c), identical for every path. */
 void ix__rope_angles(const ix_rope_params *p, int32_t pos, float *cs);

@@ -2,9 +2,10 @@
  * The write and read sides of K/V rows in every ix_kv_dtype (kernels.h):
  * ix_kernels_kv_store quantizes a row as a model writes it into the cache,
  * ix_kernels_kv_load widens it back (tests and tools; attention reads the
- * codes in place). Q8_0 and Q4_0 rows are the weight types' blocks, so they
- * use those rows of the type traits (quants.c); FP8 E4M3 is defined here.
- * Scalar on every path: a row is written once and read at every later step.
+ * codes in place). Blocks as kernels_int.h lays them out: GGUF's Q8_0 and
+ * Q4_0 rounding (as quants.c's plain quantizers) and FP8 E4M3, on blocks of
+ * 32 values and a row's closing block of 16. Scalar on every path: a row is
+ * written once and read at every later step.
  */
 #include "kernels/kernels_int.h"
 
@@ -29,20 +30,45 @@ static uint8_t e4m3_encode(float v) {
     return (uint8_t)(sign | e << 3 | (q - 8));
 }
 
-static void quantize_fp8(const float *src, uint8_t *p, size_t n) {
-    for (size_t b = 0; b < n / IX__KV_QK; b++, p += 34) {
-        const float *x = src + b * IX__KV_QK;
-        float amax = 0.0f;
-        for (int j = 0; j < IX__KV_QK; j++) amax = fmaxf(amax, fabsf(x[j]));
-        uint16_t h = ix__fp32_to_fp16(amax / 448.0f);
-        memcpy(p, &h, 2);
-        /* against the scale as stored, clamped (it may round below amax / 448) */
-        float d = ix__fp16_to_fp32(h), id = d != 0.0f ? 1.0f / d : 0.0f;
-        for (int j = 0; j < IX__KV_QK; j++) p[2 + j] = e4m3_encode(x[j] * id);
+static float amax_of(const float *x, size_t L) {
+    float amax = 0.0f;
+    for (size_t j = 0; j < L; j++) amax = fmaxf(amax, fabsf(x[j]));
+    return amax;
+}
+
+/* Stores d as the block's f16 scale and returns it as stored: codes round
+ * against the stored scale, so the error is at most half a step of it. */
+static float put_scale(uint8_t *p, float d) {
+    uint16_t h = ix__fp32_to_fp16(d);
+    memcpy(p, &h, 2);
+    return ix__fp16_to_fp32(h);
+}
+
+/* One block of L (32 or 16) values at x into p. */
+static void quantize_block(ix_kv_dtype t, const float *x, size_t L, uint8_t *p) {
+    if (t == IX_KV_Q4_0) { /* GGUF: the signed largest magnitude maps to code 0 */
+        float vmax = 0.0f;
+        for (size_t j = 0; j < L; j++)
+            if (fabsf(x[j]) > fabsf(vmax)) vmax = x[j];
+        float d = put_scale(p, vmax / -8.0f), id = d != 0.0f ? 1.0f / d : 0.0f;
+        for (size_t j = 0; j < L / 2; j++) {
+            int lo = (int)fminf(fmaxf(x[j] * id + 8.5f, 0.0f), 15.0f);
+            int hi = (int)fminf(fmaxf(x[j + L / 2] * id + 8.5f, 0.0f), 15.0f);
+            p[2 + j] = (uint8_t)(lo | hi << 4);
+        }
+        return;
+    }
+    float amax = amax_of(x, L);
+    float d = put_scale(p, amax / (t == IX_KV_Q8_0 ? 127.0f : 448.0f));
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (size_t j = 0; j < L; j++) {
+        if (t == IX_KV_Q8_0) p[2 + j] = (uint8_t)(int8_t)nearbyintf(fminf(fmaxf(x[j] * id, -127.0f), 127.0f));
+        else p[2 + j] = e4m3_encode(x[j] * id);
     }
 }
 
-void ix__kv_quantize_row(ix_kv_dtype t, const float *src, uint8_t *dst, size_t n) {
+/* One row of n values (ix_kv_dtype_row_bytes(t, n) > 0) into dst. */
+static void quantize_row(ix_kv_dtype t, const float *src, uint8_t *dst, size_t n) {
     switch (t) {
     case IX_KV_F32: memcpy(dst, src, n * sizeof(float)); return;
     case IX_KV_F16: ix_kernels()->fp32_to_fp16(src, (uint16_t *)(void *)dst, n); return;
@@ -52,18 +78,24 @@ void ix__kv_quantize_row(ix_kv_dtype t, const float *src, uint8_t *dst, size_t n
             memcpy(dst + 2 * i, &h, 2);
         }
         return;
-    case IX_KV_Q8_0: ix__wtype_of(IX_DTYPE_Q8_0)->quantize(src, dst, n, NULL); return;
-    case IX_KV_Q4_0: ix__wtype_of(IX_DTYPE_Q4_0)->quantize(src, dst, n, NULL); return;
-    case IX_KV_FP8_E4M3: quantize_fp8(src, dst, n); return;
+    case IX_KV_Q8_0:
+    case IX_KV_Q4_0:
+    case IX_KV_FP8_E4M3:
+        for (size_t i = 0; i < n; i += IX__KV_QK) {
+            size_t L = n - i < IX__KV_QK ? n - i : IX__KV_QK;
+            quantize_block(t, src + i, L, dst);
+            dst += ix__kv_block_bytes(t, L);
+        }
+        return;
     case IX_KV_DTYPE_COUNT: break;
     }
-    IX_ASSERT(!"ix__kv_quantize_row: unknown type");
+    IX_ASSERT(!"quantize_row: unknown type");
 }
 
 ix_status ix_kernels_kv_store(ix_kv_dtype t, const float *src, void *dst, size_t n) {
     if ((unsigned)t >= IX_KV_DTYPE_COUNT || ix_kv_dtype_row_bytes(t, n) == 0 || !src || !dst)
         return n == 0 && (unsigned)t < IX_KV_DTYPE_COUNT ? IX_OK : IX_ERR_INVALID;
-    ix__kv_quantize_row(t, src, dst, n);
+    quantize_row(t, src, dst, n);
     return IX_OK;
 }
 
@@ -83,12 +115,13 @@ ix_status ix_kernels_kv_load(ix_kv_dtype t, const void *src, float *dst, size_t 
     case IX_KV_Q8_0:
     case IX_KV_Q4_0:
     case IX_KV_FP8_E4M3:
-        for (size_t b = 0; b < n / IX__KV_QK; b++) {
-            const uint8_t *blk = s + b * ix__kv_block_bytes(t);
+        for (size_t i = 0; i < n; i += IX__KV_QK) {
+            size_t L = n - i < IX__KV_QK ? n - i : IX__KV_QK;
             int32_t c[IX__KV_QK];
-            ix__kv_codes(blk + 2, t, c);
-            float d = ix__kv_block_scale(blk, t);
-            for (int i = 0; i < IX__KV_QK; i++) dst[b * IX__KV_QK + i] = d * (float)c[i];
+            ix__kv_codes(s + 2, t, L, c);
+            float d = ix__kv_block_scale(s, t);
+            for (size_t j = 0; j < L; j++) dst[i + j] = d * (float)c[j];
+            s += ix__kv_block_bytes(t, L);
         }
         break;
     case IX_KV_DTYPE_COUNT: break;

@@ -121,8 +121,9 @@ static inline int32x4_t vq_e4m3(int32x4_t x) {
     return vbslq_s32(neg, vnegq_s32(mag), mag);
 }
 
-/* Codes i..i+7 of a block (i % 8 == 0) as exact int32 lanes (kernels_int.h). */
-static inline void vq_codes8(const uint8_t *codes, ix_kv_dtype t, int i, int32x4_t out[2]) {
+/* Codes i..i+7 of a block of L (i % 8 == 0) as exact int32 lanes (kernels_int.h). */
+static inline __attribute__((always_inline)) void vq_codes8(const uint8_t *codes, ix_kv_dtype t,
+                                                            size_t i, size_t L, int32x4_t out[2]) {
     if (t == IX_KV_FP8_E4M3) {
         uint16x8_t w = vmovl_u8(vld1_u8(codes + i));
         out[0] = vq_e4m3(vreinterpretq_s32_u32(vmovl_u16(vget_low_u16(w))));
@@ -133,19 +134,21 @@ static inline void vq_codes8(const uint8_t *codes, ix_kv_dtype t, int i, int32x4
     if (t == IX_KV_Q8_0) {
         w = vmovl_s8(vld1_s8((const int8_t *)codes + i));
     } else { /* Q4_0 */
-        uint8x8_t b = vld1_u8(codes + (i & 15));
-        b = i < 16 ? vand_u8(b, vdup_n_u8(15)) : vshr_n_u8(b, 4);
+        bool lo = i < L / 2;
+        uint8x8_t b = vld1_u8(codes + (lo ? i : i - L / 2));
+        b = lo ? vand_u8(b, vdup_n_u8(15)) : vshr_n_u8(b, 4);
         w = vsubq_s16(vreinterpretq_s16_u16(vmovl_u8(b)), vdupq_n_s16(8));
     }
     out[0] = vmovl_s16(vget_low_s16(w));
     out[1] = vmovl_high_s16(w);
 }
 
-static inline int32_t vq_dot32(const int8_t *q, const uint8_t *codes, ix_kv_dtype t) {
+static inline __attribute__((always_inline)) int32_t vq_dot(const int8_t *q, const uint8_t *codes,
+                                                            ix_kv_dtype t, size_t L) {
     int32x4_t acc = vdupq_n_s32(0);
-    for (int i = 0; i < 32; i += 8) {
+    for (size_t i = 0; i < L; i += 8) {
         int32x4_t c[2];
-        vq_codes8(codes, t, i, c);
+        vq_codes8(codes, t, i, L, c);
         int16x8_t qv = vmovl_s8(vld1_s8(q + i));
         acc = vmlaq_s32(acc, vmovl_s16(vget_low_s16(qv)), c[0]);
         acc = vmlaq_s32(acc, vmovl_high_s16(qv), c[1]);
@@ -153,11 +156,12 @@ static inline int32_t vq_dot32(const int8_t *q, const uint8_t *codes, ix_kv_dtyp
     return vaddvq_s32(acc);
 }
 
-static inline void vq_axpy32(float *o, float w, const uint8_t *codes, ix_kv_dtype t) {
+static inline __attribute__((always_inline)) void vq_axpy(float *o, float w, const uint8_t *codes,
+                                                          ix_kv_dtype t, size_t L) {
     float32x4_t wv = vdupq_n_f32(w);
-    for (int i = 0; i < 32; i += 8) {
+    for (size_t i = 0; i < L; i += 8) {
         int32x4_t c[2];
-        vq_codes8(codes, t, i, c);
+        vq_codes8(codes, t, i, L, c);
         vst1q_f32(o + i, vfmaq_f32(vld1q_f32(o + i), vcvtq_f32_s32(c[0]), wv));
         vst1q_f32(o + i + 4, vfmaq_f32(vld1q_f32(o + i + 4), vcvtq_f32_s32(c[1]), wv));
     }

@@ -15,7 +15,7 @@
  *   vf_store_n(p, v, n)          first n lanes only
  *   vf_load_h(p) vf_load_h_n(p, n)   fp16 -> f32, same rules
  *   vf_load_b(p) vf_load_b_n(p, n)   bf16 -> f32, same rules
- *   vq_quantize vq_dot32 vq_axpy32   quantized K/V primitives (attn_q.h)
+ *   vq_quantize vq_dot vq_axpy       quantized K/V primitives (attn_q.h)
  *   vf_add vf_sub vf_mul vf_div vf_max   lane-wise
  *   vf_fma(a, b, c)              a * b + c, fused
  *   vf_hsum(v) vf_hmax(v)        horizontal, fixed order
@@ -392,7 +392,7 @@ v_attn_run(ix_attn_acc *accs, const float *q, size_t nq, const uint8_t *k, size_
 
 /* The kernel-table entry: one copy per float K/V type and common head dim;
  * the block types go to attn_q.h's canonical loop over the includer's
- * vq_dot32 / vq_axpy32. */
+ * vq_dot / vq_axpy. */
 #include "kernels/attn_q.h"
 
 #define V_ATTN_DIMS(T)                                                                             \

@@ -60,11 +60,11 @@ static ix_status check_params(const ix_kv_params *p, ix_errbuf *err) {
                        (int)p->n_layer, (int)p->n_kv_head, (int)p->head_dim);
     if ((unsigned)p->dtype >= IX_KV_DTYPE_COUNT)
         return ix_errf(err, IX_ERR_INVALID, "kv: unknown dtype %d", (int)p->dtype);
-    if (p->head_dim % (int32_t)ix_kv_dtype_block(p->dtype))
+    if (p->head_dim > 0 && ix_kv_dtype_block(p->dtype) > 1 && p->head_dim % 16)
         return ix_errf(err, IX_ERR_UNSUPPORTED,
-                       "kv: dtype %s stores blocks of %u values, which do not divide head_dim %d",
-                       ix_kv_dtype_name(p->dtype), (unsigned)ix_kv_dtype_block(p->dtype),
-                       (int)p->head_dim);
+                       "kv: dtype %s needs head_dim a multiple of 16 (blocks of 32 values and a "
+                       "closing one of 16), not %d",
+                       ix_kv_dtype_name(p->dtype), (int)p->head_dim);
     if (p->block_size < 1 || p->block_size > 4096)
         return ix_errf(err, IX_ERR_RANGE, "kv: block_size %d outside 1..4096", (int)p->block_size);
     if (p->n_blocks < 0 || p->n_swap_blocks < 0 || p->sliding_window < 0 || p->max_seq_len < 0)
