@@ -219,6 +219,8 @@ int ix_cli_serve(int argc, char **argv) {
          IX_CLI_OPT_F64, &ep.sched.target_step_ms, 0, 3600e3, true, NULL},
         {"--kv-cache-mem", NULL, "BYTES", "KV cache pool size, suffix K/M/G allowed", IX_CLI_OPT_SIZE, &ep.kv_mem_bytes,
          1, 1e18, true, NULL},
+        {"--kv-cache-dtype", NULL, "TYPE", IX_CLI_KV_DTYPE_HELP, IX_CLI_OPT_FN, &ep.kv_dtype, 0, 0, false,
+         ix_cli_set_kv_dtype},
         {"--policy", NULL, "fcfs|priority|deadline", "scheduling policy (default fcfs)", IX_CLI_OPT_FN,
          &ep.sched.policy, 0, 0, false, set_policy},
         {"--cost-per-hour", NULL, "USD", "price of this machine: report usage.cost_usd per request", IX_CLI_OPT_F64,
