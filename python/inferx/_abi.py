@@ -145,6 +145,10 @@ class SchedParams(C.Structure):
     ]
 
 
+# ix_kv_dtype (inferx/core.h): the names of its values, in enum order.
+KV_DTYPES = ("f32", "f16", "bf16", "q8_0", "fp8_e4m3", "q4_0")
+
+
 class EngineParams(C.Structure):
     _fields_ = [
         ("sched", SchedParams),
