@@ -139,9 +139,31 @@ static inline __attribute__((always_inline)) __m256i vq_codes8(const uint8_t *co
     return _mm256_sub_epi32(_mm256_xor_si256(mag, neg), neg);
 }
 
+/* Codes i..i+15 of a Q8_0 / Q4_0 block of L (i % 16 == 0) as int16 lanes. */
+static inline __attribute__((always_inline)) __m256i vq_codes16_i8(const uint8_t *codes, ix_kv_dtype t,
+                                                                  size_t i, size_t L) {
+    if (t == IX_KV_Q8_0) return _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(codes + i)));
+    const __m128i m4 = _mm_set1_epi8(15);
+    __m128i b;
+    if (L == 32) {
+        b = _mm_loadu_si128((const __m128i *)codes);
+        b = i == 0 ? _mm_and_si128(b, m4) : _mm_and_si128(_mm_srli_epi16(b, 4), m4);
+    } else { /* 8 bytes: their low nibbles, then their high ones */
+        __m128i x = _mm_loadl_epi64((const __m128i *)codes);
+        b = _mm_unpacklo_epi64(_mm_and_si128(x, m4), _mm_and_si128(_mm_srli_epi16(x, 4), m4));
+    }
+    return _mm256_sub_epi16(_mm256_cvtepu8_epi16(b), _mm256_set1_epi16(8));
+}
+
 static inline __attribute__((always_inline)) int32_t vq_dot(const int8_t *q, const uint8_t *codes,
                                                             ix_kv_dtype t, size_t L) {
     __m256i acc = _mm256_setzero_si256();
+    if (t != IX_KV_FP8_E4M3) /* 8-bit codes: int16 pair products (|q c| <= 127 * 128) */
+        for (size_t i = 0; i < L; i += 16) {
+            __m256i qv = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(q + i)));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(qv, vq_codes16_i8(codes, t, i, L)));
+        }
+    else
     for (size_t i = 0; i < L; i += 8) {
         __m256i qv = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + i)));
         acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(qv, vq_codes8(codes, t, i, L)));

@@ -110,8 +110,35 @@ static inline __attribute__((always_inline)) __m512i vq_codes16(const uint8_t *c
     return _mm512_mask_sub_epi32(mag, neg, _mm512_setzero_si512(), mag);
 }
 
+/* The 32 (or 16) codes of a Q8_0 / Q4_0 block as int16 lanes (the rest 0 for L = 16). */
+static inline __attribute__((always_inline)) __m512i vq_codes32_i8(const uint8_t *codes, ix_kv_dtype t,
+                                                                  size_t L) {
+    if (t == IX_KV_Q8_0)
+        return L == 32 ? _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)codes))
+                       : _mm512_cvtepi8_epi16(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)codes)));
+    const __m128i m4 = _mm_set1_epi8(15);
+    __m256i b;
+    if (L == 32) {
+        __m128i x = _mm_loadu_si128((const __m128i *)codes);
+        b = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m4), _mm_and_si128(x, m4));
+    } else {
+        __m128i x = _mm_loadl_epi64((const __m128i *)codes);
+        b = _mm256_castsi128_si256(
+            _mm_unpacklo_epi64(_mm_and_si128(x, m4), _mm_and_si128(_mm_srli_epi16(x, 4), m4)));
+    }
+    __m512i c = _mm512_sub_epi16(_mm512_cvtepu8_epi16(b), _mm512_set1_epi16(8));
+    return L == 32 ? c : _mm512_maskz_mov_epi16(0xffff, c); /* lanes 16..31 of a 16-block: 0 */
+}
+
 static inline __attribute__((always_inline)) int32_t vq_dot(const int8_t *q, const uint8_t *codes,
                                                             ix_kv_dtype t, size_t L) {
+    if (t != IX_KV_FP8_E4M3) { /* 8-bit codes: int16 pair products (|q c| <= 127 * 128) */
+        __m256i qb = L == 32 ? _mm256_loadu_si256((const __m256i *)q)
+                             : _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)q));
+        __m512i qv = _mm512_cvtepi8_epi16(qb);
+        if (L != 32) qv = _mm512_maskz_mov_epi16(0xffff, qv);
+        return _mm512_reduce_add_epi32(_mm512_madd_epi16(qv, vq_codes32_i8(codes, t, L)));
+    }
     __m512i q0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q));
     __m512i acc = _mm512_mullo_epi32(q0, vq_codes16(codes, t, 0, L));
     if (L == 32) {

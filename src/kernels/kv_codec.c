@@ -92,16 +92,23 @@ static void quantize_row(ix_kv_dtype t, const float *src, uint8_t *dst, size_t n
     IX_ASSERT(!"quantize_row: unknown type");
 }
 
+/* The arguments of a row call: a known type, and n whole blocks with both
+ * pointers unless n is 0. */
+static ix_status check_row(ix_kv_dtype t, const void *src, const void *dst, size_t n) {
+    if ((unsigned)t >= IX_KV_DTYPE_COUNT) return IX_ERR_INVALID;
+    return n == 0 || (ix_kv_dtype_row_bytes(t, n) && src && dst) ? IX_OK : IX_ERR_INVALID;
+}
+
 ix_status ix_kernels_kv_store(ix_kv_dtype t, const float *src, void *dst, size_t n) {
-    if ((unsigned)t >= IX_KV_DTYPE_COUNT || ix_kv_dtype_row_bytes(t, n) == 0 || !src || !dst)
-        return n == 0 && (unsigned)t < IX_KV_DTYPE_COUNT ? IX_OK : IX_ERR_INVALID;
+    ix_status st = check_row(t, src, dst, n);
+    if (st != IX_OK || n == 0) return st;
     quantize_row(t, src, dst, n);
     return IX_OK;
 }
 
 ix_status ix_kernels_kv_load(ix_kv_dtype t, const void *src, float *dst, size_t n) {
-    if ((unsigned)t >= IX_KV_DTYPE_COUNT || ix_kv_dtype_row_bytes(t, n) == 0 || !src || !dst)
-        return n == 0 && (unsigned)t < IX_KV_DTYPE_COUNT ? IX_OK : IX_ERR_INVALID;
+    ix_status st = check_row(t, src, dst, n);
+    if (st != IX_OK || n == 0) return st;
     const uint8_t *s = src;
     switch (t) {
     case IX_KV_F32: memcpy(dst, src, n * sizeof(float)); break;
