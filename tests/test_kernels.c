@@ -1497,7 +1497,8 @@ static void barrier_fn(void *ctx, int ith, int nth) {
  *   f16 / bf16: |e| <= |x| 2^-11 / 2^-8 (normal range);
  *   q8_0: |e| <= d / 2, d = amax / 127 of the 32-block (as stored in f16);
  *   q4_0: |e| <= amax / 8 (GGUF's scale, signed max / -8: the side opposite
- *         the largest magnitude clamps at 7 d);
+ *         the largest magnitude clamps at 7 d), plus 7 d's share of the f16
+ *         rounding of d (2^-11 relative);
  *   fp8_e4m3: |e| <= |x| / 16, or d 2^-10 in the subnormal range, d = amax / 448;
  * plus, for the block types, the largest code times 2^-25: the f16 scale's
  * absolute rounding when it is subnormal (tiny blocks). */
@@ -1508,7 +1509,7 @@ static double kv_bound(ix_kv_dtype t, float x, float amax) {
     case IX_KV_F16: return ax * 0x1p-11 + 0x1p-24;
     case IX_KV_BF16: return ax * 0x1p-8;
     case IX_KV_Q8_0: return amax / 127.0 / 2.0 * slack + 127 * 0x1p-25;
-    case IX_KV_Q4_0: return amax / 8.0 * slack + 8 * 0x1p-25;
+    case IX_KV_Q4_0: return amax / 8.0 * (1.0 + 8 * 0x1p-11) + 8 * 0x1p-25; /* clamp at 7 d, d rounded */
     case IX_KV_FP8_E4M3: return fmax(ax / 16.0, amax / 448.0 * 0x1p-10) * slack + 448 * 0x1p-25;
     case IX_KV_DTYPE_COUNT: break;
     }

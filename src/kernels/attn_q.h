@@ -6,6 +6,8 @@
  *                                  inlining) int8 query codes with the integer
  *                                  codes of one block (kernels_int.h)
  *   vq_axpy(o, w, codes, t, L)     o[i] = fmaf(w, (float)c_i, o[i]), i < L
+ *   vq_half(h) -> float            an f16 scale widened (F16C / NEON; the software
+ *                                  conversion gives the same bits)
  * The canonical arithmetic, which every path follows operation for operation
  * (so all paths give the same bits, and a query the same bits alone or in a
  * group):
@@ -27,6 +29,12 @@
 
 _Static_assert(sizeof(ix__q8a_blk) == 16, "q8a query buffer size below assumes 16-byte blocks");
 
+/* A block's scale (ix__kv_block_scale through the path's f16 conversion). */
+static inline __attribute__((always_inline)) float vq_scale(const uint8_t *blk, ix_kv_dtype t) {
+    float d = vq_half(ix__load_u16(blk));
+    return t == IX_KV_FP8_E4M3 ? d * 0x1p-9f : d;
+}
+
 /* The score of one key row against the quantized query r (nb full blocks,
  * then a 16-block when tail). */
 static inline __attribute__((always_inline)) float
@@ -35,12 +43,12 @@ vq_score(ix__q8a_row r, const uint8_t *kr, size_t nb, bool tail, ix_kv_dtype t) 
     float dot = 0.0f;
     for (size_t b = 0; b < nb; b++) {
         const uint8_t *blk = kr + b * bb;
-        float m = ix__kv_block_scale(blk, t) * r.blk[b].d;
+        float m = vq_scale(blk, t) * r.blk[b].d;
         dot = fmaf((float)vq_dot(r.qs + b * IX__KV_QK, blk + 2, t, IX__KV_QK), m, dot);
     }
     if (tail) {
         const uint8_t *blk = kr + nb * bb;
-        float m = ix__kv_block_scale(blk, t) * r.blk[nb].d;
+        float m = vq_scale(blk, t) * r.blk[nb].d;
         dot = fmaf((float)vq_dot(r.qs + nb * IX__KV_QK, blk + 2, t, IX__KV_QK / 2), m, dot);
     }
     return dot;
@@ -52,11 +60,11 @@ vq_add_row(float *o, float p, const uint8_t *vr, size_t nb, bool tail, ix_kv_dty
     const size_t bb = ix__kv_block_bytes(t, IX__KV_QK);
     for (size_t b = 0; b < nb; b++) {
         const uint8_t *blk = vr + b * bb;
-        vq_axpy(o + b * IX__KV_QK, p * ix__kv_block_scale(blk, t), blk + 2, t, IX__KV_QK);
+        vq_axpy(o + b * IX__KV_QK, p * vq_scale(blk, t), blk + 2, t, IX__KV_QK);
     }
     if (tail) {
         const uint8_t *blk = vr + nb * bb;
-        vq_axpy(o + nb * IX__KV_QK, p * ix__kv_block_scale(blk, t), blk + 2, t, IX__KV_QK / 2);
+        vq_axpy(o + nb * IX__KV_QK, p * vq_scale(blk, t), blk + 2, t, IX__KV_QK / 2);
     }
 }
 

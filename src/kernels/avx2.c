@@ -116,6 +116,7 @@ static inline __m256 load_b_n(const uint16_t *p, size_t n) {
 /* ---- quantized K/V primitives (attn_q.h) ---- */
 static void quantize_act(const float *x, void *dst, size_t k);
 #define vq_quantize quantize_act
+static inline float vq_half(uint16_t h) { return _cvtsh_ss(h); }
 
 /* Codes i..i+7 of a block of L (i % 8 == 0) as exact int32 lanes (kernels_int.h). */
 static inline __attribute__((always_inline)) __m256i vq_codes8(const uint8_t *codes, ix_kv_dtype t,

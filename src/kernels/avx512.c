@@ -79,6 +79,7 @@ static inline __m512 vf_exp(__m512 x) {
 /* ---- quantized K/V primitives (attn_q.h) ---- */
 static void quantize_act(const float *x, void *dst, size_t k);
 #define vq_quantize quantize_act
+static inline float vq_half(uint16_t h) { return _cvtsh_ss(h); }
 
 /* Codes i..i+15 of a block of L (i = 0, or 16 when L = 32) as exact int32
  * lanes (kernels_int.h). */

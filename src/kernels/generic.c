@@ -218,6 +218,7 @@ static void attn_add_one(ix_attn_acc *acc, const float *q, const void *k, size_t
 
 /* Quantized K/V (attn_q.h): the reference primitives. */
 #define vq_quantize quantize_act
+#define vq_half ix__fp16_to_fp32
 
 static inline int32_t vq_dot(const int8_t *q, const uint8_t *codes, ix_kv_dtype t, size_t L) {
     int32_t c[IX__KV_QK], dot = 0;

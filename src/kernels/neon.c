@@ -108,6 +108,9 @@ static inline float32x4_t vf_exp(float32x4_t x) {
 /* ---- quantized K/V primitives (attn_q.h) ---- */
 static void quantize_act(const float *x, void *dst, size_t k);
 #define vq_quantize quantize_act
+static inline float vq_half(uint16_t h) {
+    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
+}
 
 /* E4M3 x 512 of 4 codes (zero-extended in x): (8 | m) << (e - 1), or m when
  * e = 0; then the sign. */
