@@ -6,7 +6,10 @@
  * head of the group alone (nq = 1, one pass over K/V per head); the figure
  * is the whole group in one pass (ix_kernel_table.attn_add with nq = group).
  * Both are reported as ns per (query head, key) and the group's speedup.
- * Each figure is the median of several runs, in CPU time of the thread.
+ * Every K/V type runs (f16 first); each other type's group figure is also
+ * given as a ratio to f16's group figure of the same shape and context, the
+ * quantized cache's speed effect (q8_0 / q4_0 / fp8_e4m3 read their codes in
+ * place). Each figure is the median of several runs, in CPU time of the thread.
  *
  * usage: attn_bench [-i generic|avx2|avx512|avx512-bw|all] [-r runs]
  */
@@ -44,7 +47,7 @@ static int cmp_double(const void *a, const void *b) {
 
 typedef struct kv_set {
     size_t hd, n_ctx;
-    ix_dtype type;
+    ix_kv_dtype type;
     const uint8_t *k, *v; /* (n_ctx, hd) each */
 } kv_set;
 
@@ -53,12 +56,11 @@ typedef struct kv_set {
 static void run_item(const ix_kernel_table *kt, const kv_set *s, const float *q, size_t nq,
                      float *o) {
     ix_attn_acc acc[MAX_Q];
-    size_t esz = s->type == IX_DTYPE_F16 ? 2 : 4;
+    size_t rb = ix_kv_dtype_row_bytes(s->type, s->hd);
     for (size_t i = 0; i < nq; i++) ix_attn_init(&acc[i], o + i * s->hd, s->hd, 1.0f / 8.0f);
     for (size_t t0 = 0; t0 < s->n_ctx; t0 += BLOCK) {
         size_t n = s->n_ctx - t0 < BLOCK ? s->n_ctx - t0 : BLOCK;
-        kt->attn_add(acc, q, nq, s->k + t0 * s->hd * esz, s->hd, s->v + t0 * s->hd * esz, s->hd, n,
-                     s->type);
+        kt->attn_add(acc, q, nq, s->k + t0 * rb, s->hd, s->v + t0 * rb, s->hd, n, s->type);
     }
     for (size_t i = 0; i < nq; i++) ix_attn_finish(&acc[i], o + i * s->hd);
 }
@@ -126,6 +128,9 @@ int main(int argc, char **argv) {
         size_t hd, group;
     } shapes[] = {{"tinyllama", 64, 8}, {"llama3-8b", 128, 4}};
     const size_t ctxs[] = {16, 128, 512, 2048};
+    const ix_kv_dtype types[] = {IX_KV_F16, IX_KV_F32, IX_KV_BF16, IX_KV_Q8_0, IX_KV_FP8_E4M3,
+                                 IX_KV_Q4_0};
+    double f16_grp[IX_ARRAY_LEN(ctxs)] = {0};
     const size_t max_ctx = 2048, max_hd = 128;
     uint8_t *k = ix_aligned_alloc(64, max_ctx * max_hd * 4);
     uint8_t *v = ix_aligned_alloc(64, max_ctx * max_hd * 4);
@@ -139,28 +144,26 @@ int main(int argc, char **argv) {
     for (int ti = 0; ti < nt; ti++) {
         const ix_kernel_table *kt = tabs[ti];
         for (size_t si = 0; si < IX_ARRAY_LEN(shapes); si++)
-            for (int f16 = 1; f16 >= 0; f16--) {
+            for (int ty = 0; ty < (int)IX_ARRAY_LEN(types); ty++) {
                 size_t hd = shapes[si].hd, group = shapes[si].group;
-                ix_dtype type = f16 ? IX_DTYPE_F16 : IX_DTYPE_F32;
-                for (size_t i = 0; i < max_ctx * hd; i++) {
-                    float a = rndf(), b = rndf();
-                    if (f16) {
-                        uint16_t ha = ix_fp32_to_fp16(a), hb = ix_fp32_to_fp16(b);
-                        memcpy(k + 2 * i, &ha, 2);
-                        memcpy(v + 2 * i, &hb, 2);
-                    } else {
-                        memcpy(k + 4 * i, &a, 4);
-                        memcpy(v + 4 * i, &b, 4);
-                    }
+                ix_kv_dtype type = types[ty];
+                size_t rb = ix_kv_dtype_row_bytes(type, hd);
+                float row[128 * 2];
+                for (size_t t = 0; t < max_ctx; t++) {
+                    for (size_t i = 0; i < 2 * hd; i++) row[i] = rndf();
+                    ix_kernels_kv_store(type, row, k + t * rb, hd);
+                    ix_kernels_kv_store(type, row + hd, v + t * rb, hd);
                 }
                 for (size_t ci = 0; ci < IX_ARRAY_LEN(ctxs); ci++) {
                     kv_set s = {hd, ctxs[ci], type, k, v};
                     double alone = time_item(kt, &s, q, group, false, o, runs);
                     double grp = time_item(kt, &s, q, group, true, o, runs);
                     double pairs = (double)group * (double)ctxs[ci];
-                    printf("%-12s %-10s hd=%-4zu group=%zu %s ctx=%-5zu %7.2f | %7.2f ns  x%.2f\n",
-                           kt->name, shapes[si].name, hd, group, f16 ? "f16" : "f32", ctxs[ci],
-                           alone / pairs * 1e9, grp / pairs * 1e9, alone / grp);
+                    if (type == IX_KV_F16) f16_grp[ci] = grp;
+                    printf("%-12s %-10s hd=%-4zu group=%zu %-8s ctx=%-5zu %7.2f | %7.2f ns  x%.2f"
+                           "  (group time / f16's: %.2f)\n",
+                           kt->name, shapes[si].name, hd, group, ix_kv_dtype_name(type), ctxs[ci],
+                           alone / pairs * 1e9, grp / pairs * 1e9, alone / grp, grp / f16_grp[ci]);
                     fflush(stdout);
                 }
             }

@@ -43,8 +43,10 @@ check_all() {
         fail "\"$1\" is not $2 in every level: $(echo $vals)"
 }
 
-# Port 0: the kernel picks a free port, which the server prints.
-"$bin" serve --port 0 -t 1 --api-key "$key" 2>"$log" &
+# Port 0: the kernel picks a free port, which the server prints. The server
+# keeps its KV cache in q8_0 (--kv-cache-dtype), which the startup line and
+# /metrics report.
+"$bin" serve --port 0 -t 1 --api-key "$key" --kv-cache-dtype q8_0 2>"$log" &
 pid=$!
 port=
 i=0
@@ -64,7 +66,10 @@ if command -v curl >/dev/null 2>&1; then
         [ $i -lt 100 ] || fail "GET /ready never answered 200"
         sleep 0.1
     done
+    m=$(curl -sf -H "Authorization: Bearer $key" "$url/metrics") || fail "GET /metrics failed"
+    case $m in *'cache_dtype="q8_0"'*) ;; *) fail "/metrics lacks cache_dtype=\"q8_0\"" ;; esac
 fi
+grep -q "KV pool .* of q8_0: " "$log" || { out=$(cat "$log"); fail "the startup line lacks the KV type"; }
 
 "$bin" bench --serve "$url" --api-key "$key" --concurrency 1,4 --num-prompts 4 --max-tokens 8 --json \
     >"$json" 2>"$err" || { out=$(cat "$err" "$json"); fail "bench --serve --json exited $?"; }

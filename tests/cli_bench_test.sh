@@ -36,6 +36,24 @@ out=$("$bin" bench --throughput -m "$model" --num-prompts 2 --max-concurrency 2 
     --no-sequential --json 2>/dev/null) || fail "bench --throughput --json exited $?"
 expect '"total_vs_prefill":'
 expect '"profile":{"wall_s":'
+# KV types compared in the same KV memory (4 sequences of 32 tokens in f16):
+# q8_0 and q4_0 hold more blocks and whole sequences.
+out=$("$bin" bench --throughput -m "$model" --num-prompts 4 --max-concurrency 4 --input-len 8 --output-len 24 \
+    --kv-cache-dtype f16,q8_0,q4_0 --kv-cache-mem 294912 2>&1) || fail "bench --throughput KV list exited $?"
+expect "KV memory 294912 bytes for each type"
+expect "f16              8          4"
+expect "q8_0            14          7"
+expect "q4_0            27         13"
+out=$("$bin" bench --throughput -m "$model" --num-prompts 2 --max-concurrency 2 --input-len 8 --output-len 2 \
+    --kv-cache-dtype f16,q8_0 --kv-cache-mem 294912 --json 2>/dev/null) || fail "KV list --json exited $?"
+expect '"kv_cache_dtype":"q8_0","blocks":14,"sequences_fit":14'
+expect_exit 2 bench --throughput -m "$model" --kv-cache-dtype f16,q8_0
+expect "give --kv-cache-mem"
+expect_exit 2 bench --throughput -m "$model" --kv-cache-dtype f16,q7
+expect "got 'q7'"
+out=$("$bin" bench -m "$model" -p 8 -n 2 -r 1 -t 1 --bw-mib 16 --kv-cache-dtype q8_0 2>&1) || fail "bench q8_0 exited $?"
+expect "KV cache q8_0"
+expect_exit 2 bench -m "$model" --kv-cache-dtype f17
 out=$("$bin" bench --help) || fail "--help exited $?"
 expect "usage: inferx bench"
 

@@ -36,6 +36,18 @@ expect "time to first token"
 expect "generated 32 tokens"
 expect "2 threads"
 
+# A quantized KV cache: q8_0 (and bf16) keep the 32 greedy tokens of the f16
+# cache's golden text on this model; an unknown type is refused by name.
+run -p "$prompt" -n 32 --temp 0 -t 2 --kv-cache-dtype q8_0
+[ "$got" = "$golden" ] || fail "--kv-cache-dtype q8_0: greedy output differs: '$got'"
+run -p "$prompt" -n 32 --temp 0 -t 2 --kv-cache-dtype bf16
+[ "$got" = "$golden" ] || fail "--kv-cache-dtype bf16: greedy output differs: '$got'"
+run -p "$prompt" -n 8 --temp 0 --kv-cache-dtype q4_0
+run -p "$prompt" -n 8 --temp 0 --kv-cache-dtype fp8_e4m3
+expect_exit 2 run -m "$model" -p "$prompt" --kv-cache-dtype q9
+expect "--kv-cache-dtype expects f16, bf16, q8_0, fp8_e4m3, q4_0 or f32, got 'q9'"
+expect_exit 2 run -m "$model" -p "$prompt" --kv-cache-dtype
+
 # A stop string spanning tokens ("▁the" "▁whole"): the text before it, nothing of it.
 run -p "$prompt" -n 32 --temp 0 --stop "e whole" --stop "never"
 [ "$got" = " been able to give up th" ] || fail "--stop: '$got'"

@@ -10,6 +10,9 @@
  *   - preemption invariance (recompute and swap) under a tiny KV pool, with
  *     and without the stall-free budget
  *   - prefix-cache invariance (hit or miss, same tokens; cached tokens reported)
+ *   - a q8_0 KV cache: batching, preemption (recompute and swap), prefix
+ *     hits and copy-on-write forks give its alone-tokens exactly; its greedy
+ *     tokens stay close to f16's (test_quantized_kv states the criterion)
  *   - cancel frees every block; the pool is empty after every test
  *   - n > 1 forks the prefilled prompt; policies order work as documented
  *   - bad requests are refused at submit
@@ -103,19 +106,21 @@ static void run_all(ix_engine *e, ix_generation *g) {
     assert_int_equal(ix_engine_generate(e, reqs, N_REQ, g, &err), IX_OK);
 }
 
-static void check_same_as_ref(ix_generation *g, const char *what) {
+static void check_same(ix_generation *g, ix_token (*ref)[N_NEW], const char *what) {
     for (int i = 0; i < N_REQ; i++) {
         if (g[i].info.reason != IX_FINISH_LENGTH)
             fail_msg("%s: request %d finished as %s: %s", what, i, ix_finish_reason_name(g[i].info.reason),
                      g[i].info.message);
         assert_int_equal(g[i].tokens[0].n, N_NEW);
         for (int k = 0; k < N_NEW; k++)
-            if (g[i].tokens[0].ids[k] != g_ref[i][k])
+            if (g[i].tokens[0].ids[k] != ref[i][k])
                 fail_msg("%s: request %d token %d is %d, alone it is %d", what, i, k, g[i].tokens[0].ids[k],
-                         g_ref[i][k]);
+                         ref[i][k]);
         ix_generation_free(&g[i]);
     }
 }
+
+static void check_same_as_ref(ix_generation *g, const char *what) { check_same(g, g_ref, what); }
 
 static void test_reference_and_batch_invariance(void **state) {
     (void)state;
@@ -176,8 +181,10 @@ static void test_reference_and_batch_invariance(void **state) {
     ix_engine_destroy(e);
 }
 
-static void preemption(ix_preempt_mode mode, double target_step_ms) {
+static void preemption_kv(ix_preempt_mode mode, double target_step_ms, ix_kv_dtype kv_dtype,
+                          ix_token (*ref)[N_NEW]) {
     ix_engine_params p = ix_engine_default_params();
+    p.kv_dtype = kv_dtype;
     p.sched.preempt = mode;
     p.sched.target_step_ms = target_step_ms;
     p.kv_blocks = 9; /* 144 token slots for 8 requests of 7-45 prompt + 24 new tokens */
@@ -186,11 +193,12 @@ static void preemption(ix_preempt_mode mode, double target_step_ms) {
     ix_engine *e = mk_engine(p);
     ix_generation g[N_REQ];
     run_all(e, g);
-    check_same_as_ref(g, ix_preempt_mode_name(mode));
+    check_same(g, ref, ix_preempt_mode_name(mode));
     ix_engine_stats st;
     ix_engine_get_stats(e, &st);
-    fprintf(stderr, "  %s, target %g ms: %llu recompute, %llu swap preemptions\n", ix_preempt_mode_name(mode),
-            target_step_ms, (unsigned long long)st.n_preempt_recompute, (unsigned long long)st.n_preempt_swap);
+    fprintf(stderr, "  %s KV, %s, target %g ms: %llu recompute, %llu swap preemptions\n",
+            ix_kv_dtype_name(kv_dtype), ix_preempt_mode_name(mode), target_step_ms,
+            (unsigned long long)st.n_preempt_recompute, (unsigned long long)st.n_preempt_swap);
     if (mode == IX_PREEMPT_SWAP)
         assert_true(st.n_preempt_swap > 0);
     else
@@ -198,6 +206,10 @@ static void preemption(ix_preempt_mode mode, double target_step_ms) {
     assert_int_equal(st.n_finished, N_REQ);
     assert_pool_empty(e);
     ix_engine_destroy(e);
+}
+
+static void preemption(ix_preempt_mode mode, double target_step_ms) {
+    preemption_kv(mode, target_step_ms, IX_KV_F16, g_ref);
 }
 
 static void test_preemption_recompute(void **state) {
@@ -235,6 +247,66 @@ static void test_prefix_cache(void **state) {
     assert_int_equal(g.info.usage.cached_prompt_tokens, 0);
     assert_memory_equal(g.tokens[0].ids, g_ref[i], sizeof g_ref[i]);
     ix_generation_free(&g);
+    assert_pool_empty(e);
+    ix_engine_destroy(e);
+}
+
+/* A q8_0 KV cache (blocks are opaque bytes to the KV manager, quantized by
+ * the forward pass): its tokens for each prompt alone are the reference that
+ * chunked batching, preemption by recompute and by swap, a prefix-cache hit
+ * and n > 1 forks (copy-on-write of the shared partial block) must give
+ * exactly, as for f16. Against f16, greedy decoding may part after a near
+ * tie; the criterion: at least 6 of the 8 requests give f16's 24 tokens
+ * exactly (measured: 7; the other parts from f16 at its third token). */
+static void test_quantized_kv(void **state) {
+    (void)state;
+    static ix_token ref[N_REQ][N_NEW];
+    ix_engine_params p = ix_engine_default_params();
+    p.kv_dtype = IX_KV_Q8_0;
+    p.enable_prefix_cache = false;
+    ix_engine *e = mk_engine(p);
+    int same = 0;
+    for (int i = 0; i < N_REQ; i++) {
+        ix_request_params r = greedy_req(i);
+        ix_generation g;
+        assert_int_equal(ix_engine_generate(e, &r, 1, &g, NULL), IX_OK);
+        assert_int_equal(g.tokens[0].n, N_NEW);
+        memcpy(ref[i], g.tokens[0].ids, sizeof ref[i]);
+        same += !memcmp(ref[i], g_ref[i], sizeof ref[i]);
+        ix_generation_free(&g);
+    }
+    fprintf(stderr, "  q8_0 KV: %d of %d requests give f16's %d greedy tokens exactly\n", same, N_REQ, N_NEW);
+    assert_true(same >= 6);
+    ix_engine_destroy(e);
+
+    p.sched.max_num_batched_tokens = 5 + N_REQ; /* chunked prefill beside decodes */
+    e = mk_engine(p);
+    ix_generation gs[N_REQ];
+    run_all(e, gs);
+    check_same(gs, ref, "q8_0, batched, chunked prefill");
+    assert_pool_empty(e);
+    ix_engine_destroy(e);
+
+    preemption_kv(IX_PREEMPT_RECOMPUTE, 0, IX_KV_Q8_0, ref);
+    preemption_kv(IX_PREEMPT_SWAP, 0, IX_KV_Q8_0, ref);
+
+    /* Prefix hit, then n = 3 forks of the cached prompt. */
+    p = ix_engine_default_params();
+    p.kv_dtype = IX_KV_Q8_0;
+    e = mk_engine(p);
+    int i = 6; /* the longest prompt: several full blocks */
+    for (int round = 0; round < 2; round++) {
+        ix_request_params r = greedy_req(i);
+        r.n = round ? 3 : 1;
+        ix_generation g;
+        assert_int_equal(ix_engine_generate(e, &r, 1, &g, NULL), IX_OK);
+        for (int c = 0; c < r.n; c++) assert_memory_equal(g.tokens[c].ids, ref[i], sizeof ref[i]);
+        if (round) assert_true(g.info.usage.cached_prompt_tokens >= 16);
+        ix_generation_free(&g);
+    }
+    ix_engine_stats st;
+    ix_engine_get_stats(e, &st);
+    assert_true(st.kv.n_forks >= 2 && st.kv.n_cow_copies >= 1);
     assert_pool_empty(e);
     ix_engine_destroy(e);
 }
@@ -916,6 +988,7 @@ int main(void) {
         cmocka_unit_test(test_preemption_recompute),
         cmocka_unit_test(test_preemption_swap),
         cmocka_unit_test(test_prefix_cache),
+        cmocka_unit_test(test_quantized_kv),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_n_choices),
         cmocka_unit_test(test_policies),

@@ -1246,7 +1246,7 @@ static void test_attention(void **state) {
         }
         float scale = 3.0f / sqrtf((float)hd); /* peaky enough to move the max around */
         for (int dt = 0; dt < 2; dt++) {
-            ix_dtype kvt = dt ? IX_DTYPE_F16 : IX_DTYPE_F32;
+            ix_kv_dtype kvt = dt ? IX_KV_F16 : IX_KV_F32;
             const void *K = dt ? (const void *)kh : kf, *V = dt ? (const void *)vh : vf;
             double mx = -INFINITY, sum = 0;
             for (size_t tk = 0; tk < T; tk++) {
@@ -1286,10 +1286,10 @@ static void test_attention(void **state) {
         /* nothing added: zeros; through the checked wrapper */
         ix_attn_acc acc;
         ix_attn_init(&acc, o, hd, 1.0f);
-        assert_int_equal(ix_kernels_attn_add(&acc, q, kf, stride, vf, stride, 0, IX_DTYPE_F32), IX_OK);
-        assert_int_equal(ix_kernels_attn_add(&acc, q, kf, stride, vf, stride, 1, IX_DTYPE_BF16),
+        assert_int_equal(ix_kernels_attn_add(&acc, q, kf, stride, vf, stride, 0, IX_KV_F32), IX_OK);
+        assert_int_equal(ix_kernels_attn_add(&acc, q, kf, stride, vf, stride, 1, (ix_kv_dtype)77),
                          IX_ERR_UNSUPPORTED);
-        assert_int_equal(ix_kernels_attn_add(&acc, q, kf, 1, vf, stride, 2, IX_DTYPE_F32),
+        assert_int_equal(ix_kernels_attn_add(&acc, q, kf, 1, vf, stride, 2, IX_KV_F32),
                          IX_ERR_INVALID);
         ix_attn_finish(&acc, out);
         for (size_t i = 0; i < hd; i++) assert_true(out[i] == 0.0f);
@@ -1346,7 +1346,7 @@ static void gq_ref(double *ref, const float *q, size_t hd, const float *K, const
 typedef struct gq_case {
     size_t hd, stride;
     float scale;
-    ix_dtype kvt;
+    ix_kv_dtype kvt;
     const void *K, *V;
     const float *q;
     const double *ref;
@@ -1357,7 +1357,7 @@ typedef struct gq_case {
 /* Adds the GQ_T rows in blocks of `block` to nq accumulators over o (nq, hd). */
 static void gq_run(const ix_kernel_table *kt, const gq_case *c, ix_attn_acc *acc, float *o,
                    const float *q, size_t nq, size_t block) {
-    size_t esz = c->kvt == IX_DTYPE_F16 ? 2 : 4;
+    size_t esz = c->kvt == IX_KV_F16 ? 2 : 4;
     for (size_t i = 0; i < nq; i++) ix_attn_init(&acc[i], o + i * c->hd, c->hd, c->scale);
     for (size_t t0 = 0; t0 < GQ_T; t0 += block) {
         size_t n = GQ_T - t0 < block ? GQ_T - t0 : block;
@@ -1422,7 +1422,7 @@ static void test_attention_group(void **state) {
                 char what[32];
                 snprintf(what, sizeof what, "%s%s", dt ? "f16" : "f32", masked ? " masked" : "");
                 gq_case c = {.hd = hd, .stride = stride, .scale = scale,
-                             .kvt = dt ? IX_DTYPE_F16 : IX_DTYPE_F32,
+                             .kvt = dt ? IX_KV_F16 : IX_KV_F32,
                              .K = dt ? (const void *)kh : kf, .V = dt ? (const void *)vh : vf,
                              .q = q, .ref = ref, .what = what, .o = o, .o1 = o1, .out = out};
                 for (int k = 0; k < nt; k++)
@@ -1440,7 +1440,7 @@ static void test_attention_group(void **state) {
         ix_attn_acc acc[2];
         ix_attn_init(&acc[0], o, hd, 1.0f);
         ix_attn_init(&acc[1], o + hd, hd, 1.0f);
-        ix_dtype f32 = IX_DTYPE_F32;
+        ix_kv_dtype f32 = IX_KV_F32;
         assert_int_equal(ix_kernels_attn_add_group(acc, q, 2, kf, stride, vf, stride, 5, f32),
                          IX_OK);
         assert_int_equal(ix_kernels_attn_add_group(acc, q, 0, kf, stride, vf, stride, 5, f32),
@@ -1490,6 +1490,174 @@ static void barrier_fn(void *ctx, int ith, int nth) {
         if (atomic_load(&p->phase) != (round + 1) * nth) atomic_store(&p->phase_err, 1);
         ix_pool_barrier(p->pool);
     }
+}
+
+/* ---- quantized K/V ------------------------------------------------------------------------
+ * Round trips of ix_kernels_kv_store / _load within each type's bound:
+ *   f16 / bf16: |e| <= |x| 2^-11 / 2^-8 (normal range);
+ *   q8_0: |e| <= d / 2, d = amax / 127 of the 32-block (as stored in f16);
+ *   q4_0: |e| <= amax / 8 (GGUF's scale, signed max / -8: the side opposite
+ *         the largest magnitude clamps at 7 d), plus 7 d's share of the f16
+ *         rounding of d (2^-11 relative);
+ *   fp8_e4m3: |e| <= |x| / 16, or d 2^-10 in the subnormal range, d = amax / 448;
+ * plus, for the block types, the largest code times 2^-25: the f16 scale's
+ * absolute rounding when it is subnormal (tiny blocks). */
+static double kv_bound(ix_kv_dtype t, float x, float amax) {
+    double ax = fabs((double)x), slack = 1.0 + 1e-3; /* the f16 scale's rounding */
+    switch (t) {
+    case IX_KV_F32: return 0.0;
+    case IX_KV_F16: return ax * 0x1p-11 + 0x1p-24;
+    case IX_KV_BF16: return ax * 0x1p-8;
+    case IX_KV_Q8_0: return amax / 127.0 / 2.0 * slack + 127 * 0x1p-25;
+    case IX_KV_Q4_0: return amax / 8.0 * (1.0 + 8 * 0x1p-11) + 8 * 0x1p-25; /* clamp at 7 d, d rounded */
+    case IX_KV_FP8_E4M3: return fmax(ax / 16.0, amax / 448.0 * 0x1p-10) * slack + 448 * 0x1p-25;
+    case IX_KV_DTYPE_COUNT: break;
+    }
+    return 0.0;
+}
+
+static const ix_kv_dtype kv_types[] = {IX_KV_F32,  IX_KV_F16,      IX_KV_BF16,
+                                       IX_KV_Q8_0, IX_KV_FP8_E4M3, IX_KV_Q4_0};
+
+static void test_kv_codec(void **state) {
+    (void)state;
+    enum { N = 240 }; /* 7 blocks of 32 and a closing one of 16 */
+    float x[N], y[N];
+    uint8_t buf[N * 4];
+    for (size_t ti = 0; ti < IX_ARRAY_LEN(kv_types); ti++) {
+        ix_kv_dtype t = kv_types[ti];
+        for (int rep = 0; rep < 50; rep++) {
+            /* blocks of very different magnitudes, some zero, some with one outlier */
+            for (size_t b0 = 0; b0 < N; b0 += 32) {
+                size_t b = b0 / 32, L = N - b0 < 32 ? N - b0 : 32;
+                float sc = rep % 7 == 6 && b == 3 ? 0.0f : powf(10.0f, (float)((int)(b + rep) % 7 - 3));
+                fill(x + b0, L, sc);
+                if ((b + rep) % 5 == 0) x[b0 + (size_t)rep % L] = 40.0f * sc;
+            }
+            assert_int_equal(ix_kernels_kv_store(t, x, buf, N), IX_OK);
+            assert_int_equal(ix_kernels_kv_load(t, buf, y, N), IX_OK);
+            for (size_t b0 = 0; b0 < N; b0 += 32) {
+                size_t L = N - b0 < 32 ? N - b0 : 32;
+                float amax = 0.0f;
+                for (size_t i = b0; i < b0 + L; i++) amax = fmaxf(amax, fabsf(x[i]));
+                for (size_t i = b0; i < b0 + L; i++)
+                    if (!(fabs((double)y[i] - x[i]) <= kv_bound(t, x[i], amax)))
+                        fail_msg("%s: element %zu: %g -> %g, bound %g", ix_kv_dtype_name(t), i,
+                                 (double)x[i], (double)y[i], kv_bound(t, x[i], amax));
+            }
+        }
+        assert_int_equal(ix_kernels_kv_store(t, x, buf, 0), IX_OK);
+        if (ix_kv_dtype_block(t) > 1) {
+            assert_int_equal(ix_kernels_kv_store(t, x, buf, 40), IX_ERR_INVALID);
+            assert_int_equal(ix_kernels_kv_load(t, buf, y, 40), IX_ERR_INVALID);
+        }
+    }
+    assert_int_equal(ix_kernels_kv_store((ix_kv_dtype)77, x, buf, 32), IX_ERR_INVALID);
+
+    /* E4M3: every code but NaN decodes to its value, and the values encode
+     * back to the same code when the scale is 1 (amax 448). */
+    for (int c = 0; c < 256; c++) {
+        if ((c & 0x7f) == 0x7f) continue;
+        int e = (c >> 3) & 15, m = c & 7;
+        double v = e ? ldexp(1.0 + m / 8.0, e - 7) : ldexp(m / 8.0, -6);
+        x[0] = 448.0f;
+        x[1] = (float)(c & 0x80 ? -v : v);
+        for (int i = 2; i < 32; i++) x[i] = 0.0f;
+        assert_int_equal(ix_kernels_kv_store(IX_KV_FP8_E4M3, x, buf, 32), IX_OK);
+        assert_int_equal(buf[0] | buf[1] << 8, 0x3c00); /* d = 1 */
+        assert_int_equal(buf[3], c == 0x80 ? 0x80 : c);
+        assert_int_equal(ix_kernels_kv_load(IX_KV_FP8_E4M3, buf, y, 32), IX_OK);
+        assert_true(y[1] == x[1]);
+    }
+}
+
+/* Attention over K/V stored in each dtype: every ISA path gives the same bits
+ * as the generic one for the block types (the canonical integer dots of
+ * attn_q.h), groups give the same bits as their queries alone, and all paths
+ * are close to a double reference over the f32 K/V before storing: normalized
+ * error below kv_attn_tol (q8_0 1.5%, fp8_e4m3 8%, q4_0 15%, bf16 1%, with
+ * keys scaled so that softmax is peaky). Float types keep their own rule
+ * (test_attention): close, not bit-equal. */
+static double kv_attn_tol(ix_kv_dtype t) {
+    return t == IX_KV_Q4_0 ? 0.15 : t == IX_KV_FP8_E4M3 ? 0.08 : t == IX_KV_Q8_0 ? 0.015 : 0.01;
+}
+
+static void test_attention_kv_quant(void **state) {
+    (void)state;
+    const ix_kernel_table *t[8];
+    int nt = tables(t);
+    const size_t hds[] = {32, 48, 64, 80, 128};
+    const size_t blocks[] = {1, 3, 16, 64, 100};
+    const size_t groups[] = {1, 3, 8};
+    enum { T = GQ_T, GAP = 2, MAXQ = 8 }; /* gq_ref reads GQ_T rows */
+    for (size_t hi = 0; hi < IX_ARRAY_LEN(hds); hi++) {
+        size_t hd = hds[hi], stride = hd * GAP; /* rows with another head between them */
+        float *q = malloc(MAXQ * hd * 4), *kf = malloc(T * hd * 4), *vf = malloc(T * hd * 4);
+        uint8_t *K = malloc(T * stride * 4), *V = malloc(T * stride * 4);
+        float *o = malloc(MAXQ * hd * 4), *o1 = malloc(hd * 4), *out = malloc(hd * 4);
+        float *gen = malloc(MAXQ * hd * 4);
+        double *ref = malloc(MAXQ * hd * 8), *sc = malloc(T * 8);
+        fill(q, MAXQ * hd, 1.0f);
+        fill(kf, T * hd, 1.0f);
+        fill(vf, T * hd, 1.0f);
+        float scale = 3.0f / sqrtf((float)hd);
+        for (size_t qi = 0; qi < MAXQ; qi++)
+            gq_ref(ref + qi * hd, q + qi * hd, hd, kf, vf, hd, scale, sc);
+        for (size_t ti = 2; ti < IX_ARRAY_LEN(kv_types); ti++) {
+            ix_kv_dtype kvt = kv_types[ti];
+            size_t rb = ix_kv_dtype_row_bytes(kvt, stride);
+            for (size_t tk = 0; tk < T; tk++) {
+                ix_kernels_kv_store(kvt, kf + tk * hd, K + tk * rb, hd);
+                ix_kernels_kv_store(kvt, vf + tk * hd, V + tk * rb, hd);
+            }
+            bool exact = ix_kv_dtype_block(kvt) > 1;
+            for (size_t gi = 0; gi < IX_ARRAY_LEN(groups); gi++)
+                for (size_t bi = 0; bi < IX_ARRAY_LEN(blocks); bi++) {
+                    size_t nq = groups[gi], blk = blocks[bi];
+                    for (int k = 0; k < nt; k++) {
+                        ix_attn_acc acc[MAXQ], acc1;
+                        for (size_t i = 0; i < nq; i++) ix_attn_init(&acc[i], o + i * hd, hd, scale);
+                        for (size_t t0 = 0; t0 < T; t0 += blk) {
+                            size_t n = T - t0 < blk ? T - t0 : blk;
+                            t[k]->attn_add(acc, q, nq, K + t0 * rb, stride, V + t0 * rb, stride, n, kvt);
+                        }
+                        for (size_t i = 0; i < nq; i++) {
+                            ix_attn_finish(&acc[i], out);
+                            CHECK_ERR(nerr(out, ref + i * hd, hd), kv_attn_tol(kvt),
+                                      "%s %s hd=%zu nq=%zu block=%zu", t[k]->name,
+                                      ix_kv_dtype_name(kvt), hd, nq, blk);
+                            if (!exact) continue;
+                            if (k == 0) memcpy(gen + i * hd, out, hd * 4);
+                            else if (memcmp(gen + i * hd, out, hd * 4))
+                                fail_msg("%s %s hd=%zu nq=%zu block=%zu query %zu: differs from "
+                                         "generic", t[k]->name, ix_kv_dtype_name(kvt), hd, nq, blk, i);
+                            ix_attn_init(&acc1, o1, hd, scale);
+                            for (size_t t0 = 0; t0 < T; t0 += blk) {
+                                size_t n = T - t0 < blk ? T - t0 : blk;
+                                t[k]->attn_add(&acc1, q + i * hd, 1, K + t0 * rb, stride, V + t0 * rb,
+                                               stride, n, kvt);
+                            }
+                            if (memcmp(o1, o + i * hd, hd * 4) || memcmp(&acc1.sum, &acc[i].sum, 4))
+                                fail_msg("%s %s: query %zu grouped differs from alone", t[k]->name,
+                                         ix_kv_dtype_name(kvt), i);
+                        }
+                    }
+                }
+        }
+        free(q), free(kf), free(vf), free(K), free(V), free(o), free(o1), free(out), free(gen);
+        free(ref), free(sc);
+    }
+    /* the checked wrapper: head_dim and strides must be whole blocks */
+    float qq[64] = {0}, oo[64];
+    uint8_t kv[2 * 34 * 4] = {0};
+    ix_attn_acc acc;
+    ix_attn_init(&acc, oo, 40, 1.0f);
+    assert_int_equal(ix_kernels_attn_add(&acc, qq, kv, 64, kv, 64, 2, IX_KV_Q8_0), IX_ERR_UNSUPPORTED);
+    ix_attn_init(&acc, oo, 64, 1.0f);
+    assert_int_equal(ix_kernels_attn_add(&acc, qq, kv, 70, kv, 64, 2, IX_KV_Q8_0), IX_ERR_UNSUPPORTED);
+    assert_int_equal(ix_kernels_attn_add(&acc, qq, kv, 64, kv, 64, 2, IX_KV_Q8_0), IX_OK);
+    assert_int_equal(ix_kernels_attn_add(&acc, qq, kv, 64, kv, 64, 2, (ix_kv_dtype)77),
+                     IX_ERR_UNSUPPORTED);
 }
 
 static void test_pool(void **state) {
@@ -1614,6 +1782,8 @@ int main(void) {
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_group),
+        cmocka_unit_test(test_kv_codec),
+        cmocka_unit_test(test_attention_kv_quant),
         cmocka_unit_test(test_pool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

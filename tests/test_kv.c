@@ -117,9 +117,14 @@ static void test_params(void **state) {
     assert_int_equal(ix_kv_create(&p, &kv, &err), IX_ERR_INVALID); /* no size */
     p.mem_bytes = 1000;
     assert_int_equal(ix_kv_create(&p, &kv, &err), IX_ERR_RANGE); /* smaller than a block */
-    p.dtype = IX_KV_Q8;
+    p.dtype = IX_KV_Q8_0; /* blocks of 32 do not divide head_dim 40 */
     p.mem_bytes = 1 << 24;
+    p.head_dim = 40;
     assert_int_equal(ix_kv_create(&p, &kv, &err), IX_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "q8_0"));
+    assert_non_null(strstr(err.msg, "head_dim a multiple of 16"));
+    assert_non_null(strstr(err.msg, "not 40"));
+    p.head_dim = 128;
     p.dtype = (ix_kv_dtype)77;
     assert_int_equal(ix_kv_create(&p, &kv, &err), IX_ERR_INVALID);
     p.dtype = IX_KV_F16;
@@ -158,8 +163,35 @@ static void test_params(void **state) {
     ix_kv_destroy(NULL);
     assert_string_equal(ix_kv_errmsg(NULL), "");
     assert_int_equal(ix_kv_dtype_size(IX_KV_F32), 4);
+    assert_int_equal(ix_kv_dtype_size(IX_KV_Q8_0), 0);
     assert_string_equal(ix_kv_dtype_name(IX_KV_F16), "f16");
     assert_string_equal(ix_kv_dtype_name((ix_kv_dtype)-3), "?");
+    ix_kv_dtype dt;
+    assert_true(ix_kv_dtype_parse("fp8_e4m3", &dt) && dt == IX_KV_FP8_E4M3);
+    assert_false(ix_kv_dtype_parse("q8", &dt));
+    assert_int_equal(ix_kv_dtype_row_bytes(IX_KV_Q8_0, 128), 4 * 34);
+    assert_int_equal(ix_kv_dtype_row_bytes(IX_KV_Q4_0, 128), 4 * 18);
+    assert_int_equal(ix_kv_dtype_row_bytes(IX_KV_Q4_0, 100), 0);
+    assert_int_equal(ix_kv_dtype_row_bytes(IX_KV_BF16, 7), 14);
+
+    /* Quantized blocks: the same bytes hold about twice (q8_0) and 3.6x (q4_0)
+     * the f16 blocks; a row is head_dim / 32 blocks with their scales. */
+    p.mem_bytes = 1 << 24;
+    const struct {
+        ix_kv_dtype t;
+        int32_t blocks;
+        size_t row;
+    } qt[] = {{IX_KV_F16, 64, 256}, {IX_KV_Q8_0, 120, 136}, {IX_KV_FP8_E4M3, 120, 136},
+              {IX_KV_Q4_0, 227, 72}, {IX_KV_BF16, 64, 256}};
+    for (size_t i = 0; i < IX_ARRAY_LEN(qt); i++) {
+        p.dtype = qt[i].t;
+        assert_int_equal(ix_kv_create(&p, &kv, &err), IX_OK);
+        ix_kv_get_layout(kv, &lay);
+        assert_int_equal(lay.token_stride_bytes, qt[i].row);
+        assert_int_equal(lay.n_blocks, qt[i].blocks);
+        ix_kv_destroy(kv);
+    }
+    p.dtype = IX_KV_F16;
 }
 
 static void test_layout_pointers(void **state) {

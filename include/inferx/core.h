@@ -196,6 +196,40 @@ static inline bool ix_mul_overflow_u64(uint64_t a, uint64_t b, uint64_t *out) {
     return __builtin_mul_overflow(a, b, out);
 }
 
+/* ---- KV cache element types ------------------------------------------------
+ * What a KV cache stores per K or V row of head_dim values. Shared by the KV
+ * manager (block sizes, kv.h) and the attention kernels that read the rows
+ * (kernels.h), so it lives here. Block types store each run of 32 values as
+ * one block: an f16 scale d then the codes (GGUF's Q8_0 / Q4_0 layouts; FP8:
+ * d then 32 E4M3 bytes, value = d * e4m3). A row of head_dim values is
+ * head_dim / 32 such blocks, then, when head_dim % 32 == 16 (head dims 48,
+ * 80, 112), one closing block of 16 values in the same form (Q4_0: element i
+ * in the low nibble of byte i, element 8 + i in the high one); other head
+ * dims are refused.
+ * docs/kv-cache.md and docs/quantization.md give sizes and quality. */
+typedef enum ix_kv_dtype {
+    IX_KV_F32 = 0,
+    IX_KV_F16 = 1,      /* IEEE binary16 */
+    IX_KV_BF16 = 2,     /* bfloat16 (rounded to nearest even) */
+    IX_KV_Q8_0 = 3,     /* 32 int8 + f16 scale: 34 bytes per 32 values */
+    IX_KV_FP8_E4M3 = 4, /* 32 E4M3 + f16 scale: 34 bytes per 32 values */
+    IX_KV_Q4_0 = 5,     /* 32 4-bit + f16 scale: 18 bytes per 32 values */
+    IX_KV_DTYPE_COUNT
+} ix_kv_dtype;
+
+/* The name ("q8_0"), or "?" for an unknown value. */
+const char *ix_kv_dtype_name(ix_kv_dtype dtype);
+/* The dtype named s ("f16", "bf16", "q8_0", "fp8_e4m3", "q4_0", "f32"); false if
+ * s names none. */
+bool ix_kv_dtype_parse(const char *s, ix_kv_dtype *out);
+/* The names of all dtypes, "f32|f16|..." (static storage), for messages. */
+const char *ix_kv_dtype_names(void);
+/* Values per block: 1 for float types, 32 for block types; 0 if unknown. */
+uint32_t ix_kv_dtype_block(ix_kv_dtype dtype);
+/* Bytes of one row of n values; 0 for an unknown dtype, for a block type
+ * when n is not a multiple of 16 (above), or on overflow. */
+size_t ix_kv_dtype_row_bytes(ix_kv_dtype dtype, size_t n);
+
 /* Monotonic clock in nanoseconds. */
 uint64_t ix_time_ns(void);
 

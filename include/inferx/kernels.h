@@ -244,7 +244,7 @@ ix_status ix_kernels_rope(float *x, size_t row_stride, const int32_t *pos, size_
  * number of K/V chunks, read chunk by chunk so a caller can walk a paged KV
  * cache's block table:
  *     ix_attn_init(&acc, o_buf, head_dim, 1/sqrt(head_dim));
- *     for each block: ix_kernels_attn_add(&acc, q, k, ks, v, vs, n, IX_DTYPE_F16);
+ *     for each block: ix_kernels_attn_add(&acc, q, k, ks, v, vs, n, IX_KV_F16);
  *     ix_attn_finish(&acc, out);
  * The accumulator keeps the running max, the running sum of exponentials and
  * an unnormalized output in o_buf (caller-owned, head_dim floats).
@@ -263,16 +263,34 @@ typedef struct ix_attn_acc {
 
 void ix_attn_init(ix_attn_acc *acc, float *o, size_t head_dim, float scale);
 /* Adds n_tokens keys/values. k row t at (elements) k + t * k_stride, v row t
- * at v + t * v_stride, each head_dim elements of kv_type (F32 or F16). */
+ * at v + t * v_stride, each head_dim elements of kv_type (core.h). Rows of
+ * the block types (q8_0, q4_0, fp8_e4m3) are read in place, a block of 32
+ * values at a time, never widened to a copy: their head_dim and strides must
+ * be multiples of 16 and head_dim at most 1024 (IX_ERR_UNSUPPORTED
+ * otherwise), and row t starts at byte t * ix_kv_dtype_row_bytes(kv_type,
+ * stride) (a stride of whole rows, core.h).
+ * Block types give the same bits on every ISA path (the query is quantized
+ * to int8 blocks and every dot is an exact integer sum; src/kernels/attn_q.h);
+ * float types agree across paths to rounding. */
 ix_status ix_kernels_attn_add(ix_attn_acc *acc, const float *q, const void *k, size_t k_stride,
-                              const void *v, size_t v_stride, size_t n_tokens, ix_dtype kv_type);
+                              const void *v, size_t v_stride, size_t n_tokens, ix_kv_dtype kv_type);
 /* The same for nq queries: accs[i] (all with the same head_dim) takes query
  * row q + i * head_dim (the heads of a group are adjacent in a Q row). Query
  * i's accumulator ends with the same bits as ix_kernels_attn_add(&accs[i],
  * ...) would give it alone: the group only shares loads. */
 ix_status ix_kernels_attn_add_group(ix_attn_acc *accs, const float *q, size_t nq, const void *k,
                                     size_t k_stride, const void *v, size_t v_stride, size_t n_tokens,
-                                    ix_dtype kv_type);
+                                    ix_kv_dtype kv_type);
+/* One K or V row of n values (n a multiple of ix_kv_dtype_block) from f32
+ * to dst (ix_kv_dtype_row_bytes(kv_type, n) bytes): how a model writes the
+ * cache. Round to nearest; block types take scale max|x| / 127 (q8_0), the
+ * signed max / -8 (q4_0, as GGUF) or max|x| / 448 (fp8_e4m3) per 32 values.
+ * A row of a block type closes with a 16-value block when n % 32 == 16.
+ * IX_ERR_INVALID for a bad n or type. Any thread. */
+ix_status ix_kernels_kv_store(ix_kv_dtype kv_type, const float *src, void *dst, size_t n);
+/* The reverse: n values of a row back to f32 (tests, tools). */
+ix_status ix_kernels_kv_load(ix_kv_dtype kv_type, const void *src, float *dst, size_t n);
+
 /* out (head_dim) = o / sum; zeros when nothing was added. out may be acc->o. */
 void ix_attn_finish(const ix_attn_acc *acc, float *out);
 
@@ -300,9 +318,9 @@ typedef struct ix_kernel_table {
     void (*add)(float *y, const float *a, const float *b, size_t n);
     /* One head in place: cs = (n_rot/2 cosines, then n_rot/2 sines). */
     void (*rope_head)(float *x, const float *cs, size_t n_rot, ix_rope_mode mode);
-    /* nq >= 1 queries (ix_kernels_attn_add_group); kv_type F32 or F16 */
+    /* nq >= 1 queries (ix_kernels_attn_add_group), any kv_type */
     void (*attn_add)(ix_attn_acc *accs, const float *q, size_t nq, const void *k, size_t k_stride,
-                     const void *v, size_t v_stride, size_t n_tokens, ix_dtype kv_type);
+                     const void *v, size_t v_stride, size_t n_tokens, ix_kv_dtype kv_type);
 } ix_kernel_table;
 
 /* Chooses the table for ix_cpu_isa() (INFERX_ISA / ix_cpu_force_isa honoured)

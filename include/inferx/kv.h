@@ -27,8 +27,10 @@
  * tokens of a block) walk memory linearly; a whole block (all layers, K and V)
  * is one contiguous span, so copy-on-write, swap and persistence copy one span.
  * ix_kv_layout gives every stride; ix_kv_block_k/_v give slice pointers.
- * 8-bit K/V (IX_KV_Q8, not implemented yet) will keep this shape and put its
- * per-(head, block) scales after the data of each slice (scale_offset_bytes).
+ * Quantized K/V (q8_0, fp8_e4m3, q4_0) keeps this shape: a token's head_dim
+ * values are one row of head_dim / 32 blocks (f16 scale + codes, core.h), so
+ * token_stride_bytes = ix_kv_dtype_row_bytes(dtype, head_dim) and the scales
+ * travel with their codes; blocks stay opaque bytes to this module.
  *
  * ---- Life of a sequence (the engine's protocol) ---------------------------
  *   ix_kv_seq_create(kv, ns, &s);
@@ -65,13 +67,8 @@ extern "C" {
 
 typedef struct ix_kv ix_kv;
 
-/* Element type of the stored K/V. */
-typedef enum ix_kv_dtype {
-    IX_KV_F32 = 0,
-    IX_KV_F16 = 1, /* IEEE binary16; stored and copied, never converted here */
-    IX_KV_Q8 = 2,  /* reserved: int8 with per-block scales; create refuses it */
-    IX_KV_DTYPE_COUNT
-} ix_kv_dtype;
+/* The element type of the stored K/V: ix_kv_dtype, in inferx/core.h (the
+ * attention kernels read the same types). */
 
 /* Block table entry of a block released by the sliding window. */
 #define IX_KV_NO_BLOCK (-1)
@@ -143,7 +140,8 @@ void ix_kv_get_disk_stats(const ix_kv *kv, ix_kv_disk_stats *out);
 
 /* Creates a cache. On failure *out is NULL, nothing is leaked and err (may be
  * NULL) holds the reason: IX_ERR_INVALID / IX_ERR_RANGE for bad parameters,
- * IX_ERR_UNSUPPORTED for IX_KV_Q8, IX_ERR_NOMEM. The caller owns *out.
+ * IX_ERR_UNSUPPORTED for a block dtype whose block (32) does not divide
+ * head_dim, IX_ERR_NOMEM. The caller owns *out.
  * Any thread (the new handle then belongs to the calling thread). */
 ix_status ix_kv_create(const ix_kv_params *params, ix_kv **out, ix_errbuf *err);
 /* Frees the pool, all sequences and metadata. NULL is a no-op. Owner thread. */
@@ -152,22 +150,22 @@ void ix_kv_destroy(ix_kv *kv);
  * next call on kv. Never NULL ("" when there is none; kv NULL gives ""). */
 const char *ix_kv_errmsg(const ix_kv *kv);
 
-/* Bytes of one element (IX_KV_Q8: 1) and the name ("f32"); 0 / "?" if unknown. */
+/* Bytes of one element of a float type (f32: 4, f16 / bf16: 2); 0 for the
+ * block types (see ix_kv_dtype_row_bytes in core.h) and unknown values. */
 size_t ix_kv_dtype_size(ix_kv_dtype dtype);
-const char *ix_kv_dtype_name(ix_kv_dtype dtype);
 
 /* ---- layout: how kernels address K/V -------------------------------------- */
 typedef struct ix_kv_layout {
     ix_kv_dtype dtype;
     int32_t n_layer, n_kv_head, head_dim, block_size;
     int32_t n_blocks;
-    size_t elem_bytes;
-    size_t token_stride_bytes; /* head_dim * elem_bytes */
+    size_t elem_bytes;         /* float types; 0 for block types */
+    size_t token_stride_bytes; /* one row: ix_kv_dtype_row_bytes(dtype, head_dim) */
     size_t head_stride_bytes;  /* block_size * token_stride_bytes */
     size_t v_offset_bytes;     /* V slice = K slice + this (slice size, 64-aligned) */
     size_t layer_stride_bytes; /* 2 * v_offset_bytes */
     size_t block_stride_bytes; /* n_layer * layer_stride_bytes: one block, all layers */
-    size_t scale_offset_bytes; /* 0 for f32/f16; future Q8 scales within a slice */
+    size_t scale_offset_bytes; /* 0: block types keep each scale beside its codes */
 } ix_kv_layout;
 
 /* Fills *out. Any thread once created (the layout never changes). */

@@ -230,7 +230,7 @@ class Engine(_Handle):
     every request submitted from any Python thread."""
 
     def __init__(self, model, kv_mem_mb=256, max_num_seqs=None, max_num_batched_tokens=None, target_step_ms=None,
-                 n_threads=0, n_ctx=0, prefix_cache=True, spec=None, spec_k=None):
+                 n_threads=0, n_ctx=0, prefix_cache=True, spec=None, spec_k=None, kv_cache_dtype="f16"):
         L = library()
         p = L.ix_engine_default_params()
         if spec:  # speculative decoding: "ngram" (docs/speculative.md)
@@ -241,6 +241,9 @@ class Engine(_Handle):
         if spec_k:
             p.spec.k = spec_k
         p.kv_mem_bytes = int(kv_mem_mb) << 20
+        if kv_cache_dtype not in A.KV_DTYPES:
+            raise InferxError("kv_cache_dtype must be one of %s, not %r" % (", ".join(A.KV_DTYPES), kv_cache_dtype))
+        p.kv_dtype = A.KV_DTYPES.index(kv_cache_dtype)
         if max_num_seqs:
             p.sched.max_num_seqs = max_num_seqs
         if max_num_batched_tokens:

@@ -4,7 +4,12 @@
  * one at a time on the same engine, and the ratio of the two is printed; and
  * the same prompts once more with one output token each (pure prefill), the
  * rate a batched step's tokens are measured against, with where the
- * concurrent run's engine time went. */
+ * concurrent run's engine time went. With several --kv-cache-dtype values it
+ * instead runs the concurrent pass once per KV type in the same --kv-cache-mem
+ * (the first type is the baseline): how many blocks and whole sequences the
+ * pool holds, how many ran at once, preemptions and tokens/s. */
+#include <stdatomic.h>
+#include <time.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -18,6 +23,7 @@ static void usage(FILE *f, const ix_cli_opt *opts, size_t n_opts) {
     fprintf(f,
             "usage: inferx bench --throughput [-m MODEL.gguf] [--num-prompts N] [--max-concurrency C]\n"
             "                    [--input-len I] [--output-len O] [-t THREADS] [--seed S] [--json]\n"
+            "                    [--kv-cache-dtype T[,T...] --kv-cache-mem BYTES]\n"
             "\n"
             "Serving throughput of the continuous-batching engine: N random-token prompts of I\n"
             "tokens, each generating exactly O tokens, all submitted at once with at most C in\n"
@@ -25,6 +31,11 @@ static void usage(FILE *f, const ix_cli_opt *opts, size_t n_opts) {
             "same prompts with one output token each (pure prefill, in steps of the cap): the\n"
             "concurrent run's total tokens/s against that rate, and where its engine time\n"
             "went (planning, the forward pass by stage, sampling and streaming).\n"
+            "\n"
+            "KV cache types: with a list (--kv-cache-dtype f16,q8_0 --kv-cache-mem 2M) each\n"
+            "type runs the concurrent pass in turn in the same KV memory, the first as the\n"
+            "baseline: blocks and whole sequences of I + O tokens the pool holds, the most\n"
+            "sequences running at once, preemptions, output tokens/s.\n"
             "\n");
     ix_cli_print_opts(f, opts, n_opts);
     fprintf(f, "  -h, --help                   show this help\n");
@@ -176,11 +187,144 @@ static void json_run(const char *name, const run_stats *rs, int n) {
            p.p99, rs->wall_s, rs->n_done);
 }
 
+/* Sequences running in an engine, sampled every 200 us from another thread
+ * while a pass runs: the most at once, and the mean over the samples (what
+ * the KV pool really kept running: admission may take more than fit, and
+ * preemption then sends some back). */
+typedef struct monitor {
+    ix_engine *e;
+    atomic_bool stop;
+    int32_t peak_running;
+    uint64_t sum_running, n_samples;
+    pthread_t th;
+} monitor;
+
+static void *monitor_main(void *arg) {
+    monitor *mo = arg;
+    const struct timespec nap = {0, 200000};
+    while (!atomic_load(&mo->stop)) {
+        ix_engine_stats st;
+        ix_engine_get_stats(mo->e, &st);
+        if (st.n_running > mo->peak_running) mo->peak_running = st.n_running;
+        mo->sum_running += (uint64_t)st.n_running;
+        mo->n_samples++;
+        nanosleep(&nap, NULL);
+    }
+    return NULL;
+}
+
+/* "f16,q8_0" into out (at most max); false after printing what is wrong. */
+static bool parse_kv_list(const char *s, ix_kv_dtype *out, int max, int *n) {
+    *n = 0;
+    while (s && *s) {
+        const char *comma = strchr(s, ',');
+        size_t len = comma ? (size_t)(comma - s) : strlen(s);
+        char name[32];
+        if (len >= sizeof name || *n == max) {
+            fprintf(stderr, "inferx bench: --kv-cache-dtype takes at most %d types of %s\n", max,
+                    ix_kv_dtype_names());
+            return false;
+        }
+        memcpy(name, s, len);
+        name[len] = '\0';
+        const char *why = ix_cli_set_kv_dtype(&out[*n], name);
+        if (why) {
+            fprintf(stderr, "inferx bench: --kv-cache-dtype %s, got '%s'\n", why, name);
+            return false;
+        }
+        (*n)++;
+        s = comma ? comma + 1 : NULL;
+    }
+    if (*n == 0) fprintf(stderr, "inferx bench: --kv-cache-dtype needs a type\n");
+    return *n > 0;
+}
+
+/* One line per KV type: the same prompts, the same KV memory, the concurrent
+ * pass on a fresh engine each. */
+typedef struct kv_row {
+    ix_kv_dtype dtype;
+    int64_t blocks, seqs_fit;
+    int32_t peak_running;
+    double mean_running;
+    uint64_t preemptions;
+    run_stats rs;
+} kv_row;
+
+static int kv_compare(ix_model *m, ix_engine_params ep, const ix_kv_dtype *types, int n_types,
+                      ix_request_params *reqs, req_ctx *ctxs, int n, uint64_t seq_tokens, bool json) {
+    kv_row rows[8];
+    int rc = 0;
+    for (int k = 0; k < n_types && !rc; k++) {
+        kv_row *r = &rows[k];
+        *r = (kv_row){.dtype = types[k]};
+        r->rs.ttft_ms = calloc((size_t)n, sizeof(double));
+        r->rs.tpot_ms = calloc((size_t)n, sizeof(double));
+        ep.kv_dtype = types[k];
+        ix_errbuf err = {{0}};
+        ix_engine *e;
+        if (!r->rs.ttft_ms || !r->rs.tpot_ms || ix_engine_create(&e, m, &ep, &err) != IX_OK) {
+            fprintf(stderr, "inferx bench: engine with KV %s: %s\n", ix_kv_dtype_name(types[k]),
+                    err.msg[0] ? err.msg : "out of memory");
+            free(r->rs.ttft_ms), free(r->rs.tpot_ms);
+            return 1;
+        }
+        ix_engine_stats st;
+        ix_engine_get_stats(e, &st);
+        r->blocks = st.kv.n_blocks_total;
+        r->seqs_fit = r->blocks / (int64_t)((seq_tokens + (uint64_t)ep.kv_block_size - 1) / (uint64_t)ep.kv_block_size);
+        waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, NULL, 0};
+        ix_request_params warm_req = reqs[0]; /* page in the weights, start the workers */
+        warm_req.max_tokens = 2;
+        double t1[1], t2[1];
+        run_stats warm = {.ttft_ms = t1, .tpot_ms = t2};
+        w.rs = &warm;
+        run_batch(e, &warm_req, ctxs, &w, 0, 1);
+        w.rs = &r->rs;
+        monitor mo = {.e = e};
+        atomic_init(&mo.stop, false);
+        pthread_create(&mo.th, NULL, monitor_main, &mo);
+        uint64_t t0 = ix_time_ns();
+        run_batch(e, reqs, ctxs, &w, 0, n);
+        r->rs.wall_s = (double)(ix_time_ns() - t0) / 1e9;
+        atomic_store(&mo.stop, true);
+        pthread_join(mo.th, NULL);
+        r->peak_running = mo.peak_running;
+        r->mean_running = mo.n_samples ? (double)mo.sum_running / (double)mo.n_samples : 0.0;
+        ix_engine_get_stats(e, &st);
+        r->preemptions = st.n_preempt_recompute + st.n_preempt_swap;
+        rc = r->rs.n_failed ? 1 : 0;
+        ix_engine_destroy(e);
+    }
+    for (int k = 0; k < n_types; k++) {
+        const kv_row *r = &rows[k], *b = &rows[0];
+        double tps = (double)r->rs.out_tokens / r->rs.wall_s, base = (double)b->rs.out_tokens / b->rs.wall_s;
+        if (json)
+            printf("%s{\"kv_cache_dtype\":\"%s\",\"blocks\":%lld,\"sequences_fit\":%lld,"
+                   "\"peak_running\":%d,\"mean_running\":%.2f,\"preemptions\":%llu,"
+                   "\"output_tokens_per_s\":%.3f,"
+                   "\"sequences_vs_baseline\":%.3f,\"output_tokens_per_s_vs_baseline\":%.3f}%s",
+                   k ? "," : "[", ix_kv_dtype_name(r->dtype), (long long)r->blocks, (long long)r->seqs_fit,
+                   r->peak_running, r->mean_running, (unsigned long long)r->preemptions, tps,
+                   b->seqs_fit ? (double)r->seqs_fit / (double)b->seqs_fit : 0.0, tps / base,
+                   k == n_types - 1 ? "]\n" : "");
+        else
+            printf("%-9s %8lld %10lld %9d %9.2f %12llu %12.1f   sequences x%.2f, out tok/s x%.2f\n",
+                   ix_kv_dtype_name(r->dtype), (long long)r->blocks, (long long)r->seqs_fit, r->peak_running,
+                   r->mean_running, (unsigned long long)r->preemptions, tps,
+                   b->seqs_fit ? (double)r->seqs_fit / (double)b->seqs_fit : 0.0, tps / base);
+        free(r->rs.ttft_ms);
+        free(r->rs.tpot_ms);
+    }
+    return rc;
+}
+
 int ix_cli_bench_throughput(int argc, char **argv) {
     const char *model = ix_cli_default_model();
     uint64_t n_prompts = 32, conc = 32, in_len = 128, out_len = 128, threads = 0, seed = 1, max_batched = 512;
     double target_step_ms = ix_sched_default_params().target_step_ms;
     bool json = false, no_sequential = false, throughput = true;
+    const char *kv_list = "f16";
+    size_t kv_mem = 0;
     const ix_cli_opt opts[] = {
         {"--throughput", NULL, "", "this benchmark (implied)", IX_CLI_OPT_FLAG, &throughput, 0, 0, false, NULL},
         {"--model", "-m", "FILE", "GGUF model", IX_CLI_OPT_STR, &model, 0, 0, true, NULL},
@@ -196,11 +340,27 @@ int ix_cli_bench_throughput(int argc, char **argv) {
         {"--seed", NULL, "S", "prompt RNG seed", IX_CLI_OPT_U64, &seed, 0, (double)UINT64_MAX, true, NULL},
         {"--no-sequential", NULL, "", "skip the one-at-a-time baseline", IX_CLI_OPT_FLAG, &no_sequential, 0, 0, false,
          NULL},
+        {"--kv-cache-dtype", NULL, "T[,T...]",
+         "KV cache type (f16, bf16, q8_0, fp8_e4m3, q4_0, f32);\n"
+         "several: compare them in the same --kv-cache-mem",
+         IX_CLI_OPT_STR, &kv_list, 0, 0, true, NULL},
+        {"--kv-cache-mem", NULL, "BYTES",
+         "KV pool size, suffix K/M/G allowed (default: room for\n"
+         "C sequences of I + O tokens in the first type)",
+         IX_CLI_OPT_SIZE, &kv_mem, 1, 1e18, false, NULL},
         {"--json", NULL, "", "print one JSON object instead of the table", IX_CLI_OPT_FLAG, &json, 0, 0, false, NULL},
     };
     int prc = ix_cli_parse_opts("bench", opts, IX_ARRAY_LEN(opts), argc, argv);
     if (prc == IX_CLI_HELP) usage(stdout, opts, IX_ARRAY_LEN(opts));
     if (prc != IX_CLI_OK) return prc == IX_CLI_HELP ? 0 : 2;
+    ix_kv_dtype kv_types[8];
+    int n_kv_types;
+    if (!parse_kv_list(kv_list, kv_types, (int)IX_ARRAY_LEN(kv_types), &n_kv_types)) return 2;
+    if (n_kv_types > 1 && !kv_mem) {
+        fprintf(stderr, "inferx bench: several --kv-cache-dtype types are compared in the same KV memory: "
+                        "give --kv-cache-mem\n");
+        return 2;
+    }
     bool sequential = !no_sequential;
 
     ix_errbuf err = {{0}};
@@ -224,11 +384,13 @@ int ix_cli_bench_throughput(int argc, char **argv) {
     ep.sched.max_num_batched_tokens = (int32_t)(max_batched > conc ? max_batched : conc);
     ep.sched.target_step_ms = target_step_ms;
     ep.kv_block_size = 16;
-    ep.kv_blocks = (int64_t)(conc * ((in_len + out_len + 15) / 16 + 1));
+    ep.kv_dtype = kv_types[0];
+    if (kv_mem) ep.kv_mem_bytes = kv_mem; /* blocks as many as fit */
+    else ep.kv_blocks = (int64_t)(conc * ((in_len + out_len + 15) / 16 + 1));
     ep.enable_prefix_cache = false; /* random prompts; and the sequential pass must not reuse them */
     ep.n_threads = (int32_t)threads;
-    ix_engine *e;
-    if (ix_engine_create(&e, m, &ep, &err) != IX_OK) {
+    ix_engine *e = NULL;
+    if (n_kv_types == 1 && ix_engine_create(&e, m, &ep, &err) != IX_OK) {
         fprintf(stderr, "inferx bench: engine: %s\n", err.msg);
         ix_model_destroy(m);
         return 1;
@@ -260,6 +422,20 @@ int ix_cli_bench_throughput(int argc, char **argv) {
         reqs[i].max_tokens = (int32_t)out_len;
         reqs[i].ignore_eos = true;
         reqs[i].sample.temperature = 0;
+    }
+    if (n_kv_types > 1) {
+        if (!json)
+            printf("model %s (%s), %d prompts x (%llu in + %llu out), max concurrency %llu, kernels %s, "
+                   "KV memory %zu bytes for each type\n"
+                   "%-9s %8s %10s %9s %9s %12s %12s\n",
+                   model, hp->arch_name, n, (unsigned long long)in_len, (unsigned long long)out_len,
+                   (unsigned long long)conc, ix_kernels()->name, kv_mem, "KV type", "blocks", "seqs fit",
+                   "peak run", "mean run", "preemptions", "out tok/s");
+        int rc = kv_compare(m, ep, kv_types, n_kv_types, reqs, ctxs, n, in_len + out_len, json);
+        ix_model_destroy(m);
+        free(ids), free(reqs), free(ctxs);
+        free(par.ttft_ms), free(par.tpot_ms), free(seq.ttft_ms), free(seq.tpot_ms);
+        return rc;
     }
     waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, &par, 0};
 
@@ -310,9 +486,9 @@ int ix_cli_bench_throughput(int argc, char **argv) {
                                                  : 0.0;
     if (json) {
         printf("{\"model\":\"%s\",\"num_prompts\":%d,\"max_concurrency\":%llu,\"input_len\":%llu,"
-               "\"output_len\":%llu,\"threads\":%llu,",
+               "\"output_len\":%llu,\"threads\":%llu,\"kv_cache_dtype\":\"%s\",",
                hp->arch_name, n, (unsigned long long)conc, (unsigned long long)in_len,
-               (unsigned long long)out_len, (unsigned long long)threads);
+               (unsigned long long)out_len, (unsigned long long)threads, ix_kv_dtype_name(kv_types[0]));
         printf("\"output_tokens_per_s\":%.3f,\"requests_per_s\":%.4f,\"total_tokens_per_s\":%.3f,",
                (double)par.out_tokens / par.wall_s, par.n_done / par.wall_s,
                (double)(par.out_tokens + par.in_tokens) / par.wall_s);
@@ -329,9 +505,9 @@ int ix_cli_bench_throughput(int argc, char **argv) {
                (unsigned long long)(st.n_preempt_recompute + st.n_preempt_swap),
                par.n_failed + seq.n_failed + pre.n_failed);
     } else {
-        printf("model %s (%s), %d prompts x (%llu in + %llu out), max concurrency %llu, kernels %s\n", model,
-               hp->arch_name, n, (unsigned long long)in_len, (unsigned long long)out_len,
-               (unsigned long long)conc, ix_kernels()->name);
+        printf("model %s (%s), %d prompts x (%llu in + %llu out), max concurrency %llu, kernels %s, KV %s\n",
+               model, hp->arch_name, n, (unsigned long long)in_len, (unsigned long long)out_len,
+               (unsigned long long)conc, ix_kernels()->name, ix_kv_dtype_name(kv_types[0]));
         printf("%-22s %8s %12s %12s\n", "", "req/s", "out tok/s", "total tok/s");
         print_run("concurrent", &par, par.n_done);
         if (sequential) {

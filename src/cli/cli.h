@@ -93,6 +93,14 @@ int ix_cli_parse_opts(const char *cmd, const ix_cli_opt *opts, size_t n_opts, in
  * usage error); *n_pos says how many came. */
 int ix_cli_parse_opts_pos(const char *cmd, const ix_cli_opt *opts, size_t n_opts, int argc, char **argv,
                           const char **pos, int max_pos, int *n_pos);
+/* IX_CLI_OPT_FN setter of --kv-cache-dtype: dst is an ix_kv_dtype. Every
+ * command that takes the option uses it and IX_CLI_KV_DTYPE_HELP. */
+const char *ix_cli_set_kv_dtype(void *dst, const char *value);
+#define IX_CLI_KV_DTYPE_HELP                                                                       \
+    "KV cache element type: f16 (default), bf16, q8_0,\n"                                         \
+    "fp8_e4m3, q4_0 (block types: 32 values + an f16 scale)\n"                                    \
+    "or f32; q8_0 holds about twice the tokens of f16"
+
 /* The table's --help lines: "  -a, --name METAVAR   help", aligned. */
 void ix_cli_print_opts(FILE *f, const ix_cli_opt *opts, size_t n_opts);
 /* For a command with a parser of its own: sets the option of the table that

@@ -43,7 +43,9 @@ static void usage(FILE *f) {
             "  -r, --reps N       repetitions; the median is reported (default 3)\n"
             "  --seed S           seed of the random prompt (default 1)\n"
             "  --bw-mib N         buffer of the bandwidth test in MiB (default 1024)\n"
-            "  --kv-f32           keep the KV cache in f32 (default f16)\n"
+            "  --kv-cache-dtype T KV cache element type: f16 (default), bf16, q8_0, fp8_e4m3,\n"
+            "                     q4_0 or f32\n"
+            "  --kv-f32           the same as --kv-cache-dtype f32\n"
             "  --json             print one JSON object instead of the table\n"
             "  -h, --help         show this help\n"
             "\n"
@@ -57,13 +59,14 @@ static void usage(FILE *f) {
 typedef struct bench_opts {
     const char *model;
     uint64_t n_prompt, n_gen, threads, reps, seed, bw_mib;
-    bool json, kv_f32;
+    bool json;
+    ix_kv_dtype kv_dtype;
     bool prompt_set, gen_set; /* -p / -n given (else the defaults, which fit the context) */
 } bench_opts;
 
 /* Returns 0 on success, -1 after --help, else the exit status. */
 static int parse_args(int argc, char **argv, bench_opts *o) {
-    *o = (bench_opts){.n_prompt = 512, .n_gen = 128, .reps = 3, .seed = 1, .bw_mib = 1024};
+    *o = (bench_opts){.n_prompt = 512, .n_gen = 128, .reps = 3, .seed = 1, .bw_mib = 1024, .kv_dtype = IX_KV_F16};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -73,7 +76,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
             o->json = true;
             continue;
         } else if (!strcmp(a, "--kv-f32")) {
-            o->kv_f32 = true;
+            o->kv_dtype = IX_KV_F32;
             continue;
         }
         if (!v) {
@@ -99,6 +102,10 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
             ok = ix_cli_parse_u64(a, v, &o->seed);
         } else if (!strcmp(a, "--bw-mib")) {
             ok = ix_cli_parse_u64(a, v, &o->bw_mib);
+        } else if (!strcmp(a, "--kv-cache-dtype")) {
+            const char *why = ix_cli_set_kv_dtype(&o->kv_dtype, v);
+            if (why) fprintf(stderr, "inferx bench: %s %s, got '%s'\n", a, why, v);
+            ok = !why;
         } else {
             fprintf(stderr, "inferx bench: unknown option '%s' (see --help)\n", a);
             return 2;
@@ -452,7 +459,7 @@ int ix_cli_bench(int argc, char **argv) {
     ix_engine_params ep = ix_engine_default_params();
     ep.start_thread = false;
     ep.n_threads = (int32_t)o.threads;
-    ep.kv_dtype = o.kv_f32 ? IX_KV_F32 : IX_KV_F16;
+    ep.kv_dtype = o.kv_dtype;
     ep.kv_blocks = (longest + ep.kv_block_size - 1) / ep.kv_block_size + 1;
     ep.enable_prefix_cache = false;
     ep.sched.max_num_seqs = 1;
@@ -502,6 +509,8 @@ int ix_cli_bench(int argc, char **argv) {
         json_str(type ? type : "?");
         printf(",\n  \"kernels\": ");
         json_str(ix_kernels()->name);
+        printf(",\n  \"kv_cache_dtype\": ");
+        json_str(ix_kv_dtype_name(o.kv_dtype));
         printf(",\n  \"size_bytes\": %llu,\n  \"n_params\": %llu,\n  \"threads\": %d,\n"
                "  \"n_prompt\": %d,\n  \"n_gen\": %d,\n  \"reps\": %llu,\n  \"decode_bytes\": %llu,\n",
                (unsigned long long)size_bytes, (unsigned long long)ix_model_n_params(m), threads, n_prompt,
@@ -534,8 +543,8 @@ int ix_cli_bench(int argc, char **argv) {
             printf("| %-28s | %10s | %9s | %5s | %7d | %7s | %19s |\n", model, size, params, type ? type : "?",
                    threads, test, tps);
         }
-        printf("\nkernels %s, median of %llu reps after a warm-up\n", ix_kernels()->name,
-               (unsigned long long)o.reps);
+        printf("\nkernels %s, KV cache %s, median of %llu reps after a warm-up\n", ix_kernels()->name,
+               ix_kv_dtype_name(o.kv_dtype), (unsigned long long)o.reps);
         if (bw > 0) {
             printf("memory read bandwidth: %.1f GB/s (%d threads, %llu MiB buffer, median of %zu passes %s)\n",
                    bw * 1e-9, threads, (unsigned long long)o.bw_mib, bw_passes,

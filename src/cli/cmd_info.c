@@ -107,11 +107,15 @@ void ix_cli_print_memory(FILE *f, const char *prefix, ix_engine *e) {
     const ix_model *m = ix_engine_model(e);
     ix_engine_stats st;
     ix_engine_get_stats(e, &st);
+    ix_engine_params ep = ix_engine_get_params(e);
     char w[32], wr[32], kv[32], kvr[32], p[32];
-    fprintf(f, "%sweights %s (resident %s), KV pool %s (resident %s), process resident %s\n", prefix,
-            human_bytes(w, sizeof w, ix_model_weight_bytes(m)),
+    fprintf(f,
+            "%sweights %s (resident %s), KV pool %s of %s: %lld blocks of %d tokens (resident %s), "
+            "process resident %s\n",
+            prefix, human_bytes(w, sizeof w, ix_model_weight_bytes(m)),
             human_bytes(wr, sizeof wr, ix_model_weight_resident_bytes(m)),
-            human_bytes(kv, sizeof kv, st.kv.pool_bytes),
+            human_bytes(kv, sizeof kv, st.kv.pool_bytes), ix_kv_dtype_name(ep.kv_dtype),
+            (long long)st.kv.n_blocks_total, (int)ep.kv_block_size,
             human_bytes(kvr, sizeof kvr, ix_engine_kv_pool_resident_bytes(e)),
             human_bytes(p, sizeof p, ix_process_resident_bytes()));
 }

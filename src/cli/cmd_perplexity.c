@@ -48,12 +48,13 @@ typedef struct ppl_opts {
     /* 0: not given (n_ctx: 512 or the base file's; threads: all cores; max_chunks: all) */
     uint64_t n_ctx, n_batch, threads, max_chunks;
     bool kl, json;
+    ix_kv_dtype kv_dtype;
 } ppl_opts;
 
 /* Parses argv into o: 0, -1 after --help, else the exit status. One table
  * (cli.h's option rows) drives the parser, the checks and --help. */
 static int parse_args(int argc, char **argv, ppl_opts *o) {
-    *o = (ppl_opts){.n_batch = 2048};
+    *o = (ppl_opts){.n_batch = 2048, .kv_dtype = IX_KV_F16};
     const ix_cli_opt opts[] = {
         {"--model", "-m", "FILE", "GGUF model (default: the bundled model)", IX_CLI_OPT_STR, &o->model, 0, 0, false,
          NULL},
@@ -82,6 +83,8 @@ static int parse_args(int argc, char **argv, ppl_opts *o) {
          "compare this model with the one that wrote the\n"
          "--kl-divergence-base FILE, on the same tokens",
          IX_CLI_OPT_FLAG, &o->kl, 0, 0, false, NULL},
+        {"--kv-cache-dtype", NULL, "TYPE", IX_CLI_KV_DTYPE_HELP, IX_CLI_OPT_FN, &o->kv_dtype, 0, 0, false,
+         ix_cli_set_kv_dtype},
         {"--json", NULL, "", "print one JSON object instead of text", IX_CLI_OPT_FLAG, &o->json, 0, 0, false, NULL},
     };
     int prc = ix_cli_parse_opts("perplexity", opts, IX_ARRAY_LEN(opts), argc, argv);
@@ -212,7 +215,7 @@ typedef struct evaluator {
 } evaluator;
 
 static bool ev_open(evaluator *ev, const ix_model *m, int32_t n_ctx, int32_t n_chunk, uint64_t n_batch,
-                    uint64_t threads) {
+                    uint64_t threads, ix_kv_dtype kv_dtype) {
     const ix_tokenizer *tok = ix_model_tokenizer(m);
     *ev = (evaluator){.n_ctx = n_ctx, .first = n_ctx / 2, .n_scored = n_ctx - 1 - n_ctx / 2,
                       .n_vocab = ix_model_get_hparams(m)->n_vocab, .bos = IX_TOKEN_NONE};
@@ -224,7 +227,7 @@ static bool ev_open(evaluator *ev, const ix_model *m, int32_t n_ctx, int32_t n_c
     ix_errbuf err = {{0}};
     ix_kv_params kp = ix_kv_default_params();
     ix_model_kv_params(m, &kp);
-    kp.dtype = IX_KV_F16; /* as the reference's default cache */
+    kp.dtype = kv_dtype; /* f16 by default, as the reference's cache */
     kp.max_seq_len = n_ctx;
     kp.n_blocks = (int64_t)ev->n_seq * ((n_ctx + kp.block_size - 1) / kp.block_size);
     kp.enable_prefix_cache = false;
@@ -660,6 +663,7 @@ static json_t *json_common(const run *r, const sums *a) {
     if (r->o->text) json_object_set_new(o, "file", json_string(r->o->text));
     if (r->o->kl_base) json_object_set_new(o, "kl_divergence_base", json_string(r->o->kl_base));
     json_object_set_new(o, "n_ctx", json_integer(r->n_ctx));
+    json_object_set_new(o, "kv_cache_dtype", json_string(ix_kv_dtype_name(r->o->kv_dtype)));
     json_object_set_new(o, "n_batch", json_integer(r->ev.n_seq * r->ev.n_step));
     json_object_set_new(o, "n_seq", json_integer(r->ev.n_seq));
     json_object_set_new(o, "chunks", json_integer(r->n_chunk));
@@ -770,7 +774,7 @@ static bool report_kl(const run *r, const sums *a) {
 static bool prepare(run *r) {
     const ppl_opts *o = r->o;
     if (o->max_chunks && (uint64_t)r->n_chunk > o->max_chunks) r->n_chunk = (int32_t)o->max_chunks;
-    if (!ev_open(&r->ev, r->m, r->n_ctx, r->n_chunk, o->n_batch, o->threads)) return false;
+    if (!ev_open(&r->ev, r->m, r->n_ctx, r->n_chunk, o->n_batch, o->threads, o->kv_dtype)) return false;
     size_t per = (size_t)r->ev.n_scored, len = rec_len(r->ev.n_vocab);
     r->rows = malloc((size_t)r->n_chunk * per * sizeof *r->rows);
     r->chunk_ppl = malloc((size_t)r->n_chunk * sizeof *r->chunk_ppl);

@@ -43,7 +43,9 @@ static void usage(FILE *f) {
             "  --ignore-eos         keep generating past end-of-sequence tokens\n"
             "  -c, --ctx N          context length (default: the model's)\n"
             "  -t, --threads N      worker threads (default: all cores)\n"
-            "  --kv-f32             keep the KV cache in f32 (default f16)\n",
+            "  --kv-cache-dtype TYPE  KV cache element type: f16 (default), bf16, q8_0, fp8_e4m3,\n"
+            "                       q4_0 (32-value blocks + an f16 scale) or f32\n"
+            "  --kv-f32             the same as --kv-cache-dtype f32\n",
             ix_cli_default_model());
     ix_spec_params spec = ix_spec_default_params();
     const ix_cli_opt spec_opts[] = {IX_CLI_SPEC_OPTS(&spec)};
@@ -116,7 +118,8 @@ int ix_cli_run(int argc, char **argv) {
     const char *stops[8];
     size_t n_stops = 0;
     uint64_t n_predict = 128, seed = 42, n_ctx = 0, threads = 0;
-    bool ignore_eos = false, kv_f32 = false;
+    bool ignore_eos = false;
+    ix_kv_dtype kv_dtype = IX_KV_F16;
     ix_spec_params spec = ix_spec_default_params();
     const ix_cli_opt spec_opts[] = {IX_CLI_SPEC_OPTS(&spec)};
     ix_sample_params sp = ix_sample_default_params();
@@ -134,7 +137,7 @@ int ix_cli_run(int argc, char **argv) {
             ignore_eos = true;
             continue;
         } else if (!strcmp(a, "--kv-f32")) {
-            kv_f32 = true;
+            kv_dtype = IX_KV_F32;
             continue;
         } else if (!strcmp(a, "--chat")) {
             chat = true;
@@ -187,6 +190,10 @@ int ix_cli_run(int argc, char **argv) {
             ok = ix_cli_parse_u64(a, v, &n_ctx);
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             ok = ix_cli_parse_u64(a, v, &threads) && threads <= 1024;
+        } else if (!strcmp(a, "--kv-cache-dtype")) {
+            const char *why = ix_cli_set_kv_dtype(&kv_dtype, v);
+            if (why) fprintf(stderr, "inferx run: %s %s, got '%s'\n", a, why, v);
+            ok = !why;
         } else {
             fprintf(stderr, "inferx run: unknown option '%s' (see --help)\n", a);
             return 2;
@@ -246,7 +253,7 @@ int ix_cli_run(int argc, char **argv) {
     ep.start_thread = false;
     ep.n_threads = (int32_t)threads;
     ep.n_ctx = (int32_t)n_ctx;
-    ep.kv_dtype = kv_f32 ? IX_KV_F32 : IX_KV_F16;
+    ep.kv_dtype = kv_dtype;
     ep.kv_blocks = (int64_t)((n_ctx + (uint64_t)ep.kv_block_size - 1) / (uint64_t)ep.kv_block_size) + 1;
     ep.enable_prefix_cache = false;
     ep.sched.max_num_seqs = 1;

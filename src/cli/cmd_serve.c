@@ -281,6 +281,8 @@ int ix_cli_serve(int argc, char **argv) {
          IX_CLI_OPT_STR, &ep.kv_disk_dir, 0, 0, false, NULL},
         {"--kv-disk-max", NULL, "BYTES", "the disk tier's size: LRU past it, suffix K/M/G (0 = unbounded)",
          IX_CLI_OPT_SIZE, &kv_disk_max, 0, 1e18, false, NULL},
+        {"--kv-cache-dtype", NULL, "TYPE", IX_CLI_KV_DTYPE_HELP, IX_CLI_OPT_FN, &ep.kv_dtype, 0, 0, false,
+         ix_cli_set_kv_dtype},
         {"--policy", NULL, "fcfs|priority|deadline", "scheduling policy (default fcfs)", IX_CLI_OPT_FN,
          &ep.sched.policy, 0, 0, false, set_policy},
         {"--cost-per-hour", NULL, "USD", "price of this machine: report usage.cost_usd per request", IX_CLI_OPT_F64,

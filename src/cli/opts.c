@@ -44,6 +44,10 @@ static bool parse_number(const char *s, double *out) {
     return true;
 }
 
+const char *ix_cli_set_kv_dtype(void *dst, const char *value) {
+    return ix_kv_dtype_parse(value, dst) ? NULL : "expects f16, bf16, q8_0, fp8_e4m3, q4_0 or f32";
+}
+
 static const char *expected(ix_cli_opt_type t) {
     switch (t) {
     case IX_CLI_OPT_I32:

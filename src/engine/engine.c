@@ -1096,8 +1096,8 @@ ix_status ix_engine_create(ix_engine **out, const ix_model *m, const ix_engine_p
     if (p->sched.preempt == IX_PREEMPT_SWAP) {
         int64_t blocks = p->kv_blocks > 0 ? p->kv_blocks : 0;
         if (!blocks) {
-            size_t per_block = (size_t)hp->n_layer * 2 * (size_t)hp->n_head_kv * (size_t)hp->head_dim *
-                               (size_t)kp.block_size * ix_kv_dtype_size(kp.dtype);
+            size_t per_block = (size_t)hp->n_layer * 2 * (size_t)hp->n_head_kv * (size_t)kp.block_size *
+                               ix_kv_dtype_row_bytes(kp.dtype, (size_t)hp->head_dim);
             blocks = per_block ? (int64_t)(p->kv_mem_bytes / per_block) : 0;
         }
         kp.n_swap_blocks = p->kv_swap_blocks >= 0 ? p->kv_swap_blocks : blocks;

@@ -101,6 +101,88 @@ static inline __m256 vf_exp(__m256 x) {
     return _mm256_and_ps(_mm256_mul_ps(_mm256_mul_ps(p, s1), s2), zero_below);
 }
 
+/* bf16 -> f32: the half goes to the top of the word */
+#define vf_load_b(p)                                                                               \
+    _mm256_castsi256_ps(                                                                           \
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+
+static inline __m256 load_b_n(const uint16_t *p, size_t n) {
+    uint16_t tmp[8] = {0};
+    memcpy(tmp, p, n * 2);
+    return vf_load_b(tmp);
+}
+#define vf_load_b_n(p, n) load_b_n((p), (n))
+
+/* ---- quantized K/V primitives (attn_q.h) ---- */
+static void quantize_act(const float *x, void *dst, size_t k);
+#define vq_quantize quantize_act
+static inline float vq_half(uint16_t h) { return _cvtsh_ss(h); }
+
+/* Codes i..i+7 of a block of L (i % 8 == 0) as exact int32 lanes (kernels_int.h). */
+static inline __attribute__((always_inline)) __m256i vq_codes8(const uint8_t *codes, ix_kv_dtype t,
+                                                              size_t i, size_t L) {
+    if (t == IX_KV_Q8_0) return _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(codes + i)));
+    if (t == IX_KV_Q4_0) {
+        bool lo = i < L / 2;
+        __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(codes + (lo ? i : i - L / 2))));
+        b = lo ? _mm256_and_si256(b, _mm256_set1_epi32(15)) : _mm256_srli_epi32(b, 4);
+        return _mm256_sub_epi32(b, _mm256_set1_epi32(8));
+    }
+    /* E4M3 x 512: (8 | m) << (e - 1), or m when e = 0; then the sign */
+    __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(codes + i)));
+    __m256i e = _mm256_and_si256(_mm256_srli_epi32(x, 3), _mm256_set1_epi32(15));
+    __m256i m = _mm256_and_si256(x, _mm256_set1_epi32(7));
+    __m256i normal = _mm256_cmpgt_epi32(e, _mm256_setzero_si256());
+    m = _mm256_or_si256(m, _mm256_and_si256(normal, _mm256_set1_epi32(8)));
+    __m256i sh = _mm256_max_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), _mm256_setzero_si256());
+    __m256i mag = _mm256_sllv_epi32(m, sh);
+    __m256i neg = _mm256_srai_epi32(_mm256_slli_epi32(x, 24), 31);
+    return _mm256_sub_epi32(_mm256_xor_si256(mag, neg), neg);
+}
+
+/* Codes i..i+15 of a Q8_0 / Q4_0 block of L (i % 16 == 0) as int16 lanes. */
+static inline __attribute__((always_inline)) __m256i vq_codes16_i8(const uint8_t *codes, ix_kv_dtype t,
+                                                                  size_t i, size_t L) {
+    if (t == IX_KV_Q8_0) return _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(codes + i)));
+    const __m128i m4 = _mm_set1_epi8(15);
+    __m128i b;
+    if (L == 32) {
+        b = _mm_loadu_si128((const __m128i *)codes);
+        b = i == 0 ? _mm_and_si128(b, m4) : _mm_and_si128(_mm_srli_epi16(b, 4), m4);
+    } else { /* 8 bytes: their low nibbles, then their high ones */
+        __m128i x = _mm_loadl_epi64((const __m128i *)codes);
+        b = _mm_unpacklo_epi64(_mm_and_si128(x, m4), _mm_and_si128(_mm_srli_epi16(x, 4), m4));
+    }
+    return _mm256_sub_epi16(_mm256_cvtepu8_epi16(b), _mm256_set1_epi16(8));
+}
+
+static inline __attribute__((always_inline)) int32_t vq_dot(const int8_t *q, const uint8_t *codes,
+                                                            ix_kv_dtype t, size_t L) {
+    __m256i acc = _mm256_setzero_si256();
+    if (t != IX_KV_FP8_E4M3) /* 8-bit codes: int16 pair products (|q c| <= 127 * 128) */
+        for (size_t i = 0; i < L; i += 16) {
+            __m256i qv = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(q + i)));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(qv, vq_codes16_i8(codes, t, i, L)));
+        }
+    else
+    for (size_t i = 0; i < L; i += 8) {
+        __m256i qv = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + i)));
+        acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(qv, vq_codes8(codes, t, i, L)));
+    }
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+static inline __attribute__((always_inline)) void vq_axpy(float *o, float w, const uint8_t *codes,
+                                                          ix_kv_dtype t, size_t L) {
+    __m256 wv = _mm256_set1_ps(w);
+    for (size_t i = 0; i < L; i += 8)
+        _mm256_storeu_ps(o + i, _mm256_fmadd_ps(wv, _mm256_cvtepi32_ps(vq_codes8(codes, t, i, L)),
+                                                _mm256_loadu_ps(o + i)));
+}
+
 #include "kernels/vecops.h"
 
 /* ---- conversions --------------------------------------------------------------- */

@@ -68,6 +68,95 @@ static inline __m512 vf_exp(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
+/* bf16 -> f32: the half goes to the top of the word */
+#define vf_load_b(p)                                                                               \
+    _mm512_castsi512_ps(                                                                           \
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
+#define vf_load_b_n(p, n)                                                                          \
+    _mm512_castsi512_ps(                                                                           \
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(tail_mask(n), (p))), 16))
+
+/* ---- quantized K/V primitives (attn_q.h) ---- */
+static void quantize_act(const float *x, void *dst, size_t k);
+#define vq_quantize quantize_act
+static inline float vq_half(uint16_t h) { return _cvtsh_ss(h); }
+
+/* Codes i..i+15 of a block of L (i = 0, or 16 when L = 32) as exact int32
+ * lanes (kernels_int.h). */
+static inline __attribute__((always_inline)) __m512i vq_codes16(const uint8_t *codes, ix_kv_dtype t,
+                                                               size_t i, size_t L) {
+    if (t == IX_KV_Q8_0) return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(codes + i)));
+    if (t == IX_KV_Q4_0) {
+        __m512i b;
+        if (L == 32) {
+            b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)codes));
+            b = i == 0 ? _mm512_and_si512(b, _mm512_set1_epi32(15)) : _mm512_srli_epi32(b, 4);
+        } else { /* 8 bytes: lanes 0-7 their low nibbles, lanes 8-15 their high ones */
+            __m128i x = _mm_loadl_epi64((const __m128i *)codes);
+            b = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(x, x));
+            b = _mm512_srlv_epi32(b, _mm512_set_epi32(4, 4, 4, 4, 4, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, 0));
+            b = _mm512_and_si512(b, _mm512_set1_epi32(15));
+        }
+        return _mm512_sub_epi32(b, _mm512_set1_epi32(8));
+    }
+    /* E4M3 x 512: (8 | m) << (e - 1), or m when e = 0; then the sign */
+    __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(codes + i)));
+    __m512i e = _mm512_and_si512(_mm512_srli_epi32(x, 3), _mm512_set1_epi32(15));
+    __m512i m = _mm512_and_si512(x, _mm512_set1_epi32(7));
+    __mmask16 normal = _mm512_cmpgt_epi32_mask(e, _mm512_setzero_si512());
+    m = _mm512_mask_or_epi32(m, normal, m, _mm512_set1_epi32(8));
+    __m512i sh = _mm512_max_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), _mm512_setzero_si512());
+    __m512i mag = _mm512_sllv_epi32(m, sh);
+    __mmask16 neg = _mm512_test_epi32_mask(x, _mm512_set1_epi32(0x80));
+    return _mm512_mask_sub_epi32(mag, neg, _mm512_setzero_si512(), mag);
+}
+
+/* The 32 (or 16) codes of a Q8_0 / Q4_0 block as int16 lanes (the rest 0 for L = 16). */
+static inline __attribute__((always_inline)) __m512i vq_codes32_i8(const uint8_t *codes, ix_kv_dtype t,
+                                                                  size_t L) {
+    if (t == IX_KV_Q8_0)
+        return L == 32 ? _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)codes))
+                       : _mm512_cvtepi8_epi16(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)codes)));
+    const __m128i m4 = _mm_set1_epi8(15);
+    __m256i b;
+    if (L == 32) {
+        __m128i x = _mm_loadu_si128((const __m128i *)codes);
+        b = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m4), _mm_and_si128(x, m4));
+    } else {
+        __m128i x = _mm_loadl_epi64((const __m128i *)codes);
+        b = _mm256_castsi128_si256(
+            _mm_unpacklo_epi64(_mm_and_si128(x, m4), _mm_and_si128(_mm_srli_epi16(x, 4), m4)));
+    }
+    __m512i c = _mm512_sub_epi16(_mm512_cvtepu8_epi16(b), _mm512_set1_epi16(8));
+    return L == 32 ? c : _mm512_maskz_mov_epi16(0xffff, c); /* lanes 16..31 of a 16-block: 0 */
+}
+
+static inline __attribute__((always_inline)) int32_t vq_dot(const int8_t *q, const uint8_t *codes,
+                                                            ix_kv_dtype t, size_t L) {
+    if (t != IX_KV_FP8_E4M3) { /* 8-bit codes: int16 pair products (|q c| <= 127 * 128) */
+        __m256i qb = L == 32 ? _mm256_loadu_si256((const __m256i *)q)
+                             : _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)q));
+        __m512i qv = _mm512_cvtepi8_epi16(qb);
+        if (L != 32) qv = _mm512_maskz_mov_epi16(0xffff, qv);
+        return _mm512_reduce_add_epi32(_mm512_madd_epi16(qv, vq_codes32_i8(codes, t, L)));
+    }
+    __m512i q0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q));
+    __m512i acc = _mm512_mullo_epi32(q0, vq_codes16(codes, t, 0, L));
+    if (L == 32) {
+        __m512i q1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + 16)));
+        acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(q1, vq_codes16(codes, t, 16, L)));
+    }
+    return _mm512_reduce_add_epi32(acc);
+}
+
+static inline __attribute__((always_inline)) void vq_axpy(float *o, float w, const uint8_t *codes,
+                                                          ix_kv_dtype t, size_t L) {
+    __m512 wv = _mm512_set1_ps(w);
+    for (size_t i = 0; i < L; i += 16)
+        _mm512_storeu_ps(o + i, _mm512_fmadd_ps(wv, _mm512_cvtepi32_ps(vq_codes16(codes, t, i, L)),
+                                                _mm512_loadu_ps(o + i)));
+}
+
 #include "kernels/vecops.h"
 
 /* ---- conversions --------------------------------------------------------------- */

@@ -572,12 +572,17 @@ void ix_attn_init(ix_attn_acc *acc, float *o, size_t head_dim, float scale) {
 
 ix_status ix_kernels_attn_add_group(ix_attn_acc *accs, const float *q, size_t nq, const void *k,
                                     size_t k_stride, const void *v, size_t v_stride, size_t n_tokens,
-                                    ix_dtype kv_type) {
+                                    ix_kv_dtype kv_type) {
     if (!accs || nq == 0) return IX_ERR_INVALID;
     size_t hd = accs[0].head_dim;
     for (size_t i = 0; i < nq; i++)
         if (!accs[i].o || accs[i].head_dim == 0 || accs[i].head_dim != hd) return IX_ERR_INVALID;
-    if (kv_type != IX_DTYPE_F32 && kv_type != IX_DTYPE_F16) return IX_ERR_UNSUPPORTED;
+    if ((unsigned)kv_type >= IX_KV_DTYPE_COUNT) return IX_ERR_UNSUPPORTED;
+    if (ix__kv_is_block(kv_type) &&
+        (!ix_kv_dtype_row_bytes(kv_type, hd) || hd > IX__ATTN_Q_MAX_HD ||
+         (n_tokens > 1 && (!ix_kv_dtype_row_bytes(kv_type, k_stride) ||
+                           !ix_kv_dtype_row_bytes(kv_type, v_stride)))))
+        return IX_ERR_UNSUPPORTED;
     if (n_tokens == 0) return IX_OK;
     if (!q || !k || !v) return IX_ERR_INVALID;
     if (n_tokens > 1 && (k_stride < hd || v_stride < hd)) return IX_ERR_INVALID;
@@ -586,7 +591,7 @@ ix_status ix_kernels_attn_add_group(ix_attn_acc *accs, const float *q, size_t nq
 }
 
 ix_status ix_kernels_attn_add(ix_attn_acc *acc, const float *q, const void *k, size_t k_stride,
-                              const void *v, size_t v_stride, size_t n_tokens, ix_dtype kv_type) {
+                              const void *v, size_t v_stride, size_t n_tokens, ix_kv_dtype kv_type) {
     return ix_kernels_attn_add_group(acc, q, 1, k, k_stride, v, v_stride, n_tokens, kv_type);
 }
 

@@ -183,13 +183,14 @@ static void rope_head(float *x, const float *cs, size_t n_rot, ix_rope_mode mode
     }
 }
 
-static float kv_at(const void *rows, size_t stride, ix_dtype t, size_t row, size_t i) {
-    if (t == IX_DTYPE_F16) return ix__fp16_to_fp32(((const uint16_t *)rows)[row * stride + i]);
+static float kv_at(const void *rows, size_t stride, ix_kv_dtype t, size_t row, size_t i) {
+    if (t == IX_KV_F16) return ix__fp16_to_fp32(((const uint16_t *)rows)[row * stride + i]);
+    if (t == IX_KV_BF16) return ix__bf16_to_fp32(((const uint16_t *)rows)[row * stride + i]);
     return ((const float *)rows)[row * stride + i];
 }
 
 static void attn_add_one(ix_attn_acc *acc, const float *q, const void *k, size_t k_stride,
-                         const void *v, size_t v_stride, size_t n_tokens, ix_dtype kv_type) {
+                         const void *v, size_t v_stride, size_t n_tokens, ix_kv_dtype kv_type) {
     size_t hd = acc->head_dim;
     float s[IX__ATTN_CHUNK];
     for (size_t t0 = 0; t0 < n_tokens; t0 += IX__ATTN_CHUNK) {
@@ -215,9 +216,32 @@ static void attn_add_one(ix_attn_acc *acc, const float *q, const void *k, size_t
     }
 }
 
+/* Quantized K/V (attn_q.h): the reference primitives. */
+#define vq_quantize quantize_act
+#define vq_half ix__fp16_to_fp32
+
+static inline int32_t vq_dot(const int8_t *q, const uint8_t *codes, ix_kv_dtype t, size_t L) {
+    int32_t c[IX__KV_QK], dot = 0;
+    ix__kv_codes(codes, t, L, c);
+    for (size_t i = 0; i < L; i++) dot += q[i] * c[i];
+    return dot;
+}
+
+static inline void vq_axpy(float *o, float w, const uint8_t *codes, ix_kv_dtype t, size_t L) {
+    int32_t c[IX__KV_QK];
+    ix__kv_codes(codes, t, L, c);
+    for (size_t i = 0; i < L; i++) o[i] = fmaf(w, (float)c[i], o[i]);
+}
+
+#include "kernels/attn_q.h"
+
 /* The reference reads K/V once per query: a group is its queries one by one. */
 static void attn_add(ix_attn_acc *accs, const float *q, size_t nq, const void *k, size_t k_stride,
-                     const void *v, size_t v_stride, size_t n_tokens, ix_dtype kv_type) {
+                     const void *v, size_t v_stride, size_t n_tokens, ix_kv_dtype kv_type) {
+    if (ix__kv_is_block(kv_type)) {
+        vq_attn_add(accs, q, nq, k, k_stride, v, v_stride, n_tokens, kv_type);
+        return;
+    }
     for (size_t i = 0; i < nq; i++)
         attn_add_one(accs + i, q + i * accs[0].head_dim, k, k_stride, v, v_stride, n_tokens,
                      kv_type);

@@ -500,6 +500,51 @@ static inline float ix__attn_rebase(ix_attn_acc *acc, float chunk_max, bool *ski
  * max is the max of the capped scores, on every path). */
 static inline float ix__softcap(float s, float cap) { return cap * tanhf(s / cap); }
 
+/* ---- quantized K/V rows (core.h's block types) --------------------------------
+ * A row of head_dim values is head_dim / 32 blocks of L = 32 values, then
+ * one of L = 16 when head_dim % 32 == 16, each ix__kv_block_bytes(t, L): an
+ * f16 scale d, then the codes (Q8_0: L int8; Q4_0: L / 2 bytes, element i
+ * in the low nibble of byte i and element L / 2 + i in the high one, minus
+ * 8; FP8_E4M3: L E4M3 bytes). Every code decodes to an exact integer c with
+ * value = ix__kv_block_scale(block) * c: int8, nibble - 8, and for E4M3 the
+ * value times 512 (every E4M3 number is a multiple of 2^-9, |c| <= 229376),
+ * the 2^-9 folded into the scale. So q . k of a block is an exact int32 dot
+ * with an int8 query, whatever the order of its sums. */
+#define IX__KV_QK 32
+/* Largest head_dim the quantized attention kernels take (their q8a query
+ * buffer lives on the stack). */
+#define IX__ATTN_Q_MAX_HD 1024
+
+static inline bool ix__kv_is_block(ix_kv_dtype t) {
+    return t == IX_KV_Q8_0 || t == IX_KV_Q4_0 || t == IX_KV_FP8_E4M3;
+}
+
+static inline size_t ix__kv_block_bytes(ix_kv_dtype t, size_t L) {
+    return 2 + (t == IX_KV_Q4_0 ? L / 2 : L);
+}
+
+static inline float ix__kv_block_scale(const uint8_t *blk, ix_kv_dtype t) {
+    float d = ix__block_d(blk);
+    return t == IX_KV_FP8_E4M3 ? d * 0x1p-9f : d;
+}
+
+/* E4M3 (bias 7, no infinities; 0x7f / 0xff are NaN and never written) to
+ * its value times 512: (8 + m) << (e - 1) for e > 0, m for subnormals. */
+static inline int32_t ix__e4m3_int(uint8_t b) {
+    int32_t e = (b >> 3) & 15, m = b & 7;
+    int32_t mag = e ? (8 | m) << (e - 1) : m;
+    return b & 0x80 ? -mag : mag;
+}
+
+/* The L codes of one block (at its code bytes) as integers. */
+static inline void ix__kv_codes(const uint8_t *codes, ix_kv_dtype t, size_t L, int32_t *c) {
+    for (size_t i = 0; i < L; i++) {
+        if (t == IX_KV_Q8_0) c[i] = (int8_t)codes[i];
+        else if (t == IX_KV_Q4_0) c[i] = (i < L / 2 ? codes[i] & 15 : codes[i - L / 2] >> 4) - 8;
+        else c[i] = ix__e4m3_int(codes[i]);
+    }
+}
+
 /* The shared cos/sin table of RoPE (dispatch.c), identical for every path. */
 void ix__rope_angles(const ix_rope_params *p, int32_t pos, float *cs);
 

@@ -101,6 +101,75 @@ static inline float32x4_t vf_exp(float32x4_t x) {
     return vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(e), keep));
 }
 
+/* bf16 -> f32: the half goes to the top of the word */
+#define vf_load_b(p) vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16))
+#define vf_load_b_n(p, n) vreinterpretq_f32_u32(vshll_n_u16(load_u16_n((p), (n)), 16))
+
+/* ---- quantized K/V primitives (attn_q.h) ---- */
+static void quantize_act(const float *x, void *dst, size_t k);
+#define vq_quantize quantize_act
+static inline float vq_half(uint16_t h) {
+    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
+}
+
+/* E4M3 x 512 of 4 codes (zero-extended in x): (8 | m) << (e - 1), or m when
+ * e = 0; then the sign. */
+static inline int32x4_t vq_e4m3(int32x4_t x) {
+    int32x4_t e = vandq_s32(vshrq_n_s32(x, 3), vdupq_n_s32(15));
+    int32x4_t m = vandq_s32(x, vdupq_n_s32(7));
+    uint32x4_t normal = vcgtq_s32(e, vdupq_n_s32(0));
+    m = vorrq_s32(m, vandq_s32(vreinterpretq_s32_u32(normal), vdupq_n_s32(8)));
+    int32x4_t mag = vshlq_s32(m, vmaxq_s32(vsubq_s32(e, vdupq_n_s32(1)), vdupq_n_s32(0)));
+    uint32x4_t neg = vtstq_s32(x, vdupq_n_s32(0x80));
+    return vbslq_s32(neg, vnegq_s32(mag), mag);
+}
+
+/* Codes i..i+7 of a block of L (i % 8 == 0) as exact int32 lanes (kernels_int.h). */
+static inline __attribute__((always_inline)) void vq_codes8(const uint8_t *codes, ix_kv_dtype t,
+                                                            size_t i, size_t L, int32x4_t out[2]) {
+    if (t == IX_KV_FP8_E4M3) {
+        uint16x8_t w = vmovl_u8(vld1_u8(codes + i));
+        out[0] = vq_e4m3(vreinterpretq_s32_u32(vmovl_u16(vget_low_u16(w))));
+        out[1] = vq_e4m3(vreinterpretq_s32_u32(vmovl_high_u16(w)));
+        return;
+    }
+    int16x8_t w;
+    if (t == IX_KV_Q8_0) {
+        w = vmovl_s8(vld1_s8((const int8_t *)codes + i));
+    } else { /* Q4_0 */
+        bool lo = i < L / 2;
+        uint8x8_t b = vld1_u8(codes + (lo ? i : i - L / 2));
+        b = lo ? vand_u8(b, vdup_n_u8(15)) : vshr_n_u8(b, 4);
+        w = vsubq_s16(vreinterpretq_s16_u16(vmovl_u8(b)), vdupq_n_s16(8));
+    }
+    out[0] = vmovl_s16(vget_low_s16(w));
+    out[1] = vmovl_high_s16(w);
+}
+
+static inline __attribute__((always_inline)) int32_t vq_dot(const int8_t *q, const uint8_t *codes,
+                                                            ix_kv_dtype t, size_t L) {
+    int32x4_t acc = vdupq_n_s32(0);
+    for (size_t i = 0; i < L; i += 8) {
+        int32x4_t c[2];
+        vq_codes8(codes, t, i, L, c);
+        int16x8_t qv = vmovl_s8(vld1_s8(q + i));
+        acc = vmlaq_s32(acc, vmovl_s16(vget_low_s16(qv)), c[0]);
+        acc = vmlaq_s32(acc, vmovl_high_s16(qv), c[1]);
+    }
+    return vaddvq_s32(acc);
+}
+
+static inline __attribute__((always_inline)) void vq_axpy(float *o, float w, const uint8_t *codes,
+                                                          ix_kv_dtype t, size_t L) {
+    float32x4_t wv = vdupq_n_f32(w);
+    for (size_t i = 0; i < L; i += 8) {
+        int32x4_t c[2];
+        vq_codes8(codes, t, i, L, c);
+        vst1q_f32(o + i, vfmaq_f32(vld1q_f32(o + i), vcvtq_f32_s32(c[0]), wv));
+        vst1q_f32(o + i + 4, vfmaq_f32(vld1q_f32(o + i + 4), vcvtq_f32_s32(c[1]), wv));
+    }
+}
+
 #include "kernels/vecops.h"
 
 /* ---- conversions ------------------------------------------------------------------ */

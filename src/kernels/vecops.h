@@ -14,6 +14,8 @@
  *   vf_load_n(p, n)              first n < VW lanes, the rest 0 (never reads past n)
  *   vf_store_n(p, v, n)          first n lanes only
  *   vf_load_h(p) vf_load_h_n(p, n)   fp16 -> f32, same rules
+ *   vf_load_b(p) vf_load_b_n(p, n)   bf16 -> f32, same rules
+ *   vq_quantize vq_dot vq_axpy       quantized K/V primitives (attn_q.h)
  *   vf_add vf_sub vf_mul vf_div vf_max   lane-wise
  *   vf_fma(a, b, c)              a * b + c, fused
  *   vf_hsum(v) vf_hmax(v)        horizontal, fixed order
@@ -130,13 +132,15 @@ static void v_rope_neox(float *x, const float *cs, size_t n_rot) {
 #define V_ATTN_KBUF_HD 256 /* widest head whose keys go through kbuf (VW x 1 KiB) */
 _Static_assert(IX__ATTN_CHUNK % VW == 0, "score tiles of VW keys fill a chunk exactly");
 
-static inline VF v_kv_load(const void *row, ix_dtype t, size_t i) {
-    if (t == IX_DTYPE_F16) return vf_load_h((const uint16_t *)row + i);
+static inline VF v_kv_load(const void *row, ix_kv_dtype t, size_t i) {
+    if (t == IX_KV_F16) return vf_load_h((const uint16_t *)row + i);
+    if (t == IX_KV_BF16) return vf_load_b((const uint16_t *)row + i);
     return vf_load((const float *)row + i);
 }
 
-static inline VF v_kv_load_n(const void *row, ix_dtype t, size_t i, size_t n) {
-    if (t == IX_DTYPE_F16) return vf_load_h_n((const uint16_t *)row + i, n);
+static inline VF v_kv_load_n(const void *row, ix_kv_dtype t, size_t i, size_t n) {
+    if (t == IX_KV_F16) return vf_load_h_n((const uint16_t *)row + i, n);
+    if (t == IX_KV_BF16) return vf_load_b_n((const uint16_t *)row + i, n);
     return vf_load_n((const float *)row + i, n);
 }
 
@@ -202,7 +206,7 @@ static inline __attribute__((always_inline)) VF v_sum_lanes(const VF *a) {
  * repeat a real score (harmless to the max; never stored as probabilities). */
 static inline __attribute__((always_inline)) VF v_attn_tile(const float *q, const uint8_t *k,
                                                            size_t row_bytes, size_t n, size_t hd,
-                                                           ix_dtype t) {
+                                                           ix_kv_dtype t) {
     const uint8_t *r[VW];
     VF a[VW];
     IX__UNROLL(16)
@@ -227,7 +231,7 @@ static inline __attribute__((always_inline)) VF v_attn_tile(const float *q, cons
 /* The same for a tile of n <= VW keys: a full tile's row addresses need no clamping. */
 static inline __attribute__((always_inline)) VF v_attn_tile_n(const float *q, const uint8_t *k,
                                                              size_t row_bytes, size_t n, size_t hd,
-                                                             ix_dtype t) {
+                                                             ix_kv_dtype t) {
     return n == VW ? v_attn_tile(q, k, row_bytes, VW, hd, t)
                    : v_attn_tile(q, k, row_bytes, n, hd, t);
 }
@@ -236,7 +240,7 @@ static inline __attribute__((always_inline)) VF v_attn_tile_n(const float *q, co
  * [j0, j0 + VW) of p (lanes past n repeat a score); m[i] keeps the lane max. */
 static inline __attribute__((always_inline)) void
 v_attn_scores(const ix_attn_acc *accs, const float *q, size_t nb, const uint8_t *k,
-              size_t row_bytes, size_t n, size_t hd, ix_dtype t, float (*p)[IX__ATTN_CHUNK],
+              size_t row_bytes, size_t n, size_t hd, ix_kv_dtype t, float (*p)[IX__ATTN_CHUNK],
               size_t j0, VF *m) {
     for (size_t i = 0; i < nb; i++) {
         VF sv = vf_mul(v_attn_tile_n(q + i * hd, k, row_bytes, n, hd, t), vf_set1(accs[i].scale));
@@ -253,7 +257,7 @@ v_attn_scores(const ix_attn_acc *accs, const float *q, size_t nb, const uint8_t 
 static inline __attribute__((always_inline)) void
 v_attn_pv_slices(float *const *o, const float *alpha, const float (*p)[IX__ATTN_CHUNK], int nq,
                  int ns, const uint8_t *v, size_t row_bytes, size_t cnt, size_t i, size_t w,
-                 ix_dtype t) {
+                 ix_kv_dtype t) {
     VF acc[V_ATTN_QB]; /* (nq, ns) */
     IX__UNROLL(8)
     for (int q = 0; q < nq; q++) {
@@ -289,7 +293,7 @@ v_attn_pv_slices(float *const *o, const float *alpha, const float (*p)[IX__ATTN_
 static inline __attribute__((always_inline)) void v_attn_pv(float *const *o, const float *alpha,
                                                            const float (*p)[IX__ATTN_CHUNK], int nq,
                                                            const uint8_t *v, size_t row_bytes,
-                                                           size_t cnt, size_t hd, ix_dtype t) {
+                                                           size_t cnt, size_t hd, ix_kv_dtype t) {
     int ns = nq >= 8 ? 1 : nq == 4 ? 2 : 4;
     size_t i = 0;
     if (ns > 1)
@@ -302,7 +306,7 @@ static inline __attribute__((always_inline)) void v_attn_pv(float *const *o, con
 /* HD: the head dim as a constant for the common dims' copies, 0 for the general one. */
 static inline __attribute__((always_inline)) void
 v_attn_run(ix_attn_acc *accs, const float *q, size_t nq, const uint8_t *k, size_t krb,
-           const uint8_t *v, size_t vrb, size_t n_tokens, ix_dtype t, size_t HD) {
+           const uint8_t *v, size_t vrb, size_t n_tokens, ix_kv_dtype t, size_t HD) {
     size_t hd = HD ? HD : accs[0].head_dim;
     float p[V_ATTN_QB][IX__ATTN_CHUNK]; /* scores, then exp(s - max), of the live queries */
     float alpha[V_ATTN_QB];
@@ -312,7 +316,7 @@ v_attn_run(ix_attn_acc *accs, const float *q, size_t nq, const uint8_t *k, size_
         size_t nb = nq - q0 < V_ATTN_QB ? nq - q0 : V_ATTN_QB;
         /* f16 keys shared by several queries are widened once per tile into
          * kbuf (exactly, so the scores are the same bits either way) */
-        bool widen = t == IX_DTYPE_F16 && nb > 1 && hd <= V_ATTN_KBUF_HD;
+        bool widen = (t == IX_KV_F16 || t == IX_KV_BF16) && nb > 1 && hd <= V_ATTN_KBUF_HD;
         for (size_t t0 = 0; t0 < n_tokens; t0 += IX__ATTN_CHUNK) {
             size_t cnt = n_tokens - t0 < IX__ATTN_CHUNK ? n_tokens - t0 : IX__ATTN_CHUNK;
             /* the scores of all queries first, then their exponentials: the
@@ -330,11 +334,11 @@ v_attn_run(ix_attn_acc *accs, const float *q, size_t nq, const uint8_t *k, size_
                 for (size_t j = 0; j < n; j++) {
                     const uint16_t *src = (const uint16_t *)(kt + j * krb);
                     size_t i = 0;
-                    for (; i + VW <= hd; i += VW) vf_store(kbuf + j * hd + i, vf_load_h(src + i));
-                    if (i < hd) vf_store_n(kbuf + j * hd + i, vf_load_h_n(src + i, hd - i), hd - i);
+                    for (; i + VW <= hd; i += VW) vf_store(kbuf + j * hd + i, v_kv_load(src, t, i));
+                    if (i < hd) vf_store_n(kbuf + j * hd + i, v_kv_load_n(src, t, i, hd - i), hd - i);
                 }
                 v_attn_scores(accs + q0, q + q0 * hd, nb, (const uint8_t *)kbuf, hd * 4, n, hd,
-                              IX_DTYPE_F32, p, j0, m);
+                              IX_KV_F32, p, j0, m);
             }
             float cmax[V_ATTN_QB];
             for (size_t i = 0; i < nb; i++) cmax[i] = vf_hmax(m[i]);
@@ -386,19 +390,29 @@ v_attn_run(ix_attn_acc *accs, const float *q, size_t nq, const uint8_t *k, size_
     }
 }
 
-/* The kernel-table entry: one copy per K/V type and common head dim. */
+/* The kernel-table entry: one copy per float K/V type and common head dim;
+ * the block types go to attn_q.h's canonical loop over the includer's
+ * vq_dot / vq_axpy. */
+#include "kernels/attn_q.h"
+
+#define V_ATTN_DIMS(T)                                                                             \
+    do {                                                                                           \
+        if (hd == 64) v_attn_run(accs, q, nq, kb, krb, vb, vrb, n_tokens, T, 64);                  \
+        else if (hd == 128) v_attn_run(accs, q, nq, kb, krb, vb, vrb, n_tokens, T, 128);           \
+        else v_attn_run(accs, q, nq, kb, krb, vb, vrb, n_tokens, T, 0);                            \
+    } while (0)
+
 static void v_attn_add(ix_attn_acc *accs, const float *q, size_t nq, const void *k, size_t k_stride,
-                       const void *v, size_t v_stride, size_t n_tokens, ix_dtype t) {
-    size_t hd = accs[0].head_dim, esz = t == IX_DTYPE_F16 ? 2 : 4;
+                       const void *v, size_t v_stride, size_t n_tokens, ix_kv_dtype t) {
+    if (ix__kv_is_block(t)) {
+        vq_attn_add(accs, q, nq, k, k_stride, v, v_stride, n_tokens, t);
+        return;
+    }
+    size_t hd = accs[0].head_dim, esz = t == IX_KV_F32 ? 4 : 2;
     const uint8_t *kb = k, *vb = v;
     size_t krb = k_stride * esz, vrb = v_stride * esz;
-    if (t == IX_DTYPE_F16) {
-        if (hd == 64) v_attn_run(accs, q, nq, kb, krb, vb, vrb, n_tokens, IX_DTYPE_F16, 64);
-        else if (hd == 128) v_attn_run(accs, q, nq, kb, krb, vb, vrb, n_tokens, IX_DTYPE_F16, 128);
-        else v_attn_run(accs, q, nq, kb, krb, vb, vrb, n_tokens, IX_DTYPE_F16, 0);
-    } else {
-        if (hd == 64) v_attn_run(accs, q, nq, kb, krb, vb, vrb, n_tokens, IX_DTYPE_F32, 64);
-        else if (hd == 128) v_attn_run(accs, q, nq, kb, krb, vb, vrb, n_tokens, IX_DTYPE_F32, 128);
-        else v_attn_run(accs, q, nq, kb, krb, vb, vrb, n_tokens, IX_DTYPE_F32, 0);
-    }
+    if (t == IX_KV_F16) V_ATTN_DIMS(IX_KV_F16);
+    else if (t == IX_KV_BF16) V_ATTN_DIMS(IX_KV_BF16);
+    else V_ATTN_DIMS(IX_KV_F32);
 }
+#undef V_ATTN_DIMS

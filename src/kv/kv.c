@@ -7,21 +7,8 @@
 
 #include <string.h>
 
-static const struct {
-    const char *name;
-    size_t size;
-} g_dtypes[IX_KV_DTYPE_COUNT] = {
-    [IX_KV_F32] = {"f32", 4},
-    [IX_KV_F16] = {"f16", 2},
-    [IX_KV_Q8] = {"q8", 1},
-};
-
 size_t ix_kv_dtype_size(ix_kv_dtype dtype) {
-    return (unsigned)dtype < IX_KV_DTYPE_COUNT ? g_dtypes[dtype].size : 0;
-}
-
-const char *ix_kv_dtype_name(ix_kv_dtype dtype) {
-    return (unsigned)dtype < IX_KV_DTYPE_COUNT ? g_dtypes[dtype].name : "?";
+    return ix_kv_dtype_block(dtype) == 1 ? ix_kv_dtype_row_bytes(dtype, 1) : 0;
 }
 
 ix_kv_params ix_kv_default_params(void) {
@@ -45,8 +32,8 @@ static ix_status plan_layout(const ix_kv_params *p, ix_kv_layout *lay, ix_errbuf
     memset(lay, 0, sizeof *lay);
     uint64_t slice, block;
     lay->elem_bytes = ix_kv_dtype_size(p->dtype);
-    if (ix_mul_overflow_u64((uint64_t)p->head_dim, lay->elem_bytes, &slice) ||
-        ix_mul_overflow_u64(slice, (uint64_t)p->block_size, &slice) ||
+    slice = ix_kv_dtype_row_bytes(p->dtype, (size_t)p->head_dim);
+    if (slice == 0 || ix_mul_overflow_u64(slice, (uint64_t)p->block_size, &slice) ||
         ix_mul_overflow_u64(slice, (uint64_t)p->n_kv_head, &slice) || slice > SIZE_MAX / 4)
         return ix_errf(err, IX_ERR_RANGE, "kv: one block slice overflows");
     slice = round_up((size_t)slice, 64); /* every slice starts on a cache line */
@@ -57,7 +44,7 @@ static ix_status plan_layout(const ix_kv_params *p, ix_kv_layout *lay, ix_errbuf
     lay->n_kv_head = p->n_kv_head;
     lay->head_dim = p->head_dim;
     lay->block_size = p->block_size;
-    lay->token_stride_bytes = (size_t)p->head_dim * lay->elem_bytes;
+    lay->token_stride_bytes = ix_kv_dtype_row_bytes(p->dtype, (size_t)p->head_dim);
     lay->head_stride_bytes = lay->token_stride_bytes * (size_t)p->block_size;
     lay->v_offset_bytes = (size_t)slice;
     lay->layer_stride_bytes = 2 * (size_t)slice;
@@ -73,8 +60,11 @@ static ix_status check_params(const ix_kv_params *p, ix_errbuf *err) {
                        (int)p->n_layer, (int)p->n_kv_head, (int)p->head_dim);
     if ((unsigned)p->dtype >= IX_KV_DTYPE_COUNT)
         return ix_errf(err, IX_ERR_INVALID, "kv: unknown dtype %d", (int)p->dtype);
-    if (p->dtype == IX_KV_Q8)
-        return ix_errf(err, IX_ERR_UNSUPPORTED, "kv: q8 K/V is not implemented yet");
+    if (p->head_dim > 0 && ix_kv_dtype_block(p->dtype) > 1 && p->head_dim % 16)
+        return ix_errf(err, IX_ERR_UNSUPPORTED,
+                       "kv: dtype %s needs head_dim a multiple of 16 (blocks of 32 values and a "
+                       "closing one of 16), not %d",
+                       ix_kv_dtype_name(p->dtype), (int)p->head_dim);
     if (p->block_size < 1 || p->block_size > 4096)
         return ix_errf(err, IX_ERR_RANGE, "kv: block_size %d outside 1..4096", (int)p->block_size);
     if (p->n_blocks < 0 || p->n_swap_blocks < 0 || p->sliding_window < 0 || p->max_seq_len < 0)

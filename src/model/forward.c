@@ -94,9 +94,10 @@ ix_status ix_model_ctx_create(ix_model_ctx **out, const ix_model *m, ix_kv *kv,
         return ix_errf(err, IX_ERR_INVALID,
                        "KV cache shape (%d layers, %d heads, dim %d) does not match the model (%d, %d, %d)",
                        lay.n_layer, lay.n_kv_head, lay.head_dim, hp->n_layer, hp->n_head_kv, hp->head_dim);
-    if (lay.dtype != IX_KV_F32 && lay.dtype != IX_KV_F16)
-        return ix_errf(err, IX_ERR_UNSUPPORTED, "KV cache type %s is not supported by attention",
-                       ix_kv_dtype_name(lay.dtype));
+    if (ix_kv_dtype_block(lay.dtype) > 1 && hp->head_dim > 1024)
+        return ix_errf(err, IX_ERR_UNSUPPORTED,
+                       "KV cache type %s: attention takes head_dim up to 1024, the model has %d",
+                       ix_kv_dtype_name(lay.dtype), hp->head_dim);
     ix_status s = ix_kernels_init();
     if (s != IX_OK) return ix_errf(err, s, "kernel initialisation failed");
 
@@ -232,15 +233,9 @@ static void store_kv(ix_model_ctx *c, const ix_batch *b, int32_t layer, size_t t
         for (int32_t h = 0; h < hp->n_head_kv; h++) {
             const float *ks = c->k + t * KV + (size_t)h * hd;
             const float *vs = c->v + t * KV + (size_t)h * hd;
-            void *kd = kv_addr(c, base, layer, block, h, slot, false);
-            void *vd = kv_addr(c, base, layer, block, h, slot, true);
-            if (c->lay.dtype == IX_KV_F16) {
-                ix_kernels_fp32_to_fp16(ks, kd, hd);
-                ix_kernels_fp32_to_fp16(vs, vd, hd);
-            } else {
-                memcpy(kd, ks, hd * sizeof(float));
-                memcpy(vd, vs, hd * sizeof(float));
-            }
+            /* quantized on write: the cache holds only the dtype's rows */
+            ix_kernels_kv_store(c->lay.dtype, ks, kv_addr(c, base, layer, block, h, slot, false), hd);
+            ix_kernels_kv_store(c->lay.dtype, vs, kv_addr(c, base, layer, block, h, slot, true), hd);
         }
     }
 }
@@ -412,7 +407,6 @@ static void attn_item(const attn_job *j, int64_t it) {
     unsigned char *base = ix_kv_data(c->kv);
     size_t hd = (size_t)hp->head_dim, Q = (size_t)hp->n_head * hd;
     int32_t bs = c->lay.block_size, group = hp->n_head / hp->n_head_kv;
-    ix_dtype kv_type = c->lay.dtype == IX_KV_F16 ? IX_DTYPE_F16 : IX_DTYPE_F32;
     int64_t per_token = (int64_t)hp->n_head_kv * j->n_slices;
     int32_t t = b->n_tokens - 1 - (int32_t)(it / per_token);
     int32_t kvh = (int32_t)(it % per_token) / j->n_slices,
@@ -435,7 +429,7 @@ static void attn_item(const attn_job *j, int64_t it) {
         int32_t id = c->tables[t][blk];
         const void *k = kv_addr(c, base, j->layer, id, kvh, first, false);
         const void *v = kv_addr(c, base, j->layer, id, kvh, first, true);
-        kt->attn_add(accs, q, (size_t)nq, k, hd, v, hd, (size_t)(last - first + 1), kv_type);
+        kt->attn_add(accs, q, (size_t)nq, k, hd, v, hd, (size_t)(last - first + 1), c->lay.dtype);
     }
     for (int32_t i = 0; i < nq; i++) ix_attn_finish(&accs[i], o + (size_t)i * hd);
 }

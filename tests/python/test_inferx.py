@@ -72,6 +72,17 @@ class ModelTests(unittest.TestCase):
             self.assertGreater(st["kv"]["n_blocks_total"], 0)
             self.assertEqual(st["kv"]["n_seqs"], 0)
 
+    def test_kv_cache_dtype(self):
+        with inferx.Engine(self.model, kv_mem_mb=32) as e:
+            f16 = e.generate(PROMPT, max_tokens=16, temperature=0).text
+            f16_blocks = e.stats()["kv"]["n_blocks_total"]
+        with inferx.Engine(self.model, kv_mem_mb=32, kv_cache_dtype="q8_0") as e:
+            self.assertEqual(e.generate(PROMPT, max_tokens=16, temperature=0).text, f16)
+            self.assertGreater(e.stats()["kv"]["n_blocks_total"], 1.8 * f16_blocks)
+        with self.assertRaises(inferx.InferxError) as cm:
+            inferx.Engine(self.model, kv_cache_dtype="q9")
+        self.assertIn("q8_0", str(cm.exception))
+
     def test_greedy_matches_inferx_run(self):
         with inferx.Engine(self.model, kv_mem_mb=32) as e:
             text = e.generate(PROMPT, max_tokens=20, temperature=0).text
