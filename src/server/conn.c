@@ -12,7 +12,9 @@
  *     body_timeout_s of the headers, and an idle kept-alive connection
  *     must start its next request line within conn_timeout_s. The watcher
  *     thread sweeps the list every round and closes what is past its
- *     deadline (a 408 first when it was mid-request and not TLS);
+ *     deadline (a 408 first when it was mid-request and not TLS), and
+ *     what was left incomplete by a client that shut its side (a 400: no
+ *     more bytes can come, so waiting for the deadline only holds a slot);
  *   - MHD's own connection limit is set well above max_connections, and a
  *     connection opened over max_connections is marked `excess`: its
  *     request is answered at once with 503 and the connection closed
@@ -37,6 +39,10 @@
 /* Seconds a connection answered before its body ended keeps reading (and
  * discarding) so that closing it does not reset the answer away. */
 #define IXS_LINGER_S 2
+/* How long a client's end of stream must stand, mid-request and with no
+ * progress, before the request is refused as incomplete: MHD may have read
+ * the last bytes and not yet handed them on. */
+#define IXS_EOF_GRACE_NS 300000000ull
 /* libmicrohttpd's memory per connection (request line, headers, buffers). */
 #define IXS_CONN_POOL_BYTES (128 * 1024)
 
@@ -53,6 +59,7 @@ void ix__conn_phase(ix_server *s, ixs_sock *k, ixs_sock_phase ph) {
                    : ph == IXS_SOCK_LINGER ? IXS_LINGER_S
                                           : 0;
     atomic_store(&k->phase, (int)ph);
+    atomic_fetch_add(&k->gen, 1);
     atomic_store(&k->deadline_ns, secs > 0 ? ix_time_ns() + (uint64_t)secs * 1000000000ull : 0);
 }
 
@@ -66,6 +73,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         k->fd = ci ? ci->connect_fd : MHD_INVALID_SOCKET;
         atomic_init(&k->phase, IXS_SOCK_HEADERS);
         atomic_init(&k->deadline_ns, 0);
+        atomic_init(&k->gen, 0);
         ix__conn_phase(s, k, IXS_SOCK_HEADERS);
         k->excess = atomic_fetch_add(&s->n_socks, 1) >= s->p.max_connections;
         pthread_mutex_lock(&s->socks_mu);
@@ -127,12 +135,41 @@ bool ix__conn_send_raw(MHD_socket fd, int status, const char *reason, const char
     return sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) == nh + nb;
 }
 
+/* Whether k's client shut its side before its request was complete (libmicrohttpd
+ * 0.9.75 then waits for more bytes until the deadline): its end of stream,
+ * seen on two sweeps at least IXS_EOF_GRACE_NS apart with no phase change
+ * between. Unread bytes in the socket hide the end of stream until MHD has
+ * read them, so what is seen is the end of everything the client sent. */
+static bool ended_early(ixs_sock *k, int ph, uint64_t now) {
+    if (ph != IXS_SOCK_HEADERS && ph != IXS_SOCK_BODY) return false;
+    if (ix__srv_peer(k->fd) == IXS_PEER_OPEN) {
+        k->eof_ns = 0;
+        return false;
+    }
+    unsigned gen = atomic_load(&k->gen);
+    if (!k->eof_ns || k->eof_gen != gen) {
+        k->eof_ns = now;
+        k->eof_gen = gen;
+        return false;
+    }
+    return now - k->eof_ns >= IXS_EOF_GRACE_NS;
+}
+
 void ix__conn_sweep(ix_server *s) {
     uint64_t now = ix_time_ns();
     pthread_mutex_lock(&s->socks_mu);
     for (ixs_sock *k = s->socks; k; k = k->next) {
         uint64_t d = atomic_load(&k->deadline_ns);
-        if (!d || now < d || k->fd == MHD_INVALID_SOCKET) continue;
+        if (!d || k->fd == MHD_INVALID_SOCKET) continue;
+        if (now < d) {
+            if (!ended_early(k, atomic_load(&k->phase), now)) continue;
+            atomic_store(&k->deadline_ns, 0);
+            if (!s->tls)
+                ix__conn_send_raw(k->fd, 400, "Bad Request", "incomplete_request",
+                                  "the client ended its side of the connection before the request was complete");
+            shutdown(k->fd, SHUT_RDWR);
+            continue;
+        }
         atomic_store(&k->deadline_ns, 0);
         int ph = atomic_load(&k->phase);
         /* Mid-request and in clear text, nothing else is writing: say why. */
