@@ -736,8 +736,13 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     ixs_sock *k = ix__conn_sock(c);
     if (k) {
         ix__conn_phase(cls, k, IXS_SOCK_IDLE);
-        /* The client has shut its side: no next request can come, close now. */
-        if (ix__srv_peer(k->fd) != IXS_PEER_OPEN) atomic_store(&k->deadline_ns, 1);
+        /* The client has shut its side: no next request can come, so end the
+         * connection now (the answer is in the socket already; shutdown(2)
+         * sends it before the FIN), not at the sweeper's next round. */
+        if (ix__srv_peer(k->fd) != IXS_PEER_OPEN) {
+            atomic_store(&k->deadline_ns, 0);
+            shutdown(k->fd, SHUT_RDWR);
+        }
     }
 #ifdef __GLIBC__
     /* A large body's pages (and the tree parsed from it) go back to the
