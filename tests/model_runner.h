@@ -31,10 +31,12 @@ typedef struct runner {
     int32_t n_vocab;
 } runner;
 
-static void runner_open(runner *r, const char *path, ix_kv_dtype kv_type, int32_t max_batch,
-                        int n_threads) {
+/* lp: how the model loads (NULL: ix_model_load's defaults). */
+static void runner_open_with(runner *r, const char *path, const ix_model_load_params *lp, ix_kv_dtype kv_type,
+                             int32_t max_batch, int n_threads) {
     ix_errbuf err = {{0}};
-    if (ix_model_load(&r->m, path, &err) != IX_OK) fail_msg("%s: %s", path, err.msg);
+    ix_model_load_params dp = ix_model_load_default_params();
+    if (ix_model_load_ex(&r->m, path, lp ? lp : &dp, &err) != IX_OK) fail_msg("%s: %s", path, err.msg);
     ix_kv_params kp = ix_kv_default_params();
     ix_model_kv_params(r->m, &kp);
     kp.dtype = kv_type;
@@ -46,6 +48,10 @@ static void runner_open(runner *r, const char *path, ix_kv_dtype kv_type, int32_
     cp.n_threads = n_threads;
     if (ix_model_ctx_create(&r->ctx, r->m, r->kv, &cp, &err) != IX_OK) fail_msg("ctx: %s", err.msg);
     r->n_vocab = ix_model_get_hparams(r->m)->n_vocab;
+}
+
+static void runner_open(runner *r, const char *path, ix_kv_dtype kv_type, int32_t max_batch, int n_threads) {
+    runner_open_with(r, path, NULL, kv_type, max_batch, n_threads);
 }
 
 static void runner_close(runner *r) {

@@ -2,7 +2,8 @@
  * tokens for target-f32 / target-f16 and the top-5 logits for f32, batch
  * invariance (each prompt alone and inside a ragged batch of 8 sequences of
  * different lengths, prefill and decode mixed), on every ISA path this CPU
- * runs; and load errors for bad files. */
+ * runs; load errors for bad files; and the packed-weight cache (a hit maps
+ * the same bits; a stale, corrupt or truncated file is packed again). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/time.h>
 
 #include "inferx/model.h"
 #include "model_runner.h"
@@ -228,8 +231,150 @@ static void test_bad_batches(void **state) {
     }
 }
 
+/* ---- the packed-weight cache ---- */
+
+static char g_pc_dir[64], g_pc_model[128];
+
+/* Greedy tokens and the first logits of two prompts, the model loaded with
+ * lp; *cached: whether its packed weights came from (or went to) the cache. */
+static void pc_run(const ix_model_load_params *lp, ix_token out[2][N_GEN], float *logits, bool *cached) {
+    runner r;
+    runner_open_with(&r, g_pc_model, lp, IX_KV_F16, 64, 2);
+    *cached = ix_model_pack_cached(r.m);
+    ix_token a[] = {1, 450, 3996, 1354, 1701, 432}, b[] = {1, 938, 2501, 263, 931};
+    ix_token_vec prompts[2] = {{a, IX_ARRAY_LEN(a), IX_ARRAY_LEN(a)}, {b, IX_ARRAY_LEN(b), IX_ARRAY_LEN(b)}};
+    run_greedy(&r, prompts, 2, 4, 1, out, logits);
+    runner_close(&r); /* waits for a new cache file to be in place */
+}
+
+/* The one cache file in g_pc_dir (fails on none or a temporary left over). */
+static void pc_file(char *path, size_t len, struct stat *st) {
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "ls %s", g_pc_dir);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    char name[128];
+    int n = 0;
+    while (fgets(name, sizeof name, f)) {
+        name[strcspn(name, "\n")] = 0;
+        if (strstr(name, ".tmp.")) fail_msg("a temporary cache file was left: %s", name);
+        if (n++ == 0) snprintf(path, len, "%s/%s", g_pc_dir, name);
+    }
+    pclose(f);
+    if (n != 1) fail_msg("%d files in the cache directory, expected 1", n);
+    assert_int_equal(stat(path, st), 0);
+}
+
+static void pc_header_bytes(const char *path, unsigned char out[64]) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(out, 1, 64, f), 64);
+    fclose(f);
+}
+
+static void pc_same(ix_token a[2][N_GEN], const float *la, ix_token b[2][N_GEN], const float *lb, size_t nv,
+                    const char *what) {
+    if (memcmp(a, b, sizeof(ix_token) * 2 * N_GEN) || memcmp(la, lb, 2 * nv * sizeof(float)))
+        fail_msg("%s: tokens or logits differ from packing in memory", what);
+}
+
+static void test_pack_cache(void **state) {
+    (void)state;
+    snprintf(g_pc_dir, sizeof g_pc_dir, "/tmp/ix-pack-cache-XXXXXX");
+    assert_non_null(mkdtemp(g_pc_dir));
+    snprintf(g_pc_model, sizeof g_pc_model, "%s.model.gguf", g_pc_dir);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "cp %s/models/target-f16.gguf %s", IX_SOURCE_DIR, g_pc_model);
+    assert_int_equal(system(cmd), 0);
+    size_t nv = 0;
+    {
+        runner r;
+        runner_open(&r, g_pc_model, IX_KV_F16, 4, 1);
+        nv = (size_t)r.n_vocab;
+        runner_close(&r);
+    }
+    float *l0 = malloc(2 * nv * sizeof(float)), *l1 = malloc(2 * nv * sizeof(float));
+    ix_token t0[2][N_GEN], t1[2][N_GEN];
+    bool cached;
+    pc_run(NULL, t0, l0, &cached); /* in memory: the reference */
+    assert_false(cached);
+
+    ix_model_load_params lp = ix_model_load_default_params();
+    lp.pack_cache_dir = g_pc_dir;
+    lp.pack_cache_min_bytes = 0;
+    pc_run(&lp, t1, l1, &cached); /* a miss: packed into a new file */
+    assert_true(cached);
+    pc_same(t0, l0, t1, l1, nv, "packed into the cache");
+    char file[192];
+    struct stat st0, st1;
+    pc_file(file, sizeof file, &st0);
+
+    pc_run(&lp, t1, l1, &cached); /* a hit: the same file mapped */
+    assert_true(cached);
+    pc_same(t0, l0, t1, l1, nv, "mapped from the cache");
+    pc_file(file, sizeof file, &st1);
+    assert_int_equal(st0.st_ino, st1.st_ino);
+
+    /* a flipped byte in the header's key, then a truncated file: packed
+     * again, the same header back */
+    unsigned char h0[64], h1[64];
+    pc_header_bytes(file, h0);
+    FILE *f = fopen(file, "r+b");
+    assert_non_null(f);
+    fseek(f, 16, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, 16, SEEK_SET);
+    fputc(0x5a ^ c, f);
+    fclose(f);
+    pc_header_bytes(file, h1);
+    assert_memory_not_equal(h0, h1, sizeof h0);
+    pc_run(&lp, t1, l1, &cached);
+    pc_same(t0, l0, t1, l1, nv, "after a corrupt header");
+    pc_file(file, sizeof file, &st1);
+    pc_header_bytes(file, h1);
+    assert_memory_equal(h0, h1, sizeof h0);
+    assert_int_equal(truncate(file, st1.st_size / 2), 0);
+    pc_run(&lp, t1, l1, &cached);
+    pc_same(t0, l0, t1, l1, nv, "after truncation");
+    pc_file(file, sizeof file, &st0);
+    assert_int_equal(st0.st_size, st1.st_size);
+
+    /* the model file changed (its time): a new key, a new file; the cap
+     * then removes the least recently used one */
+    struct timeval tv[2] = {{1000000000, 0}, {1000000000, 0}};
+    assert_int_equal(utimes(g_pc_model, tv), 0);
+    lp.pack_cache_max_bytes = (uint64_t)st0.st_size + 4096; /* room for one */
+    pc_run(&lp, t1, l1, &cached);
+    assert_true(cached);
+    pc_same(t0, l0, t1, l1, nv, "after the model changed");
+    char file2[192];
+    pc_file(file2, sizeof file2, &st1);
+    assert_string_not_equal(file, file2);
+    snprintf(file, sizeof file, "%s", file2);
+
+    /* a cap below the file, and a directory that cannot be made: in memory */
+    assert_int_equal(unlink(file), 0);
+    lp.pack_cache_max_bytes = 4096;
+    pc_run(&lp, t1, l1, &cached);
+    assert_false(cached);
+    pc_same(t0, l0, t1, l1, nv, "over the cap");
+    lp.pack_cache_max_bytes = 0;
+    char bad[160];
+    snprintf(bad, sizeof bad, "%s/sub", g_pc_model); /* under a regular file */
+    lp.pack_cache_dir = bad;
+    pc_run(&lp, t1, l1, &cached);
+    assert_false(cached);
+    pc_same(t0, l0, t1, l1, nv, "with an unusable directory");
+
+    free(l0);
+    free(l1);
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s", g_pc_dir, g_pc_model);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pack_cache),
         cmocka_unit_test(test_golden),
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_logit_invariance),

@@ -71,11 +71,15 @@ ix_status ix_verrf(ix_errbuf *err, ix_status s, const char *fmt, va_list ap)
  * peak bytes are known (and shown in /metrics later) and so that tests can
  * fail the Nth allocation to drive out-of-memory paths (SQLite / curl style).
  * ix_free(NULL) is a no-op. Alignment of ix_malloc is 16 bytes;
- * ix_aligned_alloc takes a power-of-two alignment up to 4096. */
+ * ix_aligned_alloc and ix_aligned_calloc take a power-of-two alignment up to
+ * 4096. */
 void *ix_malloc(size_t n_bytes);
 void *ix_calloc(size_t count, size_t size);
 void *ix_realloc(void *p, size_t n_bytes);
 void *ix_aligned_alloc(size_t alignment, size_t n_bytes);
+/* Zeroed, like calloc: a large block's pages stay untouched (not resident)
+ * until written. Freed with ix_aligned_free. */
+void *ix_aligned_calloc(size_t alignment, size_t n_bytes);
 void ix_free(void *p);
 void ix_aligned_free(void *p);
 char *ix_strdup(const char *s);

@@ -119,6 +119,31 @@ typedef void (*ix_load_progress_fn)(void *user, double fraction);
 ix_status ix_model_load_progress(ix_model **out, const char *path, ix_load_progress_fn fn, void *user,
                                  ix_errbuf *err);
 
+/* How a model loads (ix_model_load_ex). */
+typedef struct ix_model_load_params {
+    ix_load_progress_fn progress; /* NULL: none; see ix_model_load_progress */
+    void *progress_user;
+    /* The packed-weight cache: a directory where the repacked matmul weights
+     * of a model are kept in a file, so that the next load of the same file
+     * maps them (milliseconds, the page cache's pages: resident once however
+     * many processes map them) instead of packing them into fresh memory
+     * (seconds for a multi-GB model). The first load packs straight into a
+     * new cache file, made durable and renamed into place off the calling
+     * thread. NULL: no cache (the default). */
+    const char *pack_cache_dir;
+    /* Bound on the directory's cache files: the least recently used go
+     * before a new one is written (0: no bound). */
+    uint64_t pack_cache_max_bytes;
+    /* Models whose packed weights are smaller pack in memory (default 64
+     * MiB: packing them takes a few tens of milliseconds). */
+    uint64_t pack_cache_min_bytes;
+} ix_model_load_params;
+
+ix_model_load_params ix_model_load_default_params(void);
+ix_status ix_model_load_ex(ix_model **out, const char *path, const ix_model_load_params *p, ix_errbuf *err);
+/* Whether m's packed weights came from (or were written to) the cache. */
+bool ix_model_pack_cached(const ix_model *m);
+
 const ix_model_hparams *ix_model_get_hparams(const ix_model *m);
 const ix_tokenizer *ix_model_tokenizer(const ix_model *m);
 const ix_gguf *ix_model_gguf(const ix_model *m);

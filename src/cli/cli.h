@@ -8,6 +8,7 @@
 
 #include "inferx/core.h"
 #include "inferx/engine.h"
+#include "inferx/model.h"
 #include "inferx/tokenizer.h"
 
 int ix_cli_info(int argc, char **argv);
@@ -42,6 +43,20 @@ bool ix_cli_tokenize_file(const char *cmd, const char *path, const ix_tokenizer 
 /* The bundled model: $INFERX_MODEL if set, else models/target-f16.gguf of the
  * source tree this binary was built from. */
 const char *ix_cli_default_model(void);
+
+/* The packed-weight cache directory (see ix_model_load_params) of serve, run
+ * and bench: arg (--pack-cache) when given, else $INFERX_PACK_CACHE, else
+ * $XDG_CACHE_HOME/inferx, else $HOME/.cache/inferx; NULL for "off". buf may
+ * hold the result. */
+const char *ix_cli_pack_cache_dir(const char *arg, char *buf, size_t len);
+#define IX_CLI_PACK_CACHE_MAX_DEFAULT ((uint64_t)64 << 30)
+#define IX_CLI_PACK_CACHE_HELP                                                                   \
+    "where the repacked weights of models of 64 MiB or more are kept, so the next\n"              \
+    "start maps them instead of packing again; off: no cache (default\n"                        \
+    "$INFERX_PACK_CACHE, else $XDG_CACHE_HOME/inferx, else ~/.cache/inferx)"
+#define IX_CLI_PACK_CACHE_MAX_HELP "bound on the cache directory: least recently used files go first\n(default 64G)"
+/* Default load params with the cache of ix_cli_pack_cache_dir(cache_arg). */
+void ix_cli_load_params(ix_model_load_params *p, const char *cache_arg, uint64_t cache_max, char *buf, size_t len);
 
 /* Parses a non-negative decimal integer option value; prints a usage error
  * naming opt and returns false if it is not one. */

@@ -46,6 +46,7 @@ static void usage(FILE *f) {
             "  --kv-cache-dtype T KV cache element type: f16 (default), bf16, q8_0, fp8_e4m3,\n"
             "                     q4_0 or f32\n"
             "  --kv-f32           the same as --kv-cache-dtype f32\n"
+            "  --pack-cache DIR|off  the packed-weight cache (as inferx serve's)\n"
             "  --json             print one JSON object instead of the table\n"
             "  -h, --help         show this help\n"
             "\n"
@@ -57,7 +58,7 @@ static void usage(FILE *f) {
 }
 
 typedef struct bench_opts {
-    const char *model;
+    const char *model, *pack_cache;
     uint64_t n_prompt, n_gen, threads, reps, seed, bw_mib;
     bool json;
     ix_kv_dtype kv_dtype;
@@ -106,6 +107,9 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
             const char *why = ix_cli_set_kv_dtype(&o->kv_dtype, v);
             if (why) fprintf(stderr, "inferx bench: %s %s, got '%s'\n", a, why, v);
             ok = !why;
+        } else if (!strcmp(a, "--pack-cache")) {
+            o->pack_cache = v;
+            ok = v != NULL;
         } else {
             fprintf(stderr, "inferx bench: unknown option '%s' (see --help)\n", a);
             return 2;
@@ -437,7 +441,10 @@ int ix_cli_bench(int argc, char **argv) {
     ix_model *m = NULL;
     bench b = {0};
     bw_meter bm = {0};
-    if (ix_model_load(&m, o.model, &err) != IX_OK) {
+    char cache_buf[4096];
+    ix_model_load_params lp;
+    ix_cli_load_params(&lp, o.pack_cache, IX_CLI_PACK_CACHE_MAX_DEFAULT, cache_buf, sizeof cache_buf);
+    if (ix_model_load_ex(&m, o.model, &lp, &err) != IX_OK) {
         fprintf(stderr, "inferx bench: %s: %s\n", o.model, err.msg);
         return 1;
     }

@@ -45,7 +45,9 @@ static void usage(FILE *f) {
             "  -t, --threads N      worker threads (default: all cores)\n"
             "  --kv-cache-dtype TYPE  KV cache element type: f16 (default), bf16, q8_0, fp8_e4m3,\n"
             "                       q4_0 (32-value blocks + an f16 scale) or f32\n"
-            "  --kv-f32             the same as --kv-cache-dtype f32\n",
+            "  --kv-f32             the same as --kv-cache-dtype f32\n"
+            "  --pack-cache DIR|off the packed-weight cache (as inferx serve's; default\n"
+            "                       $INFERX_PACK_CACHE, else $XDG_CACHE_HOME/inferx, else ~/.cache/inferx)\n",
             ix_cli_default_model());
     ix_spec_params spec = ix_spec_default_params();
     const ix_cli_opt spec_opts[] = {IX_CLI_SPEC_OPTS(&spec)};
@@ -113,7 +115,7 @@ static ix_status chat_tokens(const ix_model *m, const char *tmpl, const char *sy
 }
 
 int ix_cli_run(int argc, char **argv) {
-    const char *model = NULL, *prompt = NULL, *chat_template = NULL, *system = NULL;
+    const char *model = NULL, *prompt = NULL, *chat_template = NULL, *system = NULL, *pack_cache = NULL;
     bool chat = false;
     const char *stops[8];
     size_t n_stops = 0;
@@ -194,6 +196,9 @@ int ix_cli_run(int argc, char **argv) {
             const char *why = ix_cli_set_kv_dtype(&kv_dtype, v);
             if (why) fprintf(stderr, "inferx run: %s %s, got '%s'\n", a, why, v);
             ok = !why;
+        } else if (!strcmp(a, "--pack-cache")) {
+            pack_cache = v;
+            ok = v != NULL;
         } else {
             fprintf(stderr, "inferx run: unknown option '%s' (see --help)\n", a);
             return 2;
@@ -227,7 +232,10 @@ int ix_cli_run(int argc, char **argv) {
         goto done;
     }
 
-    if (ix_model_load(&m, model, &err) != IX_OK) {
+    char cache_buf[4096];
+    ix_model_load_params lp;
+    ix_cli_load_params(&lp, pack_cache, IX_CLI_PACK_CACHE_MAX_DEFAULT, cache_buf, sizeof cache_buf);
+    if (ix_model_load_ex(&m, model, &lp, &err) != IX_OK) {
         fprintf(stderr, "inferx run: %s: %s\n", model, err.msg);
         goto done;
     }

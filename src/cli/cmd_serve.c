@@ -227,7 +227,8 @@ int ix_cli_serve(int argc, char **argv) {
     ix_server_params sp = ix_server_default_params();
     ix_engine_params ep = ix_engine_default_params();
     uint64_t shutdown_s = 30;
-    size_t kv_disk_max = 0;
+    size_t kv_disk_max = 0, pack_cache_max = IX_CLI_PACK_CACHE_MAX_DEFAULT;
+    const char *pack_cache = NULL;
     const ix_cli_opt opts[] = {
         {"--model", "-m", "FILE", "GGUF model", IX_CLI_OPT_STR, &model, 0, 0, true, NULL},
         {"--host", NULL, "ADDR", "address or host name to bind", IX_CLI_OPT_STR, &sp.host, 0, 0, true, NULL},
@@ -283,6 +284,9 @@ int ix_cli_serve(int argc, char **argv) {
          IX_CLI_OPT_SIZE, &kv_disk_max, 0, 1e18, false, NULL},
         {"--kv-cache-dtype", NULL, "TYPE", IX_CLI_KV_DTYPE_HELP, IX_CLI_OPT_FN, &ep.kv_dtype, 0, 0, false,
          ix_cli_set_kv_dtype},
+        {"--pack-cache", NULL, "DIR|off", IX_CLI_PACK_CACHE_HELP, IX_CLI_OPT_STR, &pack_cache, 0, 0, false, NULL},
+        {"--pack-cache-max", NULL, "BYTES", IX_CLI_PACK_CACHE_MAX_HELP, IX_CLI_OPT_SIZE, &pack_cache_max, 0, 1e18,
+         false, NULL},
         {"--policy", NULL, "fcfs|priority|deadline", "scheduling policy (default fcfs)", IX_CLI_OPT_FN,
          &ep.sched.policy, 0, 0, false, set_policy},
         {"--cost-per-hour", NULL, "USD", "price of this machine: report usage.cost_usd per request", IX_CLI_OPT_F64,
@@ -418,7 +422,12 @@ int ix_cli_serve(int argc, char **argv) {
     fprintf(stderr, "inferx serve: loading %s; listening at %s:%u (/ready answers 503 until loaded)\n", model,
             sp.host, (unsigned)ix_server_port(srv));
     uint64_t t_load = ix_time_ns();
-    if (ix_model_load_progress(&m, model, on_load_progress, srv, &err) != IX_OK) {
+    char cache_buf[4096];
+    ix_model_load_params lp;
+    ix_cli_load_params(&lp, pack_cache, pack_cache_max, cache_buf, sizeof cache_buf);
+    lp.progress = on_load_progress;
+    lp.progress_user = srv;
+    if (ix_model_load_ex(&m, model, &lp, &err) != IX_OK) {
         fprintf(stderr, "inferx serve: %s: %s\n", model, err.msg);
         goto done;
     }

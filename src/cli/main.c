@@ -42,6 +42,22 @@ const char *ix_cli_default_model(void) {
     return m && *m ? m : INFERX_DEFAULT_MODEL;
 }
 
+const char *ix_cli_pack_cache_dir(const char *arg, char *buf, size_t len) {
+    const char *v = arg ? arg : getenv("INFERX_PACK_CACHE");
+    if (v && *v) return strcmp(v, "off") ? v : NULL;
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    int n = xdg && *xdg ? snprintf(buf, len, "%s/inferx", xdg)
+            : home && *home ? snprintf(buf, len, "%s/.cache/inferx", home)
+                            : -1;
+    return n > 0 && (size_t)n < len ? buf : NULL;
+}
+
+void ix_cli_load_params(ix_model_load_params *p, const char *cache_arg, uint64_t cache_max, char *buf, size_t len) {
+    *p = ix_model_load_default_params();
+    p->pack_cache_dir = ix_cli_pack_cache_dir(cache_arg, buf, len);
+    p->pack_cache_max_bytes = cache_max;
+}
+
 bool ix_cli_parse_u64(const char *opt, const char *s, uint64_t *out) {
     char *end;
     if (!s || !*s || *s == '-' || *s == '+') goto bad;

@@ -91,11 +91,15 @@ void ix_free(void *p) {
 }
 
 /* Layout: [raw ... pad][size_t size][size_t offset][aligned data] */
-void *ix_aligned_alloc(size_t alignment, size_t n) {
+/* Both aligned allocators: raw comes from malloc or calloc(n + alignment +
+ * HDR); the size and the offset back to raw sit just below the result. */
+static void *aligned_alloc_with(size_t alignment, size_t n, bool zero) {
     if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > 4096) return NULL;
     if (alignment < HDR) alignment = HDR;
     if (n > SIZE_MAX - alignment - HDR || should_fail()) return NULL;
-    unsigned char *raw = malloc(n + alignment + HDR);
+    /* calloc, not malloc + memset: a large block comes straight from mmap,
+     * already zero, and its pages are touched (made resident) only when used */
+    unsigned char *raw = zero ? calloc(1, n + alignment + HDR) : malloc(n + alignment + HDR);
     if (!raw) return NULL;
     uintptr_t base = (uintptr_t)raw + HDR;
     uintptr_t aligned = (base + alignment - 1) & ~(uintptr_t)(alignment - 1);
@@ -105,6 +109,9 @@ void *ix_aligned_alloc(size_t alignment, size_t n) {
     account_add(n);
     return (void *)aligned;
 }
+
+void *ix_aligned_alloc(size_t alignment, size_t n) { return aligned_alloc_with(alignment, n, false); }
+void *ix_aligned_calloc(size_t alignment, size_t n) { return aligned_alloc_with(alignment, n, true); }
 
 void ix_aligned_free(void *p) {
     if (!p) return;

@@ -401,7 +401,7 @@ static int cmp_range(const void *a, const void *b) {
 }
 
 size_t ix__gram_ranges_normalize(uint32_t *r, size_t n, bool negate) {
-    qsort(r, n, 2 * sizeof *r, cmp_range);
+    if (n > 1) qsort(r, n, 2 * sizeof *r, cmp_range); /* r may be NULL when n is 0 */
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         if (k && r[2 * i] <= r[2 * k - 1] + 1) {

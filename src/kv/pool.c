@@ -12,7 +12,10 @@
 
 ix_status ix__kv_pool_init(ix_kv *kv) {
     int32_t n = kv->n_blocks;
-    kv->data = ix_aligned_alloc(64, (size_t)n * kv->lay.block_stride_bytes);
+    /* Zeroed K/V: a kernel that reads a slot before it is written sees zeros,
+     * not stale data of another request. calloc's zeros cost nothing at
+     * start: the pool's pages become resident as blocks are first written. */
+    kv->data = ix_aligned_calloc(64, (size_t)n * kv->lay.block_stride_bytes);
     kv->tokens = ix_calloc((size_t)n * (size_t)kv->p.block_size, sizeof(int32_t));
     kv->blocks = ix_calloc((size_t)n, sizeof(kv_block));
     kv->free_stack = ix_malloc((size_t)n * sizeof(int32_t));
@@ -21,9 +24,6 @@ ix_status ix__kv_pool_init(ix_kv *kv) {
     if (!kv->data || !kv->tokens || !kv->blocks || !kv->free_stack || !kv->scratch_a ||
         !kv->scratch_b)
         return IX_ERR_NOMEM;
-    /* Zeroed K/V: a kernel that reads a slot before it is written sees zeros,
-     * not stale data of another request. */
-    memset(kv->data, 0, (size_t)n * kv->lay.block_stride_bytes);
     for (int32_t i = 0; i < n; i++) {
         kv->blocks[i].hnext = KV_NIL;
         kv->blocks[i].prev = kv->blocks[i].next = KV_NIL;

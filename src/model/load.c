@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "model/model_int.h"
@@ -21,6 +22,8 @@ typedef struct loader {
     ix_errbuf *err;
     ix_load_progress_fn progress; /* NULL: none */
     void *progress_user;
+    const char *path;
+    const ix_model_load_params *p;
 } loader;
 
 static void report(const loader *L, double fraction) {
@@ -341,8 +344,19 @@ static ix_status repack_weights(loader *L) {
         ix_free(ws);
         return IX_OK;
     }
+    /* the cache: a hit maps the packed weights, a miss packs into a new file */
+    struct stat st;
+    bool use_cache = L->p->pack_cache_dir && total >= L->p->pack_cache_min_bytes && !stat(L->path, &st);
+    uint64_t key = use_cache ? ix__pack_cache_key(L->path, &st, ws, n) : 0;
     size_t mapped = 0;
-    uint8_t *buf = pack_alloc(total, &mapped);
+    uint64_t t0 = ix_time_ns();
+    uint8_t *map = use_cache ? ix__pack_cache_map(L->p->pack_cache_dir, L->path, key, total, &st, &mapped) : NULL;
+    bool hit = map != NULL;
+    ix__pack_cache *writer = NULL;
+    if (use_cache && !map)
+        map = ix__pack_cache_create(L->p->pack_cache_dir, L->path, key, total, L->p->pack_cache_max_bytes,
+                                    &writer, &mapped);
+    uint8_t *buf = map ? map + 4096 : pack_alloc(total, &mapped);
     if (!buf) { /* not fatal: the mapped rows work, only slower */
         IX_LOGW("model: no memory for %llu bytes of packed weights; using the file's rows",
                 (unsigned long long)total);
@@ -359,7 +373,8 @@ static ix_status repack_weights(loader *L) {
         ix_free(j.dst);
         ix_free(j.first);
         ix_free(ws);
-        munmap(buf, mapped);
+        ix__pack_cache_abort(writer);
+        munmap(map ? map : buf, mapped);
         return ix_errf(L->err, IX_ERR_NOMEM, "out of memory");
     }
     uint64_t at = 0;
@@ -375,7 +390,9 @@ static ix_status repack_weights(loader *L) {
     atomic_init(&j.done_bytes, 0);
     atomic_init(&j.failed, 0);
     ix_pool *pool = NULL;
-    if (total >= PACK_PARALLEL_MIN_BYTES && ix_pool_create(&pool, 0) == IX_OK) {
+    if (hit) {
+        /* packed already: the file's rows were never touched */
+    } else if (total >= PACK_PARALLEL_MIN_BYTES && ix_pool_create(&pool, 0) == IX_OK) {
         ix_pool_run(pool, pack_worker, &j);
         ix_pool_destroy(pool);
     } else {
@@ -391,29 +408,53 @@ static ix_status repack_weights(loader *L) {
     }
     ix_free(j.dst);
     ix_free(j.first);
+    ix_free(ws);
     if (atomic_load(&j.failed)) { /* a packable shape into an aligned buffer always packs */
-        ix_free(ws);
+        ix__pack_cache_abort(writer);
+        munmap(map ? map : buf, mapped);
         return ix_errf(L->err, IX_ERR_INTERNAL, "packing the weights failed");
     }
-    if (total >= PACK_PARALLEL_MIN_BYTES)
-        IX_LOGI("model: packed %.1f MB of weights in %.2f s", (double)total / 1e6,
-                (double)(ix_time_ns() - j.t0_ns) / 1e9);
-    ix_free(ws);
-    m->packed = buf;
+    if (writer) ix__pack_cache_commit(writer, map, total, key, &st);
+    if (hit)
+        IX_LOGI("model: mapped %.1f MB of packed weights from the cache in %.3f s", (double)total / 1e6,
+                (double)(ix_time_ns() - t0) / 1e9);
+    else if (total >= PACK_PARALLEL_MIN_BYTES)
+        IX_LOGI("model: packed %.1f MB of weights in %.2f s%s", (double)total / 1e6,
+                (double)(ix_time_ns() - j.t0_ns) / 1e9, writer ? " (into the cache)" : "");
+    m->packed = map ? map : buf;
     m->packed_bytes = mapped;
+    m->packed_cached = map != NULL;
+    m->pack_writer = writer;
     return IX_OK;
 }
 
+ix_model_load_params ix_model_load_default_params(void) {
+    ix_model_load_params p = {0};
+    p.pack_cache_min_bytes = (uint64_t)64 << 20;
+    return p;
+}
+
 ix_status ix_model_load(ix_model **out, const char *path, ix_errbuf *err) {
-    return ix_model_load_progress(out, path, NULL, NULL, err);
+    ix_model_load_params p = ix_model_load_default_params();
+    return ix_model_load_ex(out, path, &p, err);
 }
 
 ix_status ix_model_load_progress(ix_model **out, const char *path, ix_load_progress_fn progress, void *user,
                                  ix_errbuf *err) {
+    ix_model_load_params p = ix_model_load_default_params();
+    p.progress = progress;
+    p.progress_user = user;
+    return ix_model_load_ex(out, path, &p, err);
+}
+
+bool ix_model_pack_cached(const ix_model *m) { return m->packed_cached; }
+
+ix_status ix_model_load_ex(ix_model **out, const char *path, const ix_model_load_params *p, ix_errbuf *err) {
     *out = NULL;
+    if (!p || !path) return ix_errf(err, IX_ERR_INVALID, "ix_model_load_ex: NULL path or params");
     ix_model *m = ix_calloc(1, sizeof *m);
     if (!m) return ix_errf(err, IX_ERR_NOMEM, "out of memory");
-    loader L = {m, NULL, err, progress, user};
+    loader L = {m, NULL, err, p->progress, p->progress_user, path, p};
     report(&L, 0.0);
     ix_status s = ix_gguf_open(&m->gguf, path, err);
     if (s != IX_OK) goto fail;
@@ -438,6 +479,7 @@ void ix_model_destroy(ix_model *m) {
     ix_free(m->layers);
     ix_free(m->rope_factors);
     if (m->packed) munmap(m->packed, (size_t)m->packed_bytes);
+    ix__pack_cache_finish(m->pack_writer); /* the new cache file durable and in place */
     ix_free(m);
 }
 

@@ -114,6 +114,32 @@ struct ix_model {
     uint64_t weight_bytes;   /* ix_model_weight_bytes */
     void *packed;            /* the packed copies of the matmul weights (mmap'd) */
     uint64_t packed_bytes;   /* bytes mapped there */
+    bool packed_cached;      /* packed is a cache file's mapping (pack_cache.c) */
+    struct ix__pack_cache *pack_writer; /* a new cache file being made durable, or NULL */
 };
+
+/* ---- the packed-weight cache (pack_cache.c) ---- */
+struct stat;
+typedef struct ix__pack_cache ix__pack_cache;
+/* The key of the packed form of weights ws (n) of the file at path. */
+uint64_t ix__pack_cache_key(const char *path, const struct stat *st, ix__weight *const *ws, size_t n);
+/* A hit: the cache file of key in dir mapped read-only (a 4 KiB header, then
+ * data_bytes of packed weights); *map_len its length. NULL: a miss. */
+uint8_t *ix__pack_cache_map(const char *dir, const char *gguf_path, uint64_t key, uint64_t data_bytes,
+                            const struct stat *st, size_t *map_len);
+/* A miss: a new cache file (temporary name, blocks reserved, the least
+ * recently used files removed to stay under max_bytes, 0: no bound) mapped
+ * writable for packing into (data at map + 4 KiB). NULL (logged): pack in
+ * memory instead. */
+uint8_t *ix__pack_cache_create(const char *dir, const char *gguf_path, uint64_t key, uint64_t data_bytes,
+                               uint64_t max_bytes, ix__pack_cache **out, size_t *map_len);
+/* Packing done: writes the header, makes the mapping read-only and makes the
+ * file durable and renames it into place on a thread of its own. */
+void ix__pack_cache_commit(ix__pack_cache *c, uint8_t *map, uint64_t data_bytes, uint64_t key,
+                           const struct stat *st);
+/* Packing failed: the temporary file goes (the caller unmaps). */
+void ix__pack_cache_abort(ix__pack_cache *c);
+/* Waits for commit's thread and frees c (model destroy). */
+void ix__pack_cache_finish(ix__pack_cache *c);
 
 #endif
