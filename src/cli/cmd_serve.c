@@ -227,6 +227,7 @@ int ix_cli_serve(int argc, char **argv) {
     ix_server_params sp = ix_server_default_params();
     ix_engine_params ep = ix_engine_default_params();
     uint64_t shutdown_s = 30;
+    int32_t tp = 1;
     size_t kv_disk_max = 0;
     const ix_cli_opt opts[] = {
         {"--model", "-m", "FILE", "GGUF model", IX_CLI_OPT_STR, &model, 0, 0, true, NULL},
@@ -335,6 +336,12 @@ int ix_cli_serve(int argc, char **argv) {
          NULL},
         {"--threads", "-t", "N", "kernel threads (default: all cores)", IX_CLI_OPT_I32, &ep.n_threads, 0, 1024, false,
          NULL},
+        {"--tp", NULL, "N",
+         "tensor parallelism over N processes, started as\n"
+         "mpirun -np N inferx serve --tp N ...: rank 0 serves HTTP and runs\n"
+         "the engine, every rank holds 1/N of the weights and KV heads\n"
+         "(docs/distributed.md); not with --kv-disk-dir or swap preemption",
+         IX_CLI_OPT_I32, &tp, 1, 1024, true, NULL},
         IX_CLI_SPEC_OPTS(&ep.spec),
     };
     int prc = ix_cli_parse_opts("serve", opts, IX_ARRAY_LEN(opts), argc, argv);
@@ -360,7 +367,19 @@ int ix_cli_serve(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    int rc = 1;
+    if (tp > 1 && ((ep.kv_disk_dir && *ep.kv_disk_dir) || ep.sched.preempt == IX_PREEMPT_SWAP)) {
+        /* both move K/V data inside rank 0's pool only */
+        fprintf(stderr, "inferx serve: --tp does not work with --kv-disk-dir or swap preemption yet\n");
+        key_list_free(&keys.list);
+        return 2;
+    }
+    ix_cli_tp tps;
+    int rc = ix_cli_tp_join("serve", tp, model, ep.n_threads, &tps);
+    if (rc >= 0) { /* a usage error, or a rank other than 0 that has served */
+        key_list_free(&keys.list);
+        return rc;
+    }
+    rc = 1;
     char *default_name = NULL;
     ix_errbuf err = {{0}};
     ix_model *m = NULL;
@@ -418,7 +437,7 @@ int ix_cli_serve(int argc, char **argv) {
     fprintf(stderr, "inferx serve: loading %s; listening at %s:%u (/ready answers 503 until loaded)\n", model,
             sp.host, (unsigned)ix_server_port(srv));
     uint64_t t_load = ix_time_ns();
-    if (ix_model_load_progress(&m, model, on_load_progress, srv, &err) != IX_OK) {
+    if (ix_cli_tp_load(&tps, model, on_load_progress, srv, &m, &err) != IX_OK) {
         fprintf(stderr, "inferx serve: %s: %s\n", model, err.msg);
         goto done;
     }
@@ -466,11 +485,13 @@ int ix_cli_serve(int argc, char **argv) {
         }
         pthread_join(drainer, NULL);
     }
+    ix_cli_tp_report(stderr, "serve", &tps);
     fprintf(stderr, "inferx serve: stopped\n");
     rc = 0;
 done:
     ix_server_destroy(srv);
     ix_engine_destroy(e);
+    ix_cli_tp_end(&tps);
     ix_model_destroy(m);
     if (log && log != stderr) fclose(log);
     key_list_free(&keys.list);
