@@ -5,6 +5,7 @@
  * own, ends the whole job at once so that rank 0 never waits for it. */
 #include <signal.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "inferx/dist.h"
@@ -28,6 +29,8 @@ int ix_cli_tp_join(const char *cmd, int32_t tp, const char *model, int32_t n_thr
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_UNBLOCK, &all, NULL);
+    fprintf(stderr, "inferx %s: rank %d (pid %ld) of %d: loading its shard of %s\n", cmd, (int)rank, (long)getpid(),
+            (int)tp, model);
     ix_model *m = NULL;
     ix_errbuf load_err = {{0}};
     if (ix_model_load_shard(&m, model, ix_dist_comm(t->dist), NULL, NULL, &load_err) != IX_OK)
