@@ -87,7 +87,7 @@ fi
 # non-zero (bounded by the hang guard, not timed).
 port_file=$tmp/port
 mpirun_log=$tmp/serve.err
-timeout -k 5 120 mpirun --oversubscribe --bind-to none -np 2 "$bin" serve --tp 2 --port 0 -t 1 \
+timeout 120 mpirun --oversubscribe --bind-to none -np 2 "$bin" serve --tp 2 --port 0 -t 1 \
     --access-log off >"$tmp/serve.out" 2>"$mpirun_log" &
 job=$!
 port=""
@@ -103,22 +103,22 @@ ready=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/ready")
 worker=$(sed -n 's/.*rank 1 (pid \([0-9]*\)).*/\1/p' "$mpirun_log" | head -n1)
 [ -n "$worker" ] || { cat "$mpirun_log"; echo "FAIL: rank 1 did not say its pid"; exit 1; }
 curl -s -m 100 "http://127.0.0.1:$port/v1/completions" -H 'content-type: application/json' \
-    -d '{"prompt":"It was","max_tokens":100000,"ignore_eos":true,"temperature":0,"stream":true}' \
+    -d '{"prompt":"It was","max_tokens":400,"ignore_eos":true,"temperature":0,"stream":true}' \
     >"$tmp/stream" 2>/dev/null &
 client=$!
 for _ in $(seq 1 600); do
-    [ -s "$tmp/stream" ] && break
+    grep -q '"text"' "$tmp/stream" 2>/dev/null && break
     sleep 0.1
 done
-[ -s "$tmp/stream" ] || { echo "FAIL: the request never streamed"; exit 1; }
+grep -q '"text"' "$tmp/stream" || { cat "$tmp/stream"; echo "FAIL: the request never streamed"; exit 1; }
 kill -9 "$worker"
 set +e
 wait "$job"
 rc=$?
 set -e
 wait "$client" 2>/dev/null || true
-if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-    cat "$mpirun_log"; echo "FAIL: the job ended with $rc after rank 1 was killed (0: unnoticed, 124/137: hung)"; exit 1
+if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then
+    cat "$mpirun_log"; echo "FAIL: the job ended with $rc after rank 1 was killed (0: unnoticed, 124: hung)"; exit 1
 fi
 echo "ok: rank 1 killed mid-request: the job ended with $rc"
 tail -n 5 "$mpirun_log"
