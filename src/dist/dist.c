@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 
 #include "inferx/dist.h"
@@ -31,6 +32,10 @@ enum { HDR_KIND, HDR_A, HDR_B, HDR_C, HDR_D, HDR_E, HDR_LEN };
  * sleeping DIST_IDLE_SLEEP_NS between polls. */
 #define DIST_SPIN_NS 20000000ull
 #define DIST_IDLE_SLEEP_NS 200000L
+/* An exchange polls this long, then sleeps this long between polls (with a
+ * 1 us timer slack, set at create, the sleep is about what it says). */
+#define EXCHANGE_SPIN_NS 20000ull
+#define EXCHANGE_SLEEP_NS 2000L
 
 typedef struct dist_reply {
     int32_t status;
@@ -99,6 +104,22 @@ static void interleave(const ix_dist *d, float *out, size_t rows, const int32_t 
     }
 }
 
+/* Waits for req: polling for spin_ns, then sleeping sleep_ns between polls.
+ * A sleeping rank leaves the core to its peer on a loaded node and comes back
+ * as a woken thread, which the scheduler runs soon; a spinning one would hold
+ * the core for its whole time slice. */
+static int poll_wait(MPI_Request *req, uint64_t spin_ns, long sleep_ns) {
+    uint64_t t0 = ix_time_ns();
+    for (;;) {
+        int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS || done) return rc;
+        if (ix_time_ns() - t0 > spin_ns) {
+            struct timespec ts = {0, sleep_ns};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
 static ix_status exchange(void *user, const float *mine, float *out, size_t rows, const int32_t *cols, bool root) {
     ix_dist *d = user;
     size_t total = layout(d, rows, cols);
@@ -107,10 +128,12 @@ static ix_status exchange(void *user, const float *mine, float *out, size_t rows
         return IX_ERR_NOMEM;
     float *dst = direct ? out : d->stage;
     uint64_t t0 = ix_time_ns();
-    int rc = root ? MPI_Gatherv(mine, d->counts[d->rank], MPI_FLOAT, dst, d->counts, d->displs, MPI_FLOAT, 0,
-                                MPI_COMM_WORLD)
-                  : MPI_Allgatherv(mine, d->counts[d->rank], MPI_FLOAT, dst, d->counts, d->displs, MPI_FLOAT,
-                                   MPI_COMM_WORLD);
+    MPI_Request req;
+    int rc = root ? MPI_Igatherv(mine, d->counts[d->rank], MPI_FLOAT, dst, d->counts, d->displs, MPI_FLOAT, 0,
+                                 MPI_COMM_WORLD, &req)
+                  : MPI_Iallgatherv(mine, d->counts[d->rank], MPI_FLOAT, dst, d->counts, d->displs, MPI_FLOAT,
+                                    MPI_COMM_WORLD, &req);
+    if (rc == MPI_SUCCESS) rc = poll_wait(&req, EXCHANGE_SPIN_NS, EXCHANGE_SLEEP_NS);
     d->st.exchange_ns += ix_time_ns() - t0;
     d->st.n_exchanges++;
     if (rc != MPI_SUCCESS) return mpi_fail(rc, root ? "gather" : "all-gather");
@@ -157,6 +180,18 @@ static ix_status comm_start(void *user, const ix_kv_params *kv, int32_t max_toke
     return s;
 }
 
+/* The last token of the run from t that reads t's block table (a sequence's
+ * tokens are adjacent in a batch); *need: the entries its longest need. */
+static int32_t run_end(const ix_model_plan *pl, int32_t t, int32_t *need) {
+    int32_t last = t;
+    *need = pl->n_blocks[t];
+    while (last + 1 < pl->batch.n_tokens && pl->tables[last + 1] == pl->tables[t]) {
+        last++;
+        if (pl->n_blocks[last] > *need) *need = pl->n_blocks[last];
+    }
+    return last;
+}
+
 /* Rank 0: the plan as words (see the file's top), then STEP and the words. */
 static ix_status comm_step(void *user, const ix_model_plan *pl) {
     ix_dist *d = user;
@@ -166,29 +201,16 @@ static ix_status comm_step(void *user, const ix_model_plan *pl) {
     /* the table pool: one table per run of tokens reading the same table,
      * as long as the run's longest need */
     size_t n_pool = 0;
-    for (int32_t t = 0; t < T; t++) {
-        int32_t run_end = t;
-        int32_t len = pl->n_blocks[t];
-        while (run_end + 1 < T && pl->tables[run_end + 1] == pl->tables[t]) {
-            run_end++;
-            if (pl->n_blocks[run_end] > len) len = pl->n_blocks[run_end];
-        }
-        n_pool += (size_t)len;
-        t = run_end;
-    }
+    for (int32_t t = 0, need; t < T; n_pool += (size_t)need) t = run_end(pl, t, &need) + 1;
     size_t n_words = 6 * (size_t)T + n_pool + 2 * (size_t)pl->n_copies;
     if (!grow((void **)&d->msg, &d->msg_cap, n_words, sizeof(int32_t))) return IX_ERR_NOMEM;
     int32_t *tok = d->msg, *pos = tok + T, *seq = pos + T, *outf = seq + T, *len = outf + T, *off = len + T,
             *pool = off + T, *cp = pool + n_pool;
     size_t at = 0;
-    for (int32_t t = 0; t < T; t++) {
-        int32_t run_end = t, need = pl->n_blocks[t];
-        while (run_end + 1 < T && pl->tables[run_end + 1] == pl->tables[t]) {
-            run_end++;
-            if (pl->n_blocks[run_end] > need) need = pl->n_blocks[run_end];
-        }
+    for (int32_t t = 0, need, last; t < T; t = last + 1) {
+        last = run_end(pl, t, &need);
         memcpy(pool + at, pl->tables[t], (size_t)need * sizeof(int32_t));
-        for (int32_t u = t; u <= run_end; u++) {
+        for (int32_t u = t; u <= last; u++) {
             tok[u] = b->tokens[u];
             pos[u] = b->pos[u];
             seq[u] = b->seq[u];
@@ -197,7 +219,6 @@ static ix_status comm_step(void *user, const ix_model_plan *pl) {
             off[u] = (int32_t)at;
         }
         at += (size_t)need;
-        t = run_end;
     }
     if (pl->n_copies) memcpy(cp, pl->copies, 2 * (size_t)pl->n_copies * sizeof(int32_t));
     int32_t hdr[HDR_LEN] = {MSG_STEP, T, (int32_t)n_pool, pl->n_copies, pl->hidden, 0};
@@ -212,6 +233,13 @@ static ix_status comm_step(void *user, const ix_model_plan *pl) {
 ix_status ix_dist_create(ix_dist **out, int32_t n_ranks, ix_errbuf *err) {
     *out = NULL;
     if (g_initialised) return ix_errf(err, IX_ERR_STATE, "MPI is initialised once per process");
+    /* Open MPI's ranks busy-poll while they wait in an exchange; with more
+     * runnable threads than cores (a shared node) a spinning rank holds the
+     * core its peer needs for a whole time slice. Yielding in the poll costs
+     * little on an idle node and keeps a loaded one moving (an explicit
+     * setting in the environment wins). */
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0); /* threads made later inherit it (the engine's) */
     int provided = 0;
     int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
     if (rc != MPI_SUCCESS) return ix_errf(err, IX_ERR_IO, "MPI_Init_thread failed");
@@ -287,16 +315,8 @@ static ix_status wait_header(int32_t *hdr) {
     MPI_Request req;
     int rc = MPI_Ibcast(hdr, HDR_LEN, MPI_INT32_T, 0, MPI_COMM_WORLD, &req);
     if (rc != MPI_SUCCESS) return mpi_fail(rc, "broadcast");
-    uint64_t t0 = ix_time_ns();
-    for (;;) {
-        int done = 0;
-        if ((rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS) return mpi_fail(rc, "broadcast");
-        if (done) return IX_OK;
-        if (ix_time_ns() - t0 > DIST_SPIN_NS) {
-            struct timespec ts = {0, DIST_IDLE_SLEEP_NS};
-            nanosleep(&ts, NULL);
-        }
-    }
+    rc = poll_wait(&req, DIST_SPIN_NS, DIST_IDLE_SLEEP_NS);
+    return rc == MPI_SUCCESS ? IX_OK : mpi_fail(rc, "broadcast");
 }
 
 /* A STEP's words into a plan over d->msg; false when the sizes disagree. */
