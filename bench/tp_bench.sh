@@ -22,7 +22,7 @@ trap 'rm -rf "$tmp"' EXIT
 median() { sort -g | awk '{v[NR]=$1} END {if (NR == 0) print 0; else if (NR % 2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
 decode_rate() { sed -n 's/.*generated [0-9]* tokens, \([0-9.]*\) tokens\/s.*/\1/p' "$1"; }
 exch_per_step() { sed -n 's/.*exchanges in [0-9.]* ms (\([0-9.]*\) us a step).*/\1/p' "$1"; }
-batched_rate() { awk '$1 == "concurrent" {print $3}' "$1"; }
+batched_rate() { awk '$1 == "concurrent" && $2 ~ /^[0-9.]+$/ {print $3}' "$1"; }
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 : >"$tmp/d1"; : >"$tmp/d2"; : >"$tmp/x2"; : >"$tmp/b1"; : >"$tmp/b2"
