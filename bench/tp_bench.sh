@@ -42,9 +42,9 @@ for r in $(seq 1 "$reps"); do
 done
 d1=$(median <"$tmp/d1") d2=$(median <"$tmp/d2") x2=$(median <"$tmp/x2") b1=$(median <"$tmp/b1") b2=$(median <"$tmp/b2")
 awk -v d1="$d1" -v d2="$d2" -v x2="$x2" -v b1="$b1" -v b2="$b2" -v n="$reps" 'BEGIN {
-    printf "decode  (median of %d): 1 process x 2 threads %.1f tok/s, 2 ranks x 1 thread %.1f tok/s: %.1f%%\n", n, d1, d2, d1 > 0 ? 100 * d2 / d1 : 0
-    printf "        exchanges %.0f us a step = %.1f%% of the tp step (%.0f us)\n", x2, d2 > 0 ? x2 / (1e4 / d2) : 0, d2 > 0 ? 1e6 / d2 : 0
-    printf "batched (median of %d): 1 process x 2 threads %.1f out tok/s, 2 ranks x 1 thread %.1f: %.1f%%\n", n, b1, b2, b1 > 0 ? 100 * b2 / b1 : 0 }'
+    printf "decode  (median of %d): 1 process x 2 threads %.1f tok/s, 2 ranks x 1 thread %.1f tok/s: %.1f%%\n", n, d1, d2, (d1 > 0 ? 100 * d2 / d1 : 0)
+    printf "        exchanges %.0f us a step = %.1f%% of the tp step (%.0f us)\n", x2, (d2 > 0 ? x2 / (1e4 / d2) : 0), (d2 > 0 ? 1e6 / d2 : 0)
+    printf "batched (median of %d): 1 process x 2 threads %.1f out tok/s, 2 ranks x 1 thread %.1f: %.1f%%\n", n, b1, b2, (b1 > 0 ? 100 * b2 / b1 : 0) }'
 if [ -x "$build/bin/tp_comm_bench" ]; then
     mpi 2 "$build/bin/tp_comm_bench" 2
 fi

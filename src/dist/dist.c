@@ -32,8 +32,9 @@ enum { HDR_KIND, HDR_A, HDR_B, HDR_C, HDR_D, HDR_E, HDR_LEN };
  * sleeping DIST_IDLE_SLEEP_NS between polls. */
 #define DIST_SPIN_NS 20000000ull
 #define DIST_IDLE_SLEEP_NS 200000L
-/* An exchange polls this long, then sleeps this long between polls (with a
- * 1 us timer slack, set at create, the sleep is about what it says). */
+/* An exchange polls this long (INFERX_TP_SPIN_US overrides it), then sleeps
+ * this long between polls (with a 1 us timer slack, set at create, the sleep
+ * is about what it says). */
 #define EXCHANGE_SPIN_NS 20000ull
 #define EXCHANGE_SLEEP_NS 2000L
 
@@ -52,6 +53,7 @@ struct ix_dist {
     size_t msg_cap;       /* words */
     ix_dist_stats st;
     bool stopped; /* a rank other than 0 got STOP */
+    uint64_t spin_ns; /* an exchange polls this long before it sleeps between polls */
 };
 
 static int32_t g_initialised; /* MPI_Init once per process */
@@ -133,7 +135,7 @@ static ix_status exchange(void *user, const float *mine, float *out, size_t rows
                                  MPI_COMM_WORLD, &req)
                   : MPI_Iallgatherv(mine, d->counts[d->rank], MPI_FLOAT, dst, d->counts, d->displs, MPI_FLOAT,
                                     MPI_COMM_WORLD, &req);
-    if (rc == MPI_SUCCESS) rc = poll_wait(&req, EXCHANGE_SPIN_NS, EXCHANGE_SLEEP_NS);
+    if (rc == MPI_SUCCESS) rc = poll_wait(&req, d->spin_ns, EXCHANGE_SLEEP_NS);
     d->st.exchange_ns += ix_time_ns() - t0;
     d->st.n_exchanges++;
     if (rc != MPI_SUCCESS) return mpi_fail(rc, root ? "gather" : "all-gather");
@@ -275,6 +277,8 @@ ix_status ix_dist_create(ix_dist **out, int32_t n_ranks, ix_errbuf *err) {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     d->rank = rank;
     d->size = size;
+    const char *spin = getenv("INFERX_TP_SPIN_US");
+    d->spin_ns = spin && *spin ? strtoull(spin, NULL, 10) * 1000ull : EXCHANGE_SPIN_NS;
     d->comm = (ix_model_comm){.user = d, .rank = rank, .n_ranks = size, .allgather = comm_allgather,
                               .gather = comm_gather, .start = comm_start, .step = comm_step};
     *out = d;
