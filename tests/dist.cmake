@@ -1,3 +1,6 @@
+# Model shards against the whole model, the ranks being threads joined by a
+# transport of the test's own (no MPI needed; runs under the sanitizers).
+ix_add_test(test_tp SOURCES test_tp.c LIBS ix_model Threads::Threads TIMEOUT 600)
 # Tensor parallelism over MPI (docs/distributed.md): 2 and 3 ranks give one
 # process's greedy output on the bundled and the ../shared/arch models; a
 # killed rank ends the job. Skipped (77) when mpirun is missing.

@@ -665,11 +665,11 @@ static ix_status forward(ix_model_ctx *c, const ix_batch *b, const ix_model_plan
     const ix_model *m = c->m;
     const ix_model_hparams *hp = &m->hp;
     const ix_model_shard_info *sh = &m->shard;
+    if (!plan && m->comm && m->comm->rank != 0)
+        return ix_errf(&c->err, IX_ERR_STATE, "tensor-parallel rank %d runs rank 0's plans only", m->comm->rank);
     int32_t n_out;
     ix_status s = plan ? check_plan(c, plan, &n_out) : check_batch(c, b, &n_out);
     if (s != IX_OK) return s;
-    if (!plan && m->comm && m->comm->rank != 0)
-        return ix_errf(&c->err, IX_ERR_STATE, "tensor-parallel rank %d runs rank 0's plans only", m->comm->rank);
     if (plan) apply_copies(c, plan);
     else if (m->comm && (s = send_plan(c, b, want_hidden)) != IX_OK) return s;
     size_t T = (size_t)b->n_tokens, E = (size_t)hp->n_embd, hd = (size_t)hp->head_dim,
