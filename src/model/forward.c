@@ -187,7 +187,8 @@ ix_status ix_model_ctx_create(ix_model_ctx **out, const ix_model *m, ix_kv *kv,
     }
     c->scratch = sb ? ix_aligned_alloc(64, sb) : NULL;
     if (!c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->xo || !c->ya ||
-        !c->tables || !c->out_rows || (sb && !c->scratch) || (tp && (!c->att_full || !c->ffn_full || !c->part || !c->plan_lens))) {
+        !c->tables || !c->out_rows || (sb && !c->scratch) ||
+        (tp && (!c->att_full || !c->ffn_full || !c->part || !c->plan_lens))) {
         ix_model_ctx_destroy(c);
         return ix_errf(err, IX_ERR_NOMEM, "out of memory for activations of %d tokens", p->max_batch_tokens);
     }

@@ -460,10 +460,11 @@ static ix_status shard_weights(loader *L, const ix_model_comm *comm) {
     sh->n_ff = split_at(F, rank + 1, R) - sh->ff0;
     sh->n_embd = split_at(E, rank + 1, R) - sh->embd0;
     sh->n_vocab = split_at(V, rank + 1, R) - sh->vocab0;
+    if (!comm || R == 1) return IX_OK; /* one rank: the whole model, no exchanges */
     m->comm = comm;
-    if (!comm || R == 1) return IX_OK;
     for (int i = 0; i < IX__COLS_COUNT; i++)
-        if (!(m->cols[i] = ix_calloc((size_t)R, sizeof(int32_t)))) return ix_errf(L->err, IX_ERR_NOMEM, "out of memory");
+        if (!(m->cols[i] = ix_calloc((size_t)R, sizeof(int32_t))))
+            return ix_errf(L->err, IX_ERR_NOMEM, "out of memory");
     for (int32_t r = 0; r < R; r++) {
         int32_t a, b, c, d;
         head_split(hp, r, R, &a, &b, &c, &d);
