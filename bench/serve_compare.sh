@@ -5,8 +5,12 @@
 # usage: serve_compare.sh MODEL ROUNDS LEVELS CONFIG...
 #   MODEL   GGUF file every server loads
 #   ROUNDS  how many times each configuration runs (round-robin over CONFIGs)
-#   LEVELS  C:N[,C:N...]: concurrency C with N requests (e.g. 1:4,16:32,64:64)
-#   CONFIG  "label=/path/to/inferx [serve options...]"; the first is the baseline
+#   LEVELS  C:N[,C:N...]: concurrency C with N requests (e.g. 1:4,16:32,64:64);
+#           none: only the start (time to ready, memory)
+#   CONFIG  "label=/path/to/inferx [serve options...]"; the first is the baseline.
+#           A binary named llama-server is llama.cpp's server, run as
+#           `llama-server -m MODEL --host --port [options...]` and ready when
+#           its /health answers 200 (it answers 503 while loading).
 # environment: CLIENT (the inferx binary that runs `bench --serve`; default: the
 #   first config's), PROMPT_WORDS (64), MAX_TOKENS (64), PORT (18200).
 #
@@ -37,14 +41,19 @@ run_one() { # label bin args...
     shift 2
     port=$((port + 1))
     t0=$(date +%s.%N)
-    # shellcheck disable=SC2086
-    "$bin" serve -m "$model" --host 127.0.0.1 --port "$port" --access-log off "$@" >/dev/null 2>"$tmp/serve.log" &
+    ready_path=/ready
+    if [ "$(basename "$bin")" = llama-server ]; then
+        ready_path=/health
+        "$bin" -m "$model" --host 127.0.0.1 --port "$port" "$@" >/dev/null 2>"$tmp/serve.log" &
+    else
+        "$bin" serve -m "$model" --host 127.0.0.1 --port "$port" --access-log off "$@" >/dev/null 2>"$tmp/serve.log" &
+    fi
     pid=$!
     trap 'kill "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
     ready=
     i=0
     while [ $i -lt 3000 ]; do
-        if curl -sf "http://127.0.0.1:$port/ready" >/dev/null 2>&1; then
+        if curl -sf "http://127.0.0.1:$port$ready_path" >/dev/null 2>&1; then
             ready=$(echo "$(date +%s.%N) - $t0" | bc)
             break
         fi
@@ -59,7 +68,7 @@ run_one() { # label bin args...
         exit 1
     fi
     rss_ready=$(kb VmRSS "$pid")
-    for lv in $(echo "$levels" | tr ',' ' '); do
+    for lv in $(echo "$levels" | tr ',' ' ' | sed 's/^none$//'); do
         c=${lv%%:*} n=${lv#*:}
         l=$(load1)
         "$client" bench --serve "http://127.0.0.1:$port" --concurrency "$c" --num-prompts "$n" \

@@ -54,8 +54,10 @@ install(TARGETS inferx RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS inferx_static inferx_shared
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+# dist.h stays out: ix_dist (MPI) is not in libinferx, so that a program
+# linking the library needs no MPI; the inferx binary carries it.
 install(DIRECTORY ${INFERX_SOURCE_DIR}/include/inferx DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
-  FILES_MATCHING PATTERN "*.h")
+  FILES_MATCHING PATTERN "*.h" PATTERN "dist.h" EXCLUDE)
 install(FILES ${INFERX_SOURCE_DIR}/models/target-f16.gguf DESTINATION ${CMAKE_INSTALL_DATADIR}/inferx/models)
 
 set(IX_LIB_DEPS_CMAKE "${IX_LIB_DEPS}")

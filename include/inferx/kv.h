@@ -170,6 +170,13 @@ typedef struct ix_kv_layout {
 
 /* Fills *out. Any thread once created (the layout never changes). */
 void ix_kv_get_layout(const ix_kv *kv, ix_kv_layout *out);
+/* Called after every copy of one block's data into another inside the pool
+ * (copy-on-write of a shared or cached partial block): fn(user, dst, src) on
+ * the owner thread. A tensor-parallel model shard replays the copies on the
+ * other ranks' pools (docs/distributed.md). NULL fn removes it. The swap and
+ * disk tiers move data without calling it. */
+typedef void (*ix_kv_copy_fn)(void *user, int32_t dst, int32_t src);
+void ix_kv_set_copy_hook(ix_kv *kv, ix_kv_copy_fn fn, void *user);
 /* Base of the pool, (n_blocks, n_layer, 2, slice); owned by kv. */
 void *ix_kv_data(ix_kv *kv);
 /* K or V slice of (layer, block): (n_kv_head, block_size, head_dim) elements with

@@ -247,6 +247,60 @@ ix_status ix_model_forward(ix_model_ctx *c, const ix_batch *b, float *logits);
  * is set (what embeddings pool). K/V are written as by ix_model_forward. */
 ix_status ix_model_forward_hidden(ix_model_ctx *c, const ix_batch *b, float *hidden);
 
+/* ---- tensor parallelism (docs/distributed.md) -------------------------------
+ * A model shard holds one rank's share of every layer: its query heads and
+ * the KV heads they read (whole KV heads; a KV head shared by query heads of
+ * two ranks is held by both), its rows of the output projection, of the FFN
+ * and of the output head. Every output element is computed by exactly one
+ * rank over the full reduction dimension with the same kernel, and the ranks
+ * exchange the columns they computed (all-gathers), so logits are the same
+ * bits as one process's. Rank 0 runs the engine; each of its forward passes
+ * first ships the step's plan to the other ranks, which run
+ * ix_model_forward_plan on it. The model module knows no transport: the
+ * caller supplies these functions (src/dist/ implements them over MPI). */
+typedef struct ix_model_plan {
+    ix_batch batch;
+    const int32_t *const *tables; /* (n_tokens) block table of each token's sequence */
+    const int32_t *n_blocks;      /* (n_tokens) entries of tables[t] the token reads: pos / block_size + 1 */
+    const int32_t *copies;        /* (n_copies, 2) (dst, src) block copies to make before the pass */
+    int32_t n_copies;
+    bool hidden;                  /* ix_model_forward_hidden: no output head */
+} ix_model_plan;
+
+typedef struct ix_model_comm {
+    void *user;
+    int32_t rank, n_ranks;
+    /* Every rank: out (rows, sum of cols) = the ranks' (rows, cols[r]) blocks
+     * side by side in rank order, mine being this rank's. */
+    ix_status (*allgather)(void *user, const float *mine, float *out, size_t rows, const int32_t *cols);
+    /* The same into rank 0's out only (the others pass out NULL). */
+    ix_status (*gather)(void *user, const float *mine, float *out, size_t rows, const int32_t *cols);
+    /* Rank 0, once per context: the pool's shape, so that the other ranks
+     * make a KV pool of the same blocks and a context for max_tokens; returns
+     * an error naming the rank that could not. */
+    ix_status (*start)(void *user, const ix_kv_params *kv, int32_t max_tokens, ix_errbuf *err);
+    /* Rank 0, at the start of each forward pass, once the batch is checked. */
+    ix_status (*step)(void *user, const ix_model_plan *plan);
+} ix_model_comm;
+
+/* Loads rank comm->rank's shard of the file's model (ranks <= heads; the
+ * splits of packed weights must fall on 16-row boundaries). comm is borrowed:
+ * it must outlive the model. n_ranks 1 loads the whole model. */
+ix_status ix_model_load_shard(ix_model **out, const char *path, const ix_model_comm *comm,
+                              ix_load_progress_fn fn, void *user, ix_errbuf *err);
+/* This shard's share: query heads [q0, q0 + n_q), KV heads [kv0, kv0 + n_kv),
+ * rows of the FFN, of the embedding width and of the vocabulary. */
+typedef struct ix_model_shard_info {
+    int32_t rank, n_ranks;
+    int32_t q0, n_q, kv0, n_kv;
+    int64_t ff0, n_ff, embd0, n_embd, vocab0, n_vocab;
+} ix_model_shard_info;
+void ix_model_get_shard(const ix_model *m, ix_model_shard_info *out);
+/* A rank other than 0: runs rank 0's plan on this context (whose KV pool has
+ * the shape start gave), after making the plan's block copies. Every table
+ * entry and copy is checked against the pool. */
+ix_status ix_model_forward_plan(ix_model_ctx *c, const ix_model_plan *plan);
+
 /* Where the forward passes' wall time went, summed over the context's life:
  * the matmuls of the layers (Q/K/V, output projection, FFN), attention over
  * the KV cache, the per-token row ops between them (embedding, norms, RoPE

@@ -320,6 +320,7 @@ static int kv_compare(ix_model *m, ix_engine_params ep, const ix_kv_dtype *types
 
 int ix_cli_bench_throughput(int argc, char **argv) {
     const char *model = ix_cli_default_model();
+    int32_t tp = 1;
     uint64_t n_prompts = 32, conc = 32, in_len = 128, out_len = 128, threads = 0, seed = 1, max_batched = 512;
     double target_step_ms = ix_sched_default_params().target_step_ms;
     bool json = false, no_sequential = false, throughput = true;
@@ -349,6 +350,8 @@ int ix_cli_bench_throughput(int argc, char **argv) {
          "C sequences of I + O tokens in the first type)",
          IX_CLI_OPT_SIZE, &kv_mem, 1, 1e18, false, NULL},
         {"--json", NULL, "", "print one JSON object instead of the table", IX_CLI_OPT_FLAG, &json, 0, 0, false, NULL},
+        {"--tp", NULL, "N", "tensor parallelism over N processes (mpirun -np N inferx bench --throughput --tp N)",
+         IX_CLI_OPT_I32, &tp, 1, 1024, true, NULL},
     };
     int prc = ix_cli_parse_opts("bench", opts, IX_ARRAY_LEN(opts), argc, argv);
     if (prc == IX_CLI_HELP) usage(stdout, opts, IX_ARRAY_LEN(opts));
@@ -362,11 +365,22 @@ int ix_cli_bench_throughput(int argc, char **argv) {
         return 2;
     }
     bool sequential = !no_sequential;
+    if (tp > 1 && n_kv_types > 1) {
+        fprintf(stderr, "inferx bench: --tp compares one --kv-cache-dtype at a time\n");
+        return 2;
+    }
+    ix_cli_tp tps;
+    int jrc = ix_cli_tp_join("bench", tp, model, (int32_t)threads, &tps);
+    if (jrc >= 0) return jrc; /* a usage error, or a rank other than 0 that has served */
 
     ix_errbuf err = {{0}};
     ix_model *m;
-    if (ix_model_load(&m, model, &err) != IX_OK) {
+    char cache_buf[4096];
+    ix_model_load_params lp;
+    ix_cli_load_params(&lp, NULL, IX_CLI_PACK_CACHE_MAX_DEFAULT, cache_buf, sizeof cache_buf);
+    if (ix_cli_tp_load(&tps, model, &lp, &m, &err) != IX_OK) {
         fprintf(stderr, "inferx bench: %s: %s\n", model, err.msg);
+        ix_cli_tp_end(&tps);
         return 1;
     }
     const ix_model_hparams *hp = ix_model_get_hparams(m);
@@ -375,6 +389,7 @@ int ix_cli_bench_throughput(int argc, char **argv) {
         fprintf(stderr, "inferx bench: input + output length %llu exceeds the model's context %d\n",
                 (unsigned long long)(in_len + out_len), hp->n_ctx_train);
         ix_model_destroy(m);
+        ix_cli_tp_end(&tps);
         return 2;
     }
 
@@ -393,6 +408,7 @@ int ix_cli_bench_throughput(int argc, char **argv) {
     if (n_kv_types == 1 && ix_engine_create(&e, m, &ep, &err) != IX_OK) {
         fprintf(stderr, "inferx bench: engine: %s\n", err.msg);
         ix_model_destroy(m);
+        ix_cli_tp_end(&tps);
         return 1;
     }
 
@@ -520,6 +536,8 @@ int ix_cli_bench_throughput(int argc, char **argv) {
     }
     int rc = par.n_failed + seq.n_failed + pre.n_failed ? 1 : 0;
     ix_engine_destroy(e);
+    if (!json) ix_cli_tp_report(stdout, "bench", &tps);
+    ix_cli_tp_end(&tps);
     ix_model_destroy(m);
     free(ids);
     free(reqs);

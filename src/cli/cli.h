@@ -150,4 +150,21 @@ const char *ix_cli_set_on_off(void *dst, const char *value); /* a bool from "on"
     }
 void ix_cli_spec_resolve(ix_spec_params *sp);
 
+/* ---- --tp N (tp.c, docs/distributed.md) ---------------------------------------
+ * ix_cli_tp_join: with tp > 1 (under mpirun -np tp) joins the MPI job. Returns
+ * -1 when this process goes on as the command (tp <= 1, or rank 0); an exit
+ * code otherwise: a usage error, or a rank other than 0 that has served rank
+ * 0's steps and stopped. Rank 0 then loads its shard with ix_cli_tp_load,
+ * and calls ix_cli_tp_end after its engine is gone (the other ranks stop). */
+struct ix_dist;
+typedef struct ix_cli_tp {
+    struct ix_dist *dist; /* NULL: one process */
+} ix_cli_tp;
+int ix_cli_tp_join(const char *cmd, int32_t tp, const char *model, int32_t n_threads, ix_cli_tp *t);
+/* lp: how one process loads (a shard never uses the packed-weight cache). */
+ix_status ix_cli_tp_load(ix_cli_tp *t, const char *path, const ix_model_load_params *lp, ix_model **m,
+                         ix_errbuf *err);
+void ix_cli_tp_report(FILE *f, const char *cmd, const ix_cli_tp *t);
+void ix_cli_tp_end(ix_cli_tp *t);
+
 #endif

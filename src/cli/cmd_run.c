@@ -47,7 +47,10 @@ static void usage(FILE *f) {
             "                       q4_0 (32-value blocks + an f16 scale) or f32\n"
             "  --kv-f32             the same as --kv-cache-dtype f32\n"
             "  --pack-cache DIR|off the packed-weight cache (as inferx serve's; default\n"
-            "                       $INFERX_PACK_CACHE, else $XDG_CACHE_HOME/inferx, else ~/.cache/inferx)\n",
+            "                       $INFERX_PACK_CACHE, else $XDG_CACHE_HOME/inferx, else ~/.cache/inferx)\n"
+            "  --tp N               tensor parallelism over N processes: start it as\n"
+            "                       mpirun -np N inferx run --tp N ... (docs/distributed.md); greedy\n"
+            "                       output is the same as one process's (default 1)\n",
             ix_cli_default_model());
     ix_spec_params spec = ix_spec_default_params();
     const ix_cli_opt spec_opts[] = {IX_CLI_SPEC_OPTS(&spec)};
@@ -119,7 +122,7 @@ int ix_cli_run(int argc, char **argv) {
     bool chat = false;
     const char *stops[8];
     size_t n_stops = 0;
-    uint64_t n_predict = 128, seed = 42, n_ctx = 0, threads = 0;
+    uint64_t n_predict = 128, seed = 42, n_ctx = 0, threads = 0, tp = 1;
     bool ignore_eos = false;
     ix_kv_dtype kv_dtype = IX_KV_F16;
     ix_spec_params spec = ix_spec_default_params();
@@ -192,6 +195,9 @@ int ix_cli_run(int argc, char **argv) {
             ok = ix_cli_parse_u64(a, v, &n_ctx);
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             ok = ix_cli_parse_u64(a, v, &threads) && threads <= 1024;
+        } else if (!strcmp(a, "--tp")) {
+            ok = ix_cli_parse_u64(a, v, &tp) && tp >= 1 && tp <= 1024;
+            if (!ok) fprintf(stderr, "inferx run: --tp takes 1..1024 ranks\n");
         } else if (!strcmp(a, "--kv-cache-dtype")) {
             const char *why = ix_cli_set_kv_dtype(&kv_dtype, v);
             if (why) fprintf(stderr, "inferx run: %s %s, got '%s'\n", a, why, v);
@@ -220,7 +226,10 @@ int ix_cli_run(int argc, char **argv) {
     if (!model) model = ix_cli_default_model();
     sp.seed = seed;
 
-    int rc = 1;
+    ix_cli_tp tps;
+    int rc = ix_cli_tp_join("run", (int32_t)tp, model, (int32_t)threads, &tps);
+    if (rc >= 0) return rc; /* a usage error, or a rank other than 0 that has served */
+    rc = 1;
     ix_errbuf err = {{0}};
     ix_model *m = NULL;
     ix_engine *e = NULL;
@@ -235,7 +244,7 @@ int ix_cli_run(int argc, char **argv) {
     char cache_buf[4096];
     ix_model_load_params lp;
     ix_cli_load_params(&lp, pack_cache, IX_CLI_PACK_CACHE_MAX_DEFAULT, cache_buf, sizeof cache_buf);
-    if (ix_model_load_ex(&m, model, &lp, &err) != IX_OK) {
+    if (ix_cli_tp_load(&tps, model, &lp, &m, &err) != IX_OK) {
         fprintf(stderr, "inferx run: %s: %s\n", model, err.msg);
         goto done;
     }
@@ -314,9 +323,11 @@ int ix_cli_run(int argc, char **argv) {
                 ix_spec_kind_name(spec.kind), (unsigned long long)es.spec_n_accepted_tokens,
                 (unsigned long long)es.spec_n_draft_tokens, (unsigned long long)es.spec_n_drafts);
     }
+    ix_cli_tp_report(stderr, "run", &tps);
     rc = 0;
 done:
     ix_engine_destroy(e);
+    ix_cli_tp_end(&tps);
     ix_free(stdin_prompt);
     ix_free(tmpl);
     ix_token_vec_free(&ids);

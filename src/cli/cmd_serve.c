@@ -227,6 +227,7 @@ int ix_cli_serve(int argc, char **argv) {
     ix_server_params sp = ix_server_default_params();
     ix_engine_params ep = ix_engine_default_params();
     uint64_t shutdown_s = 30;
+    int32_t tp = 1;
     size_t kv_disk_max = 0, pack_cache_max = IX_CLI_PACK_CACHE_MAX_DEFAULT;
     const char *pack_cache = NULL;
     const ix_cli_opt opts[] = {
@@ -339,6 +340,12 @@ int ix_cli_serve(int argc, char **argv) {
          NULL},
         {"--threads", "-t", "N", "kernel threads (default: all cores)", IX_CLI_OPT_I32, &ep.n_threads, 0, 1024, false,
          NULL},
+        {"--tp", NULL, "N",
+         "tensor parallelism over N processes, started as\n"
+         "mpirun -np N inferx serve --tp N ...: rank 0 serves HTTP and runs\n"
+         "the engine, every rank holds 1/N of the weights and KV heads\n"
+         "(docs/distributed.md); not with --kv-disk-dir or swap preemption",
+         IX_CLI_OPT_I32, &tp, 1, 1024, true, NULL},
         IX_CLI_SPEC_OPTS(&ep.spec),
     };
     int prc = ix_cli_parse_opts("serve", opts, IX_ARRAY_LEN(opts), argc, argv);
@@ -364,7 +371,19 @@ int ix_cli_serve(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    int rc = 1;
+    if (tp > 1 && ((ep.kv_disk_dir && *ep.kv_disk_dir) || ep.sched.preempt == IX_PREEMPT_SWAP)) {
+        /* both move K/V data inside rank 0's pool only */
+        fprintf(stderr, "inferx serve: --tp does not work with --kv-disk-dir or swap preemption yet\n");
+        key_list_free(&keys.list);
+        return 2;
+    }
+    ix_cli_tp tps;
+    int rc = ix_cli_tp_join("serve", tp, model, ep.n_threads, &tps);
+    if (rc >= 0) { /* a usage error, or a rank other than 0 that has served */
+        key_list_free(&keys.list);
+        return rc;
+    }
+    rc = 1;
     char *default_name = NULL;
     ix_errbuf err = {{0}};
     ix_model *m = NULL;
@@ -427,7 +446,7 @@ int ix_cli_serve(int argc, char **argv) {
     ix_cli_load_params(&lp, pack_cache, pack_cache_max, cache_buf, sizeof cache_buf);
     lp.progress = on_load_progress;
     lp.progress_user = srv;
-    if (ix_model_load_ex(&m, model, &lp, &err) != IX_OK) {
+    if (ix_cli_tp_load(&tps, model, &lp, &m, &err) != IX_OK) {
         fprintf(stderr, "inferx serve: %s: %s\n", model, err.msg);
         goto done;
     }
@@ -475,11 +494,13 @@ int ix_cli_serve(int argc, char **argv) {
         }
         pthread_join(drainer, NULL);
     }
+    ix_cli_tp_report(stderr, "serve", &tps);
     fprintf(stderr, "inferx serve: stopped\n");
     rc = 0;
 done:
     ix_server_destroy(srv);
     ix_engine_destroy(e);
+    ix_cli_tp_end(&tps);
     ix_model_destroy(m);
     if (log && log != stderr) fclose(log);
     key_list_free(&keys.list);

@@ -141,6 +141,11 @@ void ix_kv_get_layout(const ix_kv *kv, ix_kv_layout *out) {
     *out = kv->lay;
 }
 
+void ix_kv_set_copy_hook(ix_kv *kv, ix_kv_copy_fn fn, void *user) {
+    kv->copy_hook = fn;
+    kv->copy_user = user;
+}
+
 void *ix_kv_data(ix_kv *kv) {
     return kv ? kv->data : NULL;
 }

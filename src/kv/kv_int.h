@@ -57,6 +57,8 @@ struct ix_kv {
     ix_kv_layout lay;
     ix_errbuf err;
     ix_kv_hash_fn hash;
+    ix_kv_copy_fn copy_hook; /* NULL: none (see ix_kv_set_copy_hook) */
+    void *copy_user;
 
     /* pool */
     int32_t n_blocks;

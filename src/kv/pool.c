@@ -133,4 +133,5 @@ void ix__kv_copy_span(const ix_kv *kv, void *dst_data, int32_t *dst_tokens, cons
 void ix__kv_block_copy(ix_kv *kv, int32_t dst, int32_t src) {
     ix__kv_copy_span(kv, kv__block_data(kv, dst), kv__block_tokens(kv, dst),
                      kv__block_data(kv, src), kv__block_tokens(kv, src));
+    if (kv->copy_hook) kv->copy_hook(kv->copy_user, dst, src);
 }

@@ -47,6 +47,16 @@ struct ix_model_ctx {
     float *up;   /* (T, n_ff) */
     float *xo;   /* (T, n_embd) normed rows that produce logits */
     float *ya;   /* (T, n_embd) attention output of a parallel block */
+    /* tensor parallelism (docs/distributed.md): q, k, v, att, gate and up
+     * hold this rank's heads and FFN rows only (n_q, n_kv, n_ff of the shard);
+     * the all-gathers fill these (NULL alone) */
+    float *att_full;    /* (T, n_head * head_dim) every rank's attention output */
+    float *ffn_full;    /* (T, n_ff) every rank's FFN activation */
+    float *part;        /* (T, max(shard n_embd, shard n_vocab)) this rank's columns of a matmul */
+    int32_t *copies;    /* (cap_copies, 2) KV block copies since the last pass (rank 0) */
+    int32_t n_copies, cap_copies;
+    bool copies_lost;   /* more copies than cap_copies: the next pass fails */
+    int32_t *plan_lens; /* (T) table entries each token reads (rank 0's plans) */
     void *scratch; /* quantized activations for the int8 matmuls */
     const int32_t **tables; /* (T) each token's block table, for this forward */
     int32_t *out_rows;      /* (T) batch rows with logits */
@@ -74,12 +84,49 @@ static float *alloc_f32(size_t n) { return ix_aligned_alloc(64, (n ? n : 1) * si
 void ix_model_ctx_destroy(ix_model_ctx *c) {
     if (!c) return;
     ix_pool_destroy(c->pool);
-    float *bufs[] = {c->x, c->xb, c->q, c->k, c->v, c->att, c->gate, c->up, c->xo, c->ya};
+    if (c->copies) ix_kv_set_copy_hook(c->kv, NULL, NULL);
+    float *bufs[] = {c->x, c->xb, c->q, c->k, c->v, c->att, c->gate, c->up, c->xo, c->ya,
+                     c->att_full, c->ffn_full, c->part};
     for (size_t i = 0; i < IX_ARRAY_LEN(bufs); i++) ix_aligned_free(bufs[i]);
     ix_aligned_free(c->scratch);
     ix_free(c->tables);
     ix_free(c->out_rows);
+    ix_free(c->copies);
+    ix_free(c->plan_lens);
     ix_free(c);
+}
+
+/* Rank 0 of a shard: the pool's copy-on-write copies, replayed on the other
+ * ranks' pools before the next pass (kept in order: a later copy may read a
+ * block an earlier one wrote). */
+static void record_copy(void *user, int32_t dst, int32_t src) {
+    ix_model_ctx *c = user;
+    if (c->n_copies == c->cap_copies) {
+        c->copies_lost = true;
+        return;
+    }
+    c->copies[2 * c->n_copies] = dst;
+    c->copies[2 * c->n_copies + 1] = src;
+    c->n_copies++;
+}
+
+/* The other ranks make a pool of these blocks and a context for max_tokens;
+ * rank 0 then records the pool's copies. */
+static ix_status start_shards(ix_model_ctx *c, ix_errbuf *err) {
+    const ix_model_comm *comm = c->m->comm;
+    c->cap_copies = 2 * c->lay.n_blocks + 64;
+    if (!(c->copies = ix_malloc((size_t)c->cap_copies * 2 * sizeof *c->copies)))
+        return ix_errf(err, IX_ERR_NOMEM, "out of memory");
+    ix_kv_params kp = ix_kv_default_params();
+    ix_model_kv_params(c->m, &kp);
+    kp.dtype = c->lay.dtype;
+    kp.block_size = c->lay.block_size;
+    kp.n_blocks = c->lay.n_blocks;
+    kp.enable_prefix_cache = false;
+    ix_status s = comm->start(comm->user, &kp, c->max_tokens, err);
+    if (s != IX_OK) return s;
+    ix_kv_set_copy_hook(c->kv, record_copy, c);
+    return IX_OK;
 }
 
 ix_status ix_model_ctx_create(ix_model_ctx **out, const ix_model *m, ix_kv *kv,
@@ -90,10 +137,11 @@ ix_status ix_model_ctx_create(ix_model_ctx **out, const ix_model *m, ix_kv *kv,
         return ix_errf(err, IX_ERR_INVALID, "max_batch_tokens %d is outside [1, 65536]", p->max_batch_tokens);
     ix_kv_layout lay;
     ix_kv_get_layout(kv, &lay);
-    if (lay.n_layer != hp->n_layer || lay.n_kv_head != hp->n_head_kv || lay.head_dim != hp->head_dim)
+    const ix_model_shard_info *sh = &m->shard;
+    if (lay.n_layer != hp->n_layer || lay.n_kv_head != sh->n_kv || lay.head_dim != hp->head_dim)
         return ix_errf(err, IX_ERR_INVALID,
                        "KV cache shape (%d layers, %d heads, dim %d) does not match the model (%d, %d, %d)",
-                       lay.n_layer, lay.n_kv_head, lay.head_dim, hp->n_layer, hp->n_head_kv, hp->head_dim);
+                       lay.n_layer, lay.n_kv_head, lay.head_dim, hp->n_layer, sh->n_kv, hp->head_dim);
     if (ix_kv_dtype_block(lay.dtype) > 1 && hp->head_dim > 1024)
         return ix_errf(err, IX_ERR_UNSUPPORTED,
                        "KV cache type %s: attention takes head_dim up to 1024, the model has %d",
@@ -107,19 +155,25 @@ ix_status ix_model_ctx_create(ix_model_ctx **out, const ix_model *m, ix_kv *kv,
     c->kv = kv;
     c->lay = lay;
     c->max_tokens = p->max_batch_tokens;
-    size_t T = (size_t)p->max_batch_tokens, E = (size_t)hp->n_embd,
-           Q = (size_t)hp->n_head * (size_t)hp->head_dim, KV = (size_t)hp->n_head_kv * (size_t)hp->head_dim,
-           F = (size_t)hp->n_ff;
+    size_t T = (size_t)p->max_batch_tokens, E = (size_t)hp->n_embd, hd = (size_t)hp->head_dim,
+           Q = (size_t)hp->n_head * hd, F = (size_t)hp->n_ff, Ql = (size_t)sh->n_q * hd,
+           KVl = (size_t)sh->n_kv * hd, Fl = (size_t)sh->n_ff;
+    bool tp = m->comm != NULL;
     c->x = alloc_f32(T * E);
     c->xb = alloc_f32(T * E);
-    c->q = alloc_f32(T * Q);
-    c->k = alloc_f32(T * KV);
-    c->v = alloc_f32(T * KV);
-    c->att = alloc_f32(T * Q);
-    c->gate = alloc_f32(T * F);
-    c->up = alloc_f32(T * F);
+    c->q = alloc_f32(T * Ql);
+    c->k = alloc_f32(T * KVl);
+    c->v = alloc_f32(T * KVl);
+    c->att = alloc_f32(T * Ql);
+    c->gate = alloc_f32(T * Fl);
+    c->up = alloc_f32(T * Fl);
     c->xo = alloc_f32(T * E);
     c->ya = alloc_f32(hp->parallel_blocks ? T * E : 0);
+    c->att_full = tp ? alloc_f32(T * Q) : NULL;
+    c->ffn_full = tp ? alloc_f32(T * F) : NULL;
+    size_t part = (size_t)(sh->n_embd > sh->n_vocab ? sh->n_embd : sh->n_vocab);
+    c->part = tp ? alloc_f32(T * part) : NULL;
+    c->plan_lens = tp ? ix_malloc(T * sizeof *c->plan_lens) : NULL;
     c->tables = ix_malloc(T * sizeof *c->tables);
     c->out_rows = ix_malloc(T * sizeof *c->out_rows);
     /* Scratch for the widest quantized input of any weight type present. */
@@ -133,13 +187,18 @@ ix_status ix_model_ctx_create(ix_model_ctx **out, const ix_model *m, ix_kv *kv,
     }
     c->scratch = sb ? ix_aligned_alloc(64, sb) : NULL;
     if (!c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->xo || !c->ya ||
-        !c->tables || !c->out_rows || (sb && !c->scratch)) {
+        !c->tables || !c->out_rows || (sb && !c->scratch) ||
+        (tp && (!c->att_full || !c->ffn_full || !c->part || !c->plan_lens))) {
         ix_model_ctx_destroy(c);
         return ix_errf(err, IX_ERR_NOMEM, "out of memory for activations of %d tokens", p->max_batch_tokens);
     }
     if ((s = ix_pool_create(&c->pool, p->n_threads)) != IX_OK) {
         ix_model_ctx_destroy(c);
         return ix_errf(err, s, "cannot start %d worker threads", p->n_threads);
+    }
+    if (tp && sh->rank == 0 && (s = start_shards(c, err)) != IX_OK) {
+        ix_model_ctx_destroy(c);
+        return s;
     }
     *out = c;
     return IX_OK;
@@ -175,6 +234,27 @@ static ix_status matmul_n(ix_model_ctx *c, const ix__weight *const *w, float *co
 
 static ix_status matmul(ix_model_ctx *c, const ix__weight *w, const float *x, size_t M, float *y) {
     return matmul_n(c, &w, &y, 1, x, M);
+}
+
+/* y (M, all ranks' columns) from part (M, this rank's): every rank gets it,
+ * or only rank 0 with to_root. One process: part is y already. */
+static ix_status gather(ix_model_ctx *c, const float *part, float *y, size_t M, ix__cols which, bool to_root) {
+    const ix_model_comm *comm = c->m->comm;
+    if (!comm) return IX_OK;
+    const int32_t *cols = c->m->cols[which];
+    ix_status s = to_root ? comm->gather(comm->user, part, comm->rank == 0 ? y : NULL, M, cols)
+                          : comm->allgather(comm->user, part, y, M, cols);
+    if (s != IX_OK) return ix_errf(&c->err, s, "tensor-parallel exchange of %zu rows failed", M);
+    return IX_OK;
+}
+
+/* y (M, N) = x . W^T where this rank holds rows `which` of W: it computes its
+ * columns over the full reduction dimension, then the ranks exchange them. */
+static ix_status matmul_gather(ix_model_ctx *c, const ix__weight *w, const float *x, size_t M, float *y,
+                               ix__cols which, bool to_root) {
+    if (!c->m->comm) return matmul(c, w, x, M, y);
+    ix_status s = matmul(c, w, x, M, c->part);
+    return s != IX_OK ? s : gather(c, c->part, y, M, which, to_root);
 }
 
 /* Address of K (or V with v = true) of (layer, block, kv head, slot). */
@@ -226,11 +306,12 @@ static void row_fail(row_job *j, ix_status s) {
 static void store_kv(ix_model_ctx *c, const ix_batch *b, int32_t layer, size_t t0, size_t t1) {
     const ix_model_hparams *hp = &c->m->hp;
     unsigned char *base = ix_kv_data(c->kv);
-    size_t hd = (size_t)hp->head_dim, KV = (size_t)hp->n_head_kv * hd;
+    int32_t n_kv = c->m->shard.n_kv;
+    size_t hd = (size_t)hp->head_dim, KV = (size_t)n_kv * hd;
     int32_t bs = c->lay.block_size;
     for (size_t t = t0; t < t1; t++) {
         int32_t p = b->pos[t], block = c->tables[t][p / bs], slot = p % bs;
-        for (int32_t h = 0; h < hp->n_head_kv; h++) {
+        for (int32_t h = 0; h < n_kv; h++) {
             const float *ks = c->k + t * KV + (size_t)h * hd;
             const float *vs = c->v + t * KV + (size_t)h * hd;
             /* quantized on write: the cache holds only the dtype's rows */
@@ -275,8 +356,9 @@ static void rows_run(row_job *j, size_t r0, size_t r1) {
     ix_model_ctx *c = j->c;
     const ix_model *m = c->m;
     const ix_model_hparams *hp = &m->hp;
-    size_t E = (size_t)hp->n_embd, hd = (size_t)hp->head_dim, Q = (size_t)hp->n_head * hd,
-           KV = (size_t)hp->n_head_kv * hd, F = (size_t)hp->n_ff;
+    const ix_model_shard_info *sh = &m->shard; /* q, k, v, gate, up: this rank's heads and rows */
+    size_t E = (size_t)hp->n_embd, hd = (size_t)hp->head_dim, Q = (size_t)sh->n_q * hd,
+           KV = (size_t)sh->n_kv * hd, F = (size_t)sh->n_ff;
     const ix__layer *l = &m->layers[j->layer];
     switch (j->op) {
     case ROW_EMBED: {
@@ -304,20 +386,19 @@ static void rows_run(row_job *j, size_t r0, size_t r1) {
         add_bias(c->k, l->bk, r0, r1, KV);
         add_bias(c->v, l->bv, r0, r1, KV);
         for (size_t t = r0; t < r1 && l->q_norm; t++)
-            for (int32_t h = 0; h < hp->n_head; h++) {
+            for (int32_t h = 0; h < sh->n_q; h++) {
                 float *qh = c->q + t * Q + (size_t)h * hd;
                 ix_kernels_rmsnorm(qh, qh, l->q_norm, hd, hp->norm_eps);
             }
         for (size_t t = r0; t < r1 && l->k_norm; t++)
-            for (int32_t h = 0; h < hp->n_head_kv; h++) {
+            for (int32_t h = 0; h < sh->n_kv; h++) {
                 float *kh = c->k + t * KV + (size_t)h * hd;
                 ix_kernels_rmsnorm(kh, kh, l->k_norm, hd, hp->norm_eps);
             }
         if (hp->pos == IX_POS_ROPE) {
-            row_fail(j, ix_kernels_rope(c->q + r0 * Q, Q, j->b->pos + r0, r1 - r0, (size_t)hp->n_head,
+            row_fail(j, ix_kernels_rope(c->q + r0 * Q, Q, j->b->pos + r0, r1 - r0, (size_t)sh->n_q, j->rope));
+            row_fail(j, ix_kernels_rope(c->k + r0 * KV, KV, j->b->pos + r0, r1 - r0, (size_t)sh->n_kv,
                                         j->rope));
-            row_fail(j, ix_kernels_rope(c->k + r0 * KV, KV, j->b->pos + r0, r1 - r0,
-                                        (size_t)hp->n_head_kv, j->rope));
         }
         store_kv(c, j->b, j->layer, r0, r1);
         break;
@@ -404,15 +485,21 @@ static void attn_item(const attn_job *j, int64_t it) {
     ix_model_ctx *c = j->c;
     const ix_batch *b = j->b;
     const ix_model_hparams *hp = &c->m->hp;
+    const ix_model_shard_info *sh = &c->m->shard; /* this rank's heads (all of them alone) */
     unsigned char *base = ix_kv_data(c->kv);
-    size_t hd = (size_t)hp->head_dim, Q = (size_t)hp->n_head * hd;
+    size_t hd = (size_t)hp->head_dim, Q = (size_t)sh->n_q * hd;
     int32_t bs = c->lay.block_size, group = hp->n_head / hp->n_head_kv;
-    int64_t per_token = (int64_t)hp->n_head_kv * j->n_slices;
+    int64_t per_token = (int64_t)sh->n_kv * j->n_slices;
     int32_t t = b->n_tokens - 1 - (int32_t)(it / per_token);
     int32_t kvh = (int32_t)(it % per_token) / j->n_slices,
             slice = (int32_t)(it % per_token) % j->n_slices;
-    int32_t h0 = kvh * group + slice * j->qb;
-    int32_t nq = group - slice * j->qb < j->qb ? group - slice * j->qb : j->qb;
+    /* the query heads of KV head kvh held here: [g0, g1) counted from q0 */
+    int32_t g = sh->kv0 + kvh;
+    int32_t g0 = g * group > sh->q0 ? g * group - sh->q0 : 0;
+    int32_t g1 = (g + 1) * group - sh->q0 < sh->n_q ? (g + 1) * group - sh->q0 : sh->n_q;
+    int32_t h0 = g0 + slice * j->qb;
+    if (h0 >= g1) return;
+    int32_t nq = g1 - h0 < j->qb ? g1 - h0 : j->qb;
     int32_t p = b->pos[t];
     int32_t lo = j->window > 0 && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
     const float *q = c->q + (size_t)t * Q + (size_t)h0 * hd; /* (nq, hd) */
@@ -448,8 +535,12 @@ static void attn_worker(void *ctx, int ith, int nth) {
 
 static void attention(ix_model_ctx *c, const ix_batch *b, int32_t layer) {
     const ix_model_hparams *hp = &c->m->hp;
+    const ix_model_shard_info *sh = &c->m->shard;
+    /* query heads per KV head here: a whole group, or fewer when a shard
+     * holds part of one (more ranks than KV heads) */
     int32_t group = hp->n_head / hp->n_head_kv, nth = ix_pool_n_threads(c->pool);
-    int64_t pairs = (int64_t)b->n_tokens * hp->n_head_kv;
+    if (group > sh->n_q) group = sh->n_q;
+    int64_t pairs = (int64_t)b->n_tokens * sh->n_kv;
     /* slices of at most ATTN_MAX_Q heads, split finer while there are fewer
      * than two items per thread */
     int32_t n_slices = (group + ATTN_MAX_Q - 1) / ATTN_MAX_Q;
@@ -498,18 +589,93 @@ static ix_status check_batch(ix_model_ctx *c, const ix_batch *b, int32_t *n_out)
     return IX_OK;
 }
 
+/* A plan from rank 0 (other ranks): the same checks against this rank's
+ * pool, which holds no sequences: the plan brings each token's table. */
+static ix_status check_plan(ix_model_ctx *c, const ix_model_plan *pl, int32_t *n_out) {
+    const ix_model_hparams *hp = &c->m->hp;
+    const ix_batch *b = &pl->batch;
+    int32_t bs = c->lay.block_size, nb = c->lay.n_blocks;
+    *n_out = 0;
+    if (b->n_tokens <= 0 || b->n_tokens > c->max_tokens)
+        return ix_errf(&c->err, IX_ERR_INVALID, "plan of %d tokens (this context takes 1..%d)", b->n_tokens,
+                       c->max_tokens);
+    for (int32_t i = 0; i < 2 * pl->n_copies; i++)
+        if (pl->copies[i] < 0 || pl->copies[i] >= nb)
+            return ix_errf(&c->err, IX_ERR_RANGE, "plan block copy %d: block %d is outside the pool of %d", i / 2,
+                           pl->copies[i], nb);
+    for (int32_t t = 0; t < b->n_tokens; t++) {
+        if (b->tokens[t] < 0 || b->tokens[t] >= hp->n_vocab || b->pos[t] < 0 ||
+            (hp->pos == IX_POS_LEARNED && b->pos[t] >= hp->n_ctx_train) || pl->n_blocks[t] != b->pos[t] / bs + 1)
+            return ix_errf(&c->err, IX_ERR_RANGE, "plan token %d: id %d at position %d with %d table entries", t,
+                           b->tokens[t], b->pos[t], pl->n_blocks[t]);
+        for (int32_t i = 0; i < pl->n_blocks[t]; i++) {
+            int32_t id = pl->tables[t][i];
+            /* released window blocks are never read */
+            if (id != IX_KV_NO_BLOCK && (id < 0 || id >= nb))
+                return ix_errf(&c->err, IX_ERR_RANGE, "plan token %d: block %d is outside the pool of %d", t, id,
+                               nb);
+        }
+        if (pl->tables[t][b->pos[t] / bs] == IX_KV_NO_BLOCK)
+            return ix_errf(&c->err, IX_ERR_STATE, "plan token %d: no block for position %d", t, b->pos[t]);
+        c->tables[t] = pl->tables[t];
+        if (b->output[t]) c->out_rows[(*n_out)++] = t;
+    }
+    return IX_OK;
+}
+
+/* Rank 0: the step's plan to the other ranks, with the pool's copies since
+ * the last one. */
+static ix_status send_plan(ix_model_ctx *c, const ix_batch *b, bool hidden) {
+    if (c->copies_lost) {
+        c->copies_lost = false;
+        c->n_copies = 0;
+        return ix_errf(&c->err, IX_ERR_INTERNAL, "more than %d KV block copies between two passes", c->cap_copies);
+    }
+    int32_t bs = c->lay.block_size;
+    for (int32_t t = 0; t < b->n_tokens; t++) c->plan_lens[t] = b->pos[t] / bs + 1;
+    ix_model_plan pl = {.batch = *b, .tables = c->tables, .n_blocks = c->plan_lens, .copies = c->copies,
+                        .n_copies = c->n_copies, .hidden = hidden};
+    const ix_model_comm *comm = c->m->comm;
+    ix_status s = comm->step(comm->user, &pl);
+    c->n_copies = 0;
+    if (s != IX_OK) return ix_errf(&c->err, s, "sending the step to the other ranks failed");
+    return IX_OK;
+}
+
 /* ---- the pass ------------------------------------------------------------------- */
 
 /* The pass; the output rows end either as logits or, for embeddings, as
  * the final norm's hidden states (exactly one of the two is non-NULL). */
-static ix_status forward(ix_model_ctx *c, const ix_batch *b, float *logits, float *hidden) {
+/* Makes a plan's block copies in this rank's pool (the K/V of this rank's
+ * heads, as rank 0's pool made them in its own). */
+static void apply_copies(ix_model_ctx *c, const ix_model_plan *pl) {
+    unsigned char *base = ix_kv_data(c->kv);
+    size_t stride = c->lay.block_stride_bytes;
+    for (int32_t i = 0; i < pl->n_copies; i++) {
+        int32_t dst = pl->copies[2 * i], src = pl->copies[2 * i + 1];
+        if (dst != src) memcpy(base + (size_t)dst * stride, base + (size_t)src * stride, stride);
+    }
+}
+
+/* The pass over b (rank 0 or one process: checked against the KV cache; the
+ * other ranks: plan, checked against the pool). Rank 0 ends with the logits
+ * or, with want_hidden, the final norm's hidden states; the other ranks with
+ * neither (logits and hidden NULL). */
+static ix_status forward(ix_model_ctx *c, const ix_batch *b, const ix_model_plan *plan, float *logits,
+                         float *hidden, bool want_hidden) {
     const ix_model *m = c->m;
     const ix_model_hparams *hp = &m->hp;
+    const ix_model_shard_info *sh = &m->shard;
+    if (!plan && m->comm && m->comm->rank != 0)
+        return ix_errf(&c->err, IX_ERR_STATE, "tensor-parallel rank %d runs rank 0's plans only", m->comm->rank);
     int32_t n_out;
-    ix_status s = check_batch(c, b, &n_out);
+    ix_status s = plan ? check_plan(c, plan, &n_out) : check_batch(c, b, &n_out);
     if (s != IX_OK) return s;
+    if (plan) apply_copies(c, plan);
+    else if (m->comm && (s = send_plan(c, b, want_hidden)) != IX_OK) return s;
     size_t T = (size_t)b->n_tokens, E = (size_t)hp->n_embd, hd = (size_t)hp->head_dim,
-           Q = (size_t)hp->n_head * hd, KV = (size_t)hp->n_head_kv * hd, F = (size_t)hp->n_ff;
+           Q = (size_t)sh->n_q * hd, KV = (size_t)sh->n_kv * hd, F = (size_t)sh->n_ff;
+    float *att = m->comm ? c->att_full : c->att; /* (T, n_head * hd): every head's output */
 
     ix_rope_params rp = {
         .mode = hp->rope_mode, .head_dim = (uint32_t)hd, .n_rot = (uint32_t)hp->n_rot,
@@ -537,12 +703,13 @@ static ix_status forward(ix_model_ctx *c, const ix_batch *b, float *logits, floa
         lap(&pf->rows_ns, &t);
         attention(c, b, il);
         lap(&pf->attention_ns, &t);
+        if ((s = gather(c, c->att, att, T, IX__COLS_Q, false)) != IX_OK) return s;
         /* sequential: x += attention output, xb = ffn_norm(x); parallel: the
          * FFN reads the same xb and the attention output waits in ya */
         if (hp->parallel_blocks) {
-            if ((s = matmul(c, &l->wo, c->att, T, c->ya)) != IX_OK) return s;
+            if ((s = matmul_gather(c, &l->wo, att, T, c->ya, IX__COLS_EMBD, false)) != IX_OK) return s;
         } else {
-            if ((s = matmul(c, &l->wo, c->att, T, c->xb)) != IX_OK) return s;
+            if ((s = matmul_gather(c, &l->wo, att, T, c->xb, IX__COLS_EMBD, false)) != IX_OK) return s;
             lap(&pf->matmul_ns, &t);
             if ((s = rows(c, b, ROW_ATTN_RESID, il, NULL, T, E)) != IX_OK) return s;
         }
@@ -561,7 +728,11 @@ static ix_status forward(ix_model_ctx *c, const ix_batch *b, float *logits, floa
         lap(&pf->matmul_ns, &t);
         if ((s = rows(c, b, ROW_FFN_ACT, il, NULL, T, F)) != IX_OK) return s;
         lap(&pf->rows_ns, &t);
-        if ((s = matmul(c, &l->w_down, ffn_in, T, c->xb)) != IX_OK) return s;
+        if (m->comm) {
+            if ((s = gather(c, ffn_in, c->ffn_full, T, IX__COLS_FF, false)) != IX_OK) return s;
+            ffn_in = c->ffn_full;
+        }
+        if ((s = matmul_gather(c, &l->w_down, ffn_in, T, c->xb, IX__COLS_EMBD, false)) != IX_OK) return s;
         lap(&pf->matmul_ns, &t);
         /* x += the block's outputs, normed for the next layer (the last
          * layer's residual is needed only in the rows that give logits) */
@@ -571,13 +742,14 @@ static ix_status forward(ix_model_ctx *c, const ix_batch *b, float *logits, floa
 
     if (n_out == 0) return IX_OK;
     if ((s = rows(c, b, ROW_OUT_NORM, hp->n_layer - 1, NULL, (size_t)n_out, E)) != IX_OK) return s;
-    if (hidden) {
-        memcpy(hidden, c->xo, (size_t)n_out * E * sizeof *hidden);
+    if (want_hidden) {
+        if (hidden) memcpy(hidden, c->xo, (size_t)n_out * E * sizeof *hidden);
         return IX_OK;
     }
-    if ((s = matmul(c, &m->output, c->xo, (size_t)n_out, logits)) != IX_OK) return s;
+    /* (n_out, n_vocab): each rank's vocabulary rows, gathered to rank 0 */
+    if ((s = matmul_gather(c, &m->output, c->xo, (size_t)n_out, logits, IX__COLS_VOCAB, true)) != IX_OK) return s;
     size_t V = (size_t)hp->n_vocab;
-    for (int32_t i = 0; i < n_out && (m->output_b || hp->final_softcap > 0); i++) {
+    for (int32_t i = 0; logits && i < n_out && (m->output_b || hp->final_softcap > 0); i++) {
         float *row = logits + (size_t)i * V;
         if (m->output_b) ix_kernels_add(row, row, m->output_b, V);
         if (hp->final_softcap > 0) ix_kernels_softcap(row, V, hp->final_softcap);
@@ -587,9 +759,15 @@ static ix_status forward(ix_model_ctx *c, const ix_batch *b, float *logits, floa
 }
 
 ix_status ix_model_forward(ix_model_ctx *c, const ix_batch *b, float *logits) {
-    return forward(c, b, logits, NULL);
+    return forward(c, b, NULL, logits, NULL, false);
 }
 
 ix_status ix_model_forward_hidden(ix_model_ctx *c, const ix_batch *b, float *hidden) {
-    return forward(c, b, NULL, hidden);
+    return forward(c, b, NULL, NULL, hidden, true);
+}
+
+ix_status ix_model_forward_plan(ix_model_ctx *c, const ix_model_plan *plan) {
+    if (!c->m->comm || c->m->comm->rank == 0)
+        return ix_errf(&c->err, IX_ERR_STATE, "a plan runs on a tensor-parallel rank other than 0");
+    return forward(c, &plan->batch, plan, NULL, NULL, plan->hidden);
 }

@@ -428,6 +428,101 @@ static ix_status repack_weights(loader *L) {
     return IX_OK;
 }
 
+/* ---- tensor-parallel shards ------------------------------------------------ */
+
+/* Rank r's first row of N rows split over R ranks: on 16-row boundaries when
+ * N is a multiple of 16, so that weights the single process packs are packed
+ * here too (packed and row-major float weights round differently). */
+static int64_t split_at(int64_t N, int32_t r, int32_t R) {
+    int64_t unit = N % 16 == 0 ? 16 : 1;
+    return N / unit * r / R * unit;
+}
+
+/* Rank r's query heads [q0, q1) and the KV heads they read [k0, k1). */
+static void head_split(const ix_model_hparams *hp, int32_t r, int32_t R, int32_t *q0, int32_t *q1, int32_t *k0,
+                       int32_t *k1) {
+    int32_t group = hp->n_head / hp->n_head_kv;
+    *q0 = (int32_t)((int64_t)hp->n_head * r / R);
+    *q1 = (int32_t)((int64_t)hp->n_head * (r + 1) / R);
+    *k0 = *q0 / group;
+    *k1 = (*q1 - 1) / group + 1;
+}
+
+/* Cuts w to rows [row0, row0 + n); absent weights stay absent. */
+static ix_status shard_view(loader *L, ix__weight *w, int64_t row0, int64_t n) {
+    if (!w->data) return IX_OK;
+    const char *env = getenv("INFERX_REPACK");
+    bool repack = !env || strcmp(env, "0") != 0;
+    if (repack && ix_kernels_packable(w->type, (size_t)w->ne1, (size_t)w->ne0) && (row0 % 16 || n % 16))
+        return ix_errf(L->err, IX_ERR_UNSUPPORTED,
+                       "%.*s: a tensor-parallel shard of rows %lld..%lld is not on 16-row boundaries, which its "
+                       "packed layout needs (try another number of ranks)",
+                       (int)w->name.len, w->name.ptr, (long long)row0, (long long)(row0 + n));
+    *w = row_view(w, row0, n);
+    return IX_OK;
+}
+
+/* This rank's share of every matmul weight and bias, and every rank's
+ * columns of the all-gathers. */
+static ix_status shard_weights(loader *L, const ix_model_comm *comm) {
+    ix_model *m = L->m;
+    const ix_model_hparams *hp = &m->hp;
+    int32_t R = comm ? comm->n_ranks : 1, rank = comm ? comm->rank : 0;
+    if (R < 1 || rank < 0 || rank >= R)
+        return ix_errf(L->err, IX_ERR_INVALID, "rank %d of %d ranks", rank, R);
+    if (R > hp->n_head)
+        return ix_errf(L->err, IX_ERR_INVALID, "%d tensor-parallel ranks: the model has %d attention heads, at most "
+                       "one rank per head", R, hp->n_head);
+    int64_t hd = hp->head_dim, E = hp->n_embd, F = hp->n_ff, V = hp->n_vocab;
+    int32_t q0, q1, k0, k1;
+    head_split(hp, rank, R, &q0, &q1, &k0, &k1);
+    ix_model_shard_info *sh = &m->shard;
+    *sh = (ix_model_shard_info){
+        .rank = rank, .n_ranks = R, .q0 = q0, .n_q = q1 - q0, .kv0 = k0, .n_kv = k1 - k0,
+        .ff0 = split_at(F, rank, R), .embd0 = split_at(E, rank, R), .vocab0 = split_at(V, rank, R),
+    };
+    sh->n_ff = split_at(F, rank + 1, R) - sh->ff0;
+    sh->n_embd = split_at(E, rank + 1, R) - sh->embd0;
+    sh->n_vocab = split_at(V, rank + 1, R) - sh->vocab0;
+    if (!comm || R == 1) return IX_OK; /* one rank: the whole model, no exchanges */
+    m->comm = comm;
+    for (int i = 0; i < IX__COLS_COUNT; i++)
+        if (!(m->cols[i] = ix_calloc((size_t)R, sizeof(int32_t))))
+            return ix_errf(L->err, IX_ERR_NOMEM, "out of memory");
+    for (int32_t r = 0; r < R; r++) {
+        int32_t a, b, c, d;
+        head_split(hp, r, R, &a, &b, &c, &d);
+        m->cols[IX__COLS_Q][r] = (int32_t)((b - a) * hd);
+        m->cols[IX__COLS_EMBD][r] = (int32_t)(split_at(E, r + 1, R) - split_at(E, r, R));
+        m->cols[IX__COLS_FF][r] = (int32_t)(split_at(F, r + 1, R) - split_at(F, r, R));
+        m->cols[IX__COLS_VOCAB][r] = (int32_t)(split_at(V, r + 1, R) - split_at(V, r, R));
+    }
+    ix_status s;
+    m->decode_bytes = 0;
+    for (int32_t il = 0; il < hp->n_layer; il++) {
+        ix__layer *l = &m->layers[il];
+        if ((s = shard_view(L, &l->wq, q0 * hd, (q1 - q0) * hd)) != IX_OK ||
+            (s = shard_view(L, &l->wk, k0 * hd, (k1 - k0) * hd)) != IX_OK ||
+            (s = shard_view(L, &l->wv, k0 * hd, (k1 - k0) * hd)) != IX_OK ||
+            (s = shard_view(L, &l->wo, sh->embd0, sh->n_embd)) != IX_OK ||
+            (s = shard_view(L, &l->w_gate, sh->ff0, sh->n_ff)) != IX_OK ||
+            (s = shard_view(L, &l->w_up, sh->ff0, sh->n_ff)) != IX_OK ||
+            (s = shard_view(L, &l->w_down, sh->embd0, sh->n_embd)) != IX_OK)
+            return s;
+        if (l->bq) l->bq += q0 * hd;
+        if (l->bk) l->bk += k0 * hd;
+        if (l->bv) l->bv += k0 * hd;
+        if (l->b_up) l->b_up += sh->ff0;
+        const ix__weight *ws[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
+        for (size_t k = 0; k < IX_ARRAY_LEN(ws); k++) m->decode_bytes += ws[k]->n_bytes;
+    }
+    if ((s = shard_view(L, &m->output, sh->vocab0, sh->n_vocab)) != IX_OK) return s;
+    m->decode_bytes += m->output.n_bytes;
+    return IX_OK;
+}
+
+void ix_model_get_shard(const ix_model *m, ix_model_shard_info *out) { *out = m->shard; }
+
 ix_model_load_params ix_model_load_default_params(void) {
     ix_model_load_params p = {0};
     p.pack_cache_min_bytes = (uint64_t)64 << 20;
@@ -449,7 +544,25 @@ ix_status ix_model_load_progress(ix_model **out, const char *path, ix_load_progr
 
 bool ix_model_pack_cached(const ix_model *m) { return m->packed_cached; }
 
+static ix_status load_model(ix_model **out, const char *path, const ix_model_load_params *p,
+                            const ix_model_comm *comm, ix_errbuf *err);
+
 ix_status ix_model_load_ex(ix_model **out, const char *path, const ix_model_load_params *p, ix_errbuf *err) {
+    return load_model(out, path, p, NULL, err);
+}
+
+ix_status ix_model_load_shard(ix_model **out, const char *path, const ix_model_comm *comm,
+                              ix_load_progress_fn progress, void *user, ix_errbuf *err) {
+    ix_model_load_params p = ix_model_load_default_params();
+    p.progress = progress;
+    p.progress_user = user;
+    /* no packed-weight cache: its key names the file and the weights'
+     * shapes, not which rows of them a shard holds */
+    return load_model(out, path, &p, comm, err);
+}
+
+static ix_status load_model(ix_model **out, const char *path, const ix_model_load_params *p,
+                            const ix_model_comm *comm, ix_errbuf *err) {
     *out = NULL;
     if (!p || !path) return ix_errf(err, IX_ERR_INVALID, "ix_model_load_ex: NULL path or params");
     ix_model *m = ix_calloc(1, sizeof *m);
@@ -462,6 +575,7 @@ ix_status ix_model_load_ex(ix_model **out, const char *path, const ix_model_load
     if ((s = read_hparams(&L)) != IX_OK) goto fail;
     if ((s = ix_tokenizer_create(&m->tok, m->gguf, err)) != IX_OK) goto fail;
     if ((s = bind_tensors(&L)) != IX_OK) goto fail;
+    if ((s = shard_weights(&L, comm)) != IX_OK) goto fail;
     report(&L, LOAD_PACK_FROM);
     if ((s = repack_weights(&L)) != IX_OK) goto fail;
     report(&L, 1.0);
@@ -478,6 +592,7 @@ void ix_model_destroy(ix_model *m) {
     ix_gguf_close(m->gguf);
     ix_free(m->layers);
     ix_free(m->rope_factors);
+    for (int i = 0; i < IX__COLS_COUNT; i++) ix_free(m->cols[i]);
     if (m->packed) munmap(m->packed, (size_t)m->packed_bytes);
     ix__pack_cache_finish(m->pack_writer); /* the new cache file durable and in place */
     ix_free(m);
@@ -495,7 +610,7 @@ uint64_t ix_model_weight_resident_bytes(const ix_model *m) {
 
 void ix_model_kv_params(const ix_model *m, ix_kv_params *p) {
     p->n_layer = m->hp.n_layer;
-    p->n_kv_head = m->hp.n_head_kv;
+    p->n_kv_head = m->shard.n_kv; /* a shard holds only its KV heads */
     p->head_dim = m->hp.head_dim;
     /* the cache may drop blocks behind the window only when no layer reads them */
     p->sliding_window = m->hp.swa == IX_SWA_ALL ? m->hp.sliding_window : 0;

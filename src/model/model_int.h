@@ -98,6 +98,11 @@ int64_t ix__dim_value(const ix_model_hparams *hp, ix__dim d);
 /* Reads `<arch>.*` keys into hp (after ix_model_arch_init); checks ranges. */
 ix_status ix__read_hparams(ix_model_hparams *hp, const ix_gguf *g, ix_errbuf *err);
 
+/* The all-gathers of a tensor-parallel forward pass: attention outputs
+ * (query heads x head dim), the embedding width (output projection, FFN
+ * down), the FFN width, the vocabulary (output head, gathered to rank 0). */
+typedef enum ix__cols { IX__COLS_Q, IX__COLS_EMBD, IX__COLS_FF, IX__COLS_VOCAB, IX__COLS_COUNT } ix__cols;
+
 struct ix_model {
     ix_gguf *gguf;
     ix_tokenizer *tok;
@@ -112,6 +117,11 @@ struct ix_model {
     float *rope_factors;     /* (n_rot/2) frequency divisors in use, or NULL */
     uint64_t decode_bytes, n_params;
     uint64_t weight_bytes;   /* ix_model_weight_bytes */
+    /* tensor parallelism (docs/distributed.md): this rank's share, the whole
+     * model when comm is NULL; views above are cut to it at load */
+    const ix_model_comm *comm;
+    ix_model_shard_info shard;
+    int32_t *cols[IX__COLS_COUNT]; /* (n_ranks) each rank's columns of the all-gathers; NULL alone */
     void *packed;            /* the packed copies of the matmul weights (mmap'd) */
     uint64_t packed_bytes;   /* bytes mapped there */
     bool packed_cached;      /* packed is a cache file's mapping (pack_cache.c) */

@@ -1,0 +1,341 @@
+/* Tensor-parallel model shards without MPI: the ranks are threads of this
+ * process joined by a transport of their own (shared buffers and a barrier,
+ * a real implementation of ix_model_comm, not a stand-in for one), so the
+ * sanitizers see every rank. The logits of 2 and 3 shards must be the same
+ * bits as the whole model's over the same script of KV operations: a chunked
+ * prefill, a fork whose shared partial block is copied on write (the copy
+ * hook's replay on the other ranks), decode steps of both sequences in one
+ * batch, hidden states. Also: bad plans are refused with a message. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "inferx/model.h"
+
+#define MODEL IX_SOURCE_DIR "/models/target-f16.gguf"
+#define MAX_RANKS 3
+#define N_DECODE 6
+
+/* ---- the thread transport ------------------------------------------------ */
+enum { MSG_START = 1, MSG_STEP, MSG_STOP };
+
+typedef struct shared {
+    int32_t n_ranks;
+    pthread_barrier_t bar;
+    const float *mine[MAX_RANKS]; /* each rank's block of the exchange in progress */
+    int msg;
+    ix_kv_params kvp;
+    int32_t max_tokens;
+    ix_status status[MAX_RANKS];
+    ix_model_plan plan; /* rank 0's buffers, valid while its pass runs */
+} shared;
+
+typedef struct rank {
+    shared *sh;
+    int32_t id;
+    ix_model_comm comm;
+    ix_model *m;
+} rank;
+
+static void copy_blocks(const shared *sh, float *out, size_t rows, const int32_t *cols) {
+    size_t total = 0, col0 = 0;
+    for (int32_t r = 0; r < sh->n_ranks; r++) total += (size_t)cols[r];
+    for (int32_t r = 0; r < sh->n_ranks; r++) {
+        for (size_t i = 0; i < rows; i++)
+            memcpy(out + i * total + col0, sh->mine[r] + i * (size_t)cols[r], (size_t)cols[r] * sizeof(float));
+        col0 += (size_t)cols[r];
+    }
+}
+
+/* out NULL: this rank only contributes (a gather to rank 0). */
+static ix_status t_exchange(void *user, const float *mine, float *out, size_t rows, const int32_t *cols) {
+    rank *rk = user;
+    rk->sh->mine[rk->id] = mine;
+    pthread_barrier_wait(&rk->sh->bar);
+    if (out) copy_blocks(rk->sh, out, rows, cols);
+    pthread_barrier_wait(&rk->sh->bar); /* no rank reuses its block before all have read it */
+    return IX_OK;
+}
+
+static ix_status t_start(void *user, const ix_kv_params *kv, int32_t max_tokens, ix_errbuf *err) {
+    rank *rk = user;
+    shared *sh = rk->sh;
+    sh->kvp = *kv;
+    sh->max_tokens = max_tokens;
+    sh->msg = MSG_START;
+    pthread_barrier_wait(&sh->bar);
+    pthread_barrier_wait(&sh->bar); /* the others have answered */
+    for (int32_t r = 1; r < sh->n_ranks; r++)
+        if (sh->status[r] != IX_OK) return ix_errf(err, sh->status[r], "rank %d could not start", (int)r);
+    return IX_OK;
+}
+
+static ix_status t_step(void *user, const ix_model_plan *plan) {
+    rank *rk = user;
+    rk->sh->plan = *plan;
+    rk->sh->msg = MSG_STEP;
+    pthread_barrier_wait(&rk->sh->bar);
+    return IX_OK;
+}
+
+static void t_stop(shared *sh) {
+    sh->msg = MSG_STOP;
+    pthread_barrier_wait(&sh->bar);
+}
+
+/* A rank other than 0: START, then each STEP's plan, until STOP. */
+static void *worker_main(void *arg) {
+    rank *rk = arg;
+    shared *sh = rk->sh;
+    ix_kv *kv = NULL;
+    ix_model_ctx *ctx = NULL;
+    for (;;) {
+        pthread_barrier_wait(&sh->bar);
+        if (sh->msg == MSG_STOP) break;
+        if (sh->msg == MSG_START) {
+            ix_errbuf err = {{0}};
+            ix_kv_params kp = sh->kvp;
+            ix_model_kv_params(rk->m, &kp);
+            ix_model_ctx_params cp = ix_model_ctx_default_params();
+            cp.max_batch_tokens = sh->max_tokens;
+            cp.n_threads = 1;
+            sh->status[rk->id] = ix_kv_create(&kp, &kv, &err);
+            if (sh->status[rk->id] == IX_OK) sh->status[rk->id] = ix_model_ctx_create(&ctx, rk->m, kv, &cp, &err);
+            pthread_barrier_wait(&sh->bar);
+            continue;
+        }
+        ix_model_plan plan = sh->plan;
+        if (ix_model_forward_plan(ctx, &plan) != IX_OK) { /* cmocka asserts belong to the main thread */
+            fprintf(stderr, "rank %d: %s\n", (int)rk->id, ix_model_ctx_errmsg(ctx));
+            abort();
+        }
+    }
+    ix_model_ctx_destroy(ctx);
+    ix_kv_destroy(kv);
+    return NULL;
+}
+
+/* ---- the script both runs follow --------------------------------------------- */
+typedef struct outputs {
+    float *logits; /* (rows, n_vocab) every output row of every pass, in order */
+    size_t n_rows;
+    float *hidden; /* (2, n_embd) of the last pass, by forward_hidden */
+} outputs;
+
+static void pass(ix_model_ctx *c, ix_kv *kv, const int32_t *seqs, const int32_t *n_new, int n_seqs,
+                 const ix_token *toks, outputs *o, size_t V, bool hidden) {
+    ix_token tk[64];
+    int32_t pos[64], sq[64];
+    uint8_t out[64];
+    int32_t T = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        int32_t at = ix_kv_seq_n_tokens(kv, seqs[i]);
+        assert_int_equal(ix_kv_seq_append(kv, seqs[i], n_new[i], NULL), IX_OK);
+        for (int32_t k = 0; k < n_new[i]; k++, T++) {
+            tk[T] = toks[T];
+            pos[T] = at + k;
+            sq[T] = seqs[i];
+            out[T] = k == n_new[i] - 1;
+        }
+    }
+    ix_batch b = {.n_tokens = T, .tokens = tk, .pos = pos, .seq = sq, .output = out};
+    if (hidden) {
+        assert_int_equal(ix_model_forward_hidden(c, &b, o->hidden), IX_OK);
+    } else {
+        assert_int_equal(ix_model_forward(c, &b, o->logits + o->n_rows * V), IX_OK);
+        o->n_rows += (size_t)n_seqs;
+    }
+    for (int i = 0; i < n_seqs; i++) ix_kv_seq_commit(kv, seqs[i], ix_kv_seq_n_tokens(kv, seqs[i]));
+}
+
+/* Prefill 21 tokens in chunks of 13 and 8 (the last block partial), fork,
+ * decode both sequences together (the first append into the shared partial
+ * block copies it), then the hidden states of one more step. */
+static void script(ix_model_ctx *c, ix_kv *kv, outputs *o, size_t V) {
+    ix_token prompt[21];
+    for (int i = 0; i < 21; i++) prompt[i] = (ix_token)(1 + (i * 97) % 4000);
+    int32_t a, b;
+    assert_int_equal(ix_kv_seq_create(kv, 0, &a), IX_OK);
+    pass(c, kv, &a, (int32_t[]){13}, 1, prompt, o, V, false);
+    pass(c, kv, &a, (int32_t[]){8}, 1, prompt + 13, o, V, false);
+    assert_int_equal(ix_kv_seq_fork(kv, a, &b), IX_OK);
+    for (int step = 0; step < N_DECODE; step++) {
+        ix_token next[2] = {(ix_token)(100 + step * 31), (ix_token)(2000 + step * 17)};
+        pass(c, kv, (int32_t[]){a, b}, (int32_t[]){1, 1}, 2, next, o, V, false);
+    }
+    pass(c, kv, (int32_t[]){a, b}, (int32_t[]){1, 1}, 2, (ix_token[]){5, 6}, o, V, true);
+}
+
+static ix_kv *make_kv(const ix_model *m) {
+    ix_kv_params kp = ix_kv_default_params();
+    ix_model_kv_params(m, &kp);
+    kp.n_blocks = 32;
+    kp.block_size = 16;
+    kp.enable_prefix_cache = false;
+    ix_kv *kv = NULL;
+    ix_errbuf err = {{0}};
+    assert_int_equal(ix_kv_create(&kp, &kv, &err), IX_OK);
+    return kv;
+}
+
+static void outputs_alloc(outputs *o, const ix_model_hparams *hp) {
+    o->logits = calloc((size_t)(2 + 2 * N_DECODE) * (size_t)hp->n_vocab, sizeof(float));
+    o->hidden = calloc(2 * (size_t)hp->n_embd, sizeof(float));
+    o->n_rows = 0;
+    assert_non_null(o->logits);
+    assert_non_null(o->hidden);
+}
+
+static void run_one(outputs *o) {
+    ix_errbuf err = {{0}};
+    ix_model *m = NULL;
+    assert_int_equal(ix_model_load(&m, MODEL, &err), IX_OK);
+    const ix_model_hparams *hp = ix_model_get_hparams(m);
+    outputs_alloc(o, hp);
+    ix_kv *kv = make_kv(m);
+    ix_model_ctx_params cp = ix_model_ctx_default_params();
+    cp.n_threads = 1;
+    ix_model_ctx *c = NULL;
+    assert_int_equal(ix_model_ctx_create(&c, m, kv, &cp, &err), IX_OK);
+    script(c, kv, o, (size_t)hp->n_vocab);
+    ix_model_ctx_destroy(c);
+    ix_kv_destroy(kv);
+    ix_model_destroy(m);
+}
+
+static void run_tp(int32_t n_ranks, outputs *o) {
+    shared sh = {.n_ranks = n_ranks};
+    pthread_barrier_init(&sh.bar, NULL, (unsigned)n_ranks);
+    rank rk[MAX_RANKS];
+    pthread_t th[MAX_RANKS];
+    ix_errbuf err = {{0}};
+    for (int32_t r = 0; r < n_ranks; r++) {
+        rk[r] = (rank){.sh = &sh, .id = r};
+        rk[r].comm = (ix_model_comm){.user = &rk[r], .rank = r, .n_ranks = n_ranks, .allgather = t_exchange,
+                                     .gather = t_exchange, .start = t_start, .step = t_step};
+        assert_int_equal(ix_model_load_shard(&rk[r].m, MODEL, &rk[r].comm, NULL, NULL, &err), IX_OK);
+        ix_model_shard_info si;
+        ix_model_get_shard(rk[r].m, &si);
+        assert_int_equal(si.rank, r);
+        assert_true(si.n_q > 0 && si.n_kv > 0 && si.n_ff > 0 && si.n_vocab > 0);
+    }
+    for (int32_t r = 1; r < n_ranks; r++) assert_int_equal(pthread_create(&th[r], NULL, worker_main, &rk[r]), 0);
+    const ix_model_hparams *hp = ix_model_get_hparams(rk[0].m);
+    outputs_alloc(o, hp);
+    ix_kv *kv = make_kv(rk[0].m);
+    ix_model_ctx_params cp = ix_model_ctx_default_params();
+    cp.n_threads = 1;
+    ix_model_ctx *c = NULL;
+    assert_int_equal(ix_model_ctx_create(&c, rk[0].m, kv, &cp, &err), IX_OK);
+    script(c, kv, o, (size_t)hp->n_vocab);
+    /* rank 0 runs no plans */
+    ix_model_plan none = {0};
+    assert_int_equal(ix_model_forward_plan(c, &none), IX_ERR_STATE);
+    ix_model_ctx_destroy(c);
+    ix_kv_destroy(kv);
+    t_stop(&sh);
+    for (int32_t r = 1; r < n_ranks; r++) pthread_join(th[r], NULL);
+    for (int32_t r = 0; r < n_ranks; r++) ix_model_destroy(rk[r].m);
+    pthread_barrier_destroy(&sh.bar);
+}
+
+static void check_same(int32_t n_ranks) {
+    outputs one, tp;
+    run_one(&one);
+    run_tp(n_ranks, &tp);
+    assert_int_equal(one.n_rows, tp.n_rows);
+    ix_model *m = NULL;
+    ix_errbuf err = {{0}};
+    assert_int_equal(ix_model_load(&m, MODEL, &err), IX_OK);
+    const ix_model_hparams *hp = ix_model_get_hparams(m);
+    size_t V = (size_t)hp->n_vocab, E = (size_t)hp->n_embd;
+    for (size_t i = 0; i < one.n_rows; i++)
+        if (memcmp(one.logits + i * V, tp.logits + i * V, V * sizeof(float))) fail_msg("logit row %zu differs", i);
+    assert_memory_equal(one.hidden, tp.hidden, 2 * E * sizeof(float));
+    ix_model_destroy(m);
+    free(one.logits), free(one.hidden), free(tp.logits), free(tp.hidden);
+}
+
+static void test_two_ranks(void **state) {
+    (void)state;
+    check_same(2);
+}
+
+/* 6 heads over 3 ranks: the middle one holds query heads of both KV heads
+ * (each KV head held by two ranks). */
+static void test_three_ranks(void **state) {
+    (void)state;
+    check_same(3);
+}
+
+/* Too many ranks, a bad rank, a plan on rank 0 of a whole model. */
+static void test_refusals(void **state) {
+    (void)state;
+    ix_errbuf err = {{0}};
+    ix_model *m = NULL;
+    ix_model_comm c = {.rank = 0, .n_ranks = 7, .allgather = t_exchange, .gather = t_exchange, .start = t_start,
+                       .step = t_step};
+    assert_int_equal(ix_model_load_shard(&m, MODEL, &c, NULL, NULL, &err), IX_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "at most one rank per head"));
+    c.n_ranks = 2;
+    c.rank = 2;
+    assert_int_equal(ix_model_load_shard(&m, MODEL, &c, NULL, NULL, &err), IX_ERR_INVALID);
+    assert_null(m);
+}
+
+/* A rank checks every plan against its pool: a block outside it, a table
+ * that does not reach the position, a copy outside the pool. */
+static void test_bad_plans(void **state) {
+    (void)state;
+    shared sh = {.n_ranks = 2};
+    pthread_barrier_init(&sh.bar, NULL, 1);
+    rank rk = {.sh = &sh, .id = 1};
+    rk.comm = (ix_model_comm){.user = &rk, .rank = 1, .n_ranks = 2, .allgather = t_exchange, .gather = t_exchange,
+                              .start = t_start, .step = t_step};
+    ix_errbuf err = {{0}};
+    assert_int_equal(ix_model_load_shard(&rk.m, MODEL, &rk.comm, NULL, NULL, &err), IX_OK);
+    ix_kv *kv = make_kv(rk.m);
+    ix_model_ctx_params cp = ix_model_ctx_default_params();
+    cp.n_threads = 1;
+    ix_model_ctx *c = NULL;
+    assert_int_equal(ix_model_ctx_create(&c, rk.m, kv, &cp, &err), IX_OK);
+    /* a rank other than 0 runs plans only */
+    ix_batch none = {0};
+    assert_int_equal(ix_model_forward(c, &none, NULL), IX_ERR_STATE);
+    ix_token tok = 5;
+    int32_t pos = 20, seq = 0, n_blocks = 2, far[2] = {0, 999}, copies[2] = {1, 4000};
+    uint8_t out = 1;
+    const int32_t *tables[1] = {far};
+    ix_model_plan p = {.batch = {.n_tokens = 1, .tokens = &tok, .pos = &pos, .seq = &seq, .output = &out},
+                       .tables = tables, .n_blocks = &n_blocks};
+    assert_int_equal(ix_model_forward_plan(c, &p), IX_ERR_RANGE);
+    assert_non_null(strstr(ix_model_ctx_errmsg(c), "outside the pool"));
+    n_blocks = 1;
+    assert_int_equal(ix_model_forward_plan(c, &p), IX_ERR_RANGE);
+    n_blocks = 2;
+    far[1] = 3;
+    p.copies = copies;
+    p.n_copies = 1;
+    assert_int_equal(ix_model_forward_plan(c, &p), IX_ERR_RANGE);
+    assert_non_null(strstr(ix_model_ctx_errmsg(c), "block copy"));
+    ix_model_ctx_destroy(c);
+    ix_kv_destroy(kv);
+    ix_model_destroy(rk.m);
+    pthread_barrier_destroy(&sh.bar);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_two_ranks),
+        cmocka_unit_test(test_three_ranks),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_bad_plans),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
