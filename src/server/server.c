@@ -42,6 +42,10 @@ ix_server_params ix_server_default_params(void) {
     p.model_name = "inferx";
     p.max_body_bytes = 8u << 20;
     p.max_waiting = 256;
+    p.session_ttl_s = 3600;
+    p.max_stored_responses = 1000;
+    p.max_stored_bytes = 64u << 20;
+    p.stored_response_ttl_s = 30 * 86400.0;
     p.max_connections = 256;
     p.conn_timeout_s = 120;
     p.header_timeout_s = 10;
@@ -381,7 +385,7 @@ static enum MHD_Result do_metrics(ixs_conn *cc) {
 
 typedef enum route_id {
     R_HEALTH, R_READY, R_METRICS, R_MODELS, R_MODEL_ONE, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT,
-    R_EMBEDDINGS, R_RESPONSES, R_WEB, R_OLLAMA, R_USAGE,
+    R_EMBEDDINGS, R_RESPONSES, R_WEB, R_OLLAMA, R_USAGE, R_SESSION, R_STORED_RESPONSE,
 } route_id;
 
 static const struct route {
@@ -403,6 +407,11 @@ static const struct route {
     {"/v1/models/", "GET", R_MODEL_ONE, true, false, 0},
     {"/v1/embeddings", "POST", R_EMBEDDINGS, true, true, 0},
     {"/v1/responses", "POST", R_RESPONSES, true, true, 0},
+    {"/v1/responses/", "GET", R_STORED_RESPONSE, true, false, 0},
+    {"/v1/responses/", "DELETE", R_STORED_RESPONSE, true, false, 0},
+    {"/v1/sessions/", "GET", R_SESSION, true, false, 0},
+    {"/v1/sessions/", "DELETE", R_SESSION, true, false, 0},
+    {"/v1/sessions/", "POST", R_SESSION, true, false, 0},
     {"/v1/usage", "GET", R_USAGE, true, false, 0},
     {"/", "GET", R_WEB, false, false, 0},
     {"/api/version", "GET", R_OLLAMA, true, false, IXS_OLLAMA_VERSION},
@@ -544,6 +553,10 @@ static enum MHD_Result dispatch(ixs_conn *cc) {
         return do_models(cc);
     case R_MODEL_ONE:
         return do_model_one(cc, url + strlen(rt->path));
+    case R_SESSION:
+        return ix__srv_sessions(cc, url + strlen(rt->path));
+    case R_STORED_RESPONSE:
+        return ix__srv_stored_response(cc, url + strlen(rt->path));
     default:
         break;
     }
@@ -931,6 +944,7 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
     s->p.usage_state = NULL;
     s->p.tls_cert_file = NULL;
     s->p.tls_key_file = NULL;
+    s->p.state_dir = NULL;
     s->created = time(NULL);
     atomic_init(&s->next_id, (uint64_t)ix_time_ns() ^ ((uint64_t)s->created << 32));
     atomic_init(&s->n_inflight, 0);
@@ -971,7 +985,7 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
         IX_LOGI("server: OpenTelemetry spans go to %s (new traces sampled at %g)", p->otlp_traces_url,
                 p->trace_sample_ratio);
     }
-    if ((st = ix__policy_create(s, p, err)) != IX_OK) {
+    if ((st = ix__policy_create(s, p, err)) != IX_OK || (st = ix__rstore_create(s, p, err)) != IX_OK) {
         ix_server_destroy(s);
         return st;
     }
@@ -1091,6 +1105,7 @@ void ix_server_destroy(ix_server *s) {
     for (int i = 0; i < 1000 && atomic_load(&s->n_inflight) > 0; i++) sleep_ms(10);
     pthread_mutex_destroy(&s->jobs_mu);
     ix__policy_destroy(s); /* after the jobs: their usage is in the saved state */
+    ix__rstore_destroy(s); /* after the jobs: their responses are stored */
     pthread_mutex_destroy(&s->socks_mu);
     ix__admit_free(&s->admit);
     ix__metrics_free(&s->metrics);
