@@ -45,6 +45,10 @@ def parse_args():
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--kv-cache-mem", default="24M")
     ap.add_argument("--prefix", type=int, default=2000, help="tokens of the shared prefix after a restart")
+    ap.add_argument("--restart-model", default=None,
+                    help="the model of part 2 (default: -m); one where a 2,000-token prefill costs real time, "
+                         "e.g. `inferx mkmodel --shape tinyllama --type q4_0 -o /tmp/tl.gguf`")
+    ap.add_argument("--parts", default="trace,restart", help="which parts to run")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=16)
@@ -54,15 +58,15 @@ def parse_args():
 
 
 class Server:
-    def __init__(self, args, disk_dir, extra=()):
-        self.args, self.disk_dir, self.extra = args, disk_dir, list(extra)
+    def __init__(self, args, disk_dir, model=None):
+        self.args, self.disk_dir, self.model = args, disk_dir, model or args.model
         self.proc, self.port = None, None
 
     def start(self):
         cmd = [self.args.binary, "serve", "--port", "0", "-t", str(self.args.threads), "--access-log", "off",
-               "--kv-cache-mem", self.args.kv_cache_mem, "--max-num-seqs", "64"] + self.extra
-        if self.args.model:
-            cmd += ["-m", self.args.model]
+               "--kv-cache-mem", self.args.kv_cache_mem, "--max-num-seqs", "64"]
+        if self.model:
+            cmd += ["-m", self.model]
         if self.disk_dir:
             cmd += ["--kv-disk-dir", self.disk_dir]
         self.err = tempfile.TemporaryFile()
@@ -183,48 +187,66 @@ def main():
     out = {"load_before": load0, "agents": args.agents, "rounds": args.rounds, "kv_cache_mem": args.kv_cache_mem,
            "model": args.model or "bundled"}
     try:
-        # 1. agent trace, disk tier vs none, alternated
-        disk = Server(args, os.path.join(root, "kv")).start()
-        ram = Server(args, None).start()
-        res = {"disk": [], "ram": []}
-        for rep in range(2):
-            for name, srv in (("disk", disk), ("ram", ram)):
-                res[name] += agent_trace(srv, args, f"{name}{rep}")
-        m = disk.metrics()
-        disk.stop()
-        ram.stop()
-        out["trace"] = {k: {"turns": len(v), "p50_s": pct(v, 50), "p99_s": pct(v, 99)} for k, v in res.items()}
-        out["trace_disk_metrics"] = {k: v for k, v in m.items() if "kv_disk" in k or "session" in k}
-
-        # 2. restart: a long shared prefix from disk vs cold
-        body = {"messages": [{"role": "user", "content": prefix_text(args.prefix) + "\nWhat is this text about?"}],
-                "max_tokens": 4, "temperature": 0}
-        rdir = os.path.join(root, "restart")
-        warm = Server(args, rdir).start()
-        stream_ttft(warm.port, body)
-        warm.stop()
-        after, cold = [], []
-        for rep in range(args.reps):
-            s = Server(args, rdir).start()
-            after.append(stream_ttft(s.port, body)[0])
-            mm = s.metrics()
-            s.stop()
-            c = Server(args, None).start()
-            cold.append(stream_ttft(c.port, body)[0])
-            c.stop()
-        out["restart"] = {"prefix_tokens": args.prefix, "after_restart_s": after, "cold_s": cold,
-                          "speedup_median": pct(cold, 50) / pct(after, 50),
-                          "hit_tokens": mm.get("inferx:kv_disk_hit_tokens_total", 0),
-                          "read_s_per_block": mm.get("inferx:kv_disk_read_seconds_per_block", 0)}
-        # 3. the disk
-        # the tier's read rate while loading: bytes read over (blocks read x mean read time)
-        rb = mm.get("inferx:kv_disk_read_bytes_total", 0)
-        read_s = mm.get("inferx:kv_disk_read_seconds_per_block", 0) * mm.get("inferx:kv_disk_blocks_in_total", 0)
-        out["disk"] = {"dd_MBps": dd_rates(root), "tier_read_bytes": rb,
-                       "tier_written_bytes_trace": m.get("inferx:kv_disk_written_bytes_total", 0),
-                       "tier_read_MBps": rb / 1e6 / read_s if read_s > 0 else float("nan")}
+        if "trace" in args.parts:
+            trace(args, root, out)
+        if "restart" in args.parts:
+            restart(args, root, out)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    report(args, out, load0)
+
+
+def trace(args, root, out):
+    """1. agent trace, disk tier vs none, alternated."""
+    disk = Server(args, os.path.join(root, "kv")).start()
+    ram = Server(args, None).start()
+    res = {"disk": [], "ram": []}
+    for rep in range(2):
+        for name, srv in (("disk", disk), ("ram", ram)):
+            res[name] += agent_trace(srv, args, f"{name}{rep}")
+    m = disk.metrics()
+    disk.stop()
+    ram.stop()
+    out["trace"] = {k: {"turns": len(v), "p50_s": pct(v, 50), "p99_s": pct(v, 99)} for k, v in res.items()}
+    out["trace_disk_metrics"] = {k: v for k, v in m.items() if "kv_disk" in k or "session" in k}
+
+
+def restart(args, root, out):
+    """2. restart: a long shared prefix from disk vs cold; 3. the disk."""
+    model = args.restart_model or args.model
+    out["restart_model"] = model or "bundled"
+    body = {"messages": [{"role": "user", "content": prefix_text(args.prefix) + "\nWhat is this text about?"}],
+            "max_tokens": 4, "temperature": 0}
+    rdir = os.path.join(root, "restart")
+    warm = Server(args, rdir, model).start()
+    stream_ttft(warm.port, body)
+    t_stop = time.perf_counter()
+    warm.stop()  # writes every cached block (one file and fsync each)
+    t_stop = time.perf_counter() - t_stop
+    after, cold = [], []
+    for rep in range(args.reps):
+        s = Server(args, rdir, model).start()
+        after.append(stream_ttft(s.port, body)[0])
+        mm = s.metrics()
+        s.stop()
+        c = Server(args, None, model).start()
+        cold.append(stream_ttft(c.port, body)[0])
+        c.stop()
+    out["restart"] = {"prefix_tokens": args.prefix, "after_restart_s": after, "cold_s": cold,
+                      "speedup_median": pct(cold, 50) / pct(after, 50),
+                      "hit_tokens": mm.get("inferx:kv_disk_hit_tokens_total", 0),
+                      "read_s_per_block": mm.get("inferx:kv_disk_read_seconds_per_block", 0)}
+    # 3. the disk
+    # the tier's read rate while loading: bytes read over (blocks read x mean read time)
+    rb = mm.get("inferx:kv_disk_read_bytes_total", 0)
+    read_s = mm.get("inferx:kv_disk_read_seconds_per_block", 0) * mm.get("inferx:kv_disk_blocks_in_total", 0)
+    on_disk = mm.get("inferx:kv_disk_bytes", 0)
+    out["disk"] = {"dd_MBps": dd_rates(root), "tier_read_bytes": rb, "tier_bytes": on_disk,
+                   "tier_read_MBps": rb / 1e6 / read_s if read_s > 0 else float("nan"),
+                   "tier_write_MBps_at_stop": on_disk / 1e6 / t_stop if t_stop > 0 else float("nan")}
+
+
+def report(args, out, load0):
     out["load_after"] = os.getloadavg()
     if args.json:
         print(json.dumps(out, indent=1))
@@ -232,17 +254,22 @@ def main():
     print(f"kv_tiers: model {out['model']}, {args.agents} agents x {args.rounds} rounds, KV pool "
           f"{args.kv_cache_mem}; load average before {load0[0]:.1f}, after {out['load_after'][0]:.1f} "
           f"({os.cpu_count()} CPUs)")
-    for k in ("ram", "disk"):
+    for k in ("ram", "disk") if "trace" in out else ():
         t = out["trace"][k]
         print(f"  agent trace TTFT, {'disk tier ' if k == 'disk' else 'RAM only  '}: p50 {t['p50_s'] * 1e3:8.1f} ms"
               f"  p99 {t['p99_s'] * 1e3:8.1f} ms  ({t['turns']} turns)")
+    if "restart" not in out:
+        return
     r = out["restart"]
+    print(f"  restart model: {out['restart_model']}")
     print(f"  {args.prefix}-token prefix TTFT: after a restart (disk) median {pct(r['after_restart_s'], 50):.3f} s, "
           f"cold {pct(r['cold_s'], 50):.3f} s: x{r['speedup_median']:.1f} "
           f"({r['hit_tokens']:.0f} tokens from disk, {r['read_s_per_block'] * 1e6:.0f} us a block)")
     d = out["disk"]
     print(f"  disk: dd write {d['dd_MBps']['write']:.0f} MB/s, read {d['dd_MBps']['read']:.0f} MB/s (direct I/O); "
-          f"tier reads {d['tier_read_MBps']:.0f} MB/s while loading blocks")
+          f"the tier read {d['tier_read_MBps']:.0f} MB/s loading blocks, wrote {d['tier_bytes'] / 1e6:.1f} MB at "
+          f"{d['tier_write_MBps_at_stop']:.0f} MB/s at shutdown (a file and an fsync per block, process exit "
+          f"included)")
 
 
 if __name__ == "__main__":

@@ -9,31 +9,16 @@
 # usage: cli_sessions_test.sh INFERX_BINARY   (exit 77 without curl)
 set -euo pipefail
 bin=$1
-command -v curl >/dev/null || { echo "skip: curl is not installed"; exit 77; }
-tmp=$(mktemp -d)
-pid=""
-trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*"; echo "--- server log:"; cat "$tmp/err"; exit 1; }
+. "$(dirname "$0")/cli_serve_lib.sh"
 start() {
-  : >"$tmp/err"
-  "$bin" serve --port 0 -t 2 --kv-disk-dir "$tmp/kv" --api-key key-a --api-key key-b --session-ttl 600 \
-    --access-log off 2>"$tmp/err" &
-  pid=$!
-  for _ in $(seq 600); do grep -q " on http://127.0.0.1:" "$tmp/err" 2>/dev/null && break; sleep 0.1; done
-  port=$(sed -n 's|.* on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$tmp/err")
-  [ -n "$port" ] || fail "did not start"
-  base=http://127.0.0.1:$port
+  serve_start --kv-disk-dir "$tmp/kv" --api-key key-a --api-key key-b --session-ttl 600
   for _ in $(seq 600); do
     code=$(curl -s -o /dev/null -w '%{http_code}' "$base/ready" || true)
     [ "$code" = 200 ] && break
     sleep 0.1
   done
 }
-stop() {
-  kill -TERM $pid
-  wait $pid || fail "exit status $? at SIGTERM"
-  pid=""
-}
+stop() { serve_stop; }
 # req KEY METHOD PATH [BODY]: prints "STATUS BODY"
 req() {
   local out

@@ -207,7 +207,7 @@ static void test_previous_response(void **state) {
     free(wb);
     json_decref(whole);
     /* another tenant cannot chain from it or delete it */
-    json_t *rb = call(KEY_B, "POST", "/v1/responses", body, 404);
+    json_t *rb = call(KEY_B, "POST", "/v1/responses", body, 400);
     assert_string_equal(json_string_value(json_object_get(json_object_get(rb, "error"), "param")),
                         "previous_response_id");
     json_decref(rb);
@@ -217,7 +217,7 @@ static void test_previous_response(void **state) {
     assert_true(json_is_true(json_object_get(d, "deleted")));
     json_decref(d);
     expect_status(KEY_A, "GET", path, NULL, 404);
-    expect_status(KEY_A, "POST", "/v1/responses", body, 404);
+    expect_status(KEY_A, "POST", "/v1/responses", body, 400);
     expect_status(KEY_A, "GET", "/v1/responses/bad!id", NULL, 400);
     expect_status(KEY_A, "GET", "/v1/responses/resp_nothing", NULL, 404);
     expect_status(KEY_A, "POST", "/v1/responses", "{\"input\":\"x\",\"previous_response_id\":3}", 400);

@@ -284,8 +284,8 @@ static int conversation_of(ixs_resp *r, json_t *req, ixs_err *e) {
     if (json_is_string(prev)) {
         ix_status st = ix__rstore_get(r->s, json_string_value(prev), r->tenant, NULL, &r->conversation);
         if (st == IX_ERR_NOT_FOUND)
-            return ix__srv_errf(e, 404, "invalid_request_error", "previous_response_id",
-                                "Previous response with id '%.64s' not found.", json_string_value(prev));
+            return IXS_BAD(e, "previous_response_id", "Previous response with id '%.64s' not found.",
+                           json_string_value(prev)); /* OpenAI's status and words */
         if (st != IX_OK) return ix__srv_errf(e, 500, "server_error", NULL, "out of memory");
     } else if (!(r->conversation = json_array())) {
         return ix__srv_errf(e, 500, "server_error", NULL, "out of memory");
