@@ -43,13 +43,15 @@ def parse_args():
     ap.add_argument("-m", "--model", default=None)
     ap.add_argument("--agents", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--tools", type=int, default=24, help="tool definitions in the shared system prompt")
     ap.add_argument("--kv-cache-mem", default="24M")
     ap.add_argument("--prefix", type=int, default=2000, help="tokens of the shared prefix after a restart")
     ap.add_argument("--restart-model", default=None,
                     help="the model of part 2 (default: -m); one where a 2,000-token prefill costs real time, "
                          "e.g. `inferx mkmodel --shape tinyllama --type q4_0 -o /tmp/tl.gguf`")
     ap.add_argument("--parts", default="trace,restart", help="which parts to run")
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=3, help="restarts (part 2)")
+    ap.add_argument("--trace-reps", type=int, default=3, help="runs of the trace on each server, alternated")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--dir", default="/tmp")
@@ -123,24 +125,29 @@ def stream_ttft(port, body):
     return (ttft if ttft is not None else time.perf_counter() - t0), "".join(text)
 
 
-TOOLS = "".join(
-    f"Tool {i}: name tool_{i}; description: looks up record kind {i} in the inventory and returns its fields "
-    f"(id, name, owner, created, status, size and the notes attached); arguments: an object with 'id' (string) "
-    f"and 'fields' (array of strings).\n" for i in range(24))
-SYSTEM = "You are an operations agent. Use the tools below when a question needs data.\n" + TOOLS
+def system_prompt(n_tools):
+    return "You are an operations agent. Use the tools below when a question needs data.\n" + "".join(
+        f"Tool {i}: name tool_{i}; description: looks up record kind {i} in the inventory and returns its fields "
+        f"(id, name, owner, created, status, size and the notes attached); arguments: an object with 'id' "
+        f"(string) and 'fields' (array of strings).\n" for i in range(n_tools))
 
 
 def agent_trace(srv, args, tag):
     """Runs the trace on srv; returns the TTFTs of every turn after the first."""
-    convs = [[{"role": "system", "content": SYSTEM}] for _ in range(args.agents)]
-    ttfts, lock = [], threading.Lock()
+    convs = [[{"role": "system", "content": system_prompt(args.tools)}] for _ in range(args.agents)]
+    ttfts, errors, lock = [], [], threading.Lock()
 
     def turn(a, rnd):
         convs[a].append({"role": "user", "content": f"Agent {a}, round {rnd}: check record {a * 97 + rnd} and "
                                                     f"summarise what changed since the last round."})
         body = {"messages": convs[a], "max_tokens": args.max_tokens, "temperature": 0,
                 "session_id": f"{tag}-agent-{a}"}
-        t, text = stream_ttft(srv.port, body)
+        try:
+            t, text = stream_ttft(srv.port, body)
+        except Exception as ex:  # counted, not fatal: the figures say how many turns they cover
+            with lock:
+                errors.append(str(ex)[:200])
+            return
         convs[a].append({"role": "assistant", "content": text})
         if rnd > 0:
             with lock:
@@ -152,6 +159,8 @@ def agent_trace(srv, args, tag):
             t.start()
         for t in th:
             t.join()
+    if errors:
+        print(f"  {tag}: {len(errors)} turns failed, e.g. {errors[0]}", file=sys.stderr)
     return ttfts
 
 
@@ -201,7 +210,7 @@ def trace(args, root, out):
     disk = Server(args, os.path.join(root, "kv")).start()
     ram = Server(args, None).start()
     res = {"disk": [], "ram": []}
-    for rep in range(2):
+    for rep in range(args.trace_reps):
         for name, srv in (("disk", disk), ("ram", ram)):
             res[name] += agent_trace(srv, args, f"{name}{rep}")
     m = disk.metrics()

@@ -227,6 +227,35 @@ static void test_previous_response(void **state) {
     json_decref(r3);
 }
 
+/* The previous response's instructions are not carried over: the chained
+ * turn equals the conversation sent whole without them. */
+static void test_instructions_not_carried(void **state) {
+    (void)state;
+    json_t *r0 = call(KEY_A, "POST", "/v1/responses",
+                      "{\"instructions\":\"Always answer in capital letters.\",\"input\":\"Hello\","
+                      "\"max_output_tokens\":6,\"temperature\":0}",
+                      200);
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"previous_response_id\":\"%s\",\"input\":\"Again\",\"max_output_tokens\":6,\"temperature\":0}",
+             json_string_value(json_object_get(r0, "id")));
+    json_t *r1 = call(KEY_A, "POST", "/v1/responses", body, 200);
+    assert_true(json_is_null(json_object_get(r1, "instructions")));
+    json_t *in = json_pack("[{s:s, s:s}]", "role", "user", "content", "Hello");
+    json_array_extend(in, json_object_get(r0, "output"));
+    json_array_append_new(in, json_pack("{s:s, s:s}", "role", "user", "content", "Again"));
+    json_t *whole = json_pack("{s:o, s:i, s:i, s:b}", "input", in, "max_output_tokens", 6, "temperature", 0, "store",
+                              0);
+    char *wb = json_dumps(whole, JSON_COMPACT);
+    json_t *r2 = call(KEY_A, "POST", "/v1/responses", wb, 200);
+    assert_string_equal(out_text(r1), out_text(r2));
+    free(wb);
+    json_decref(whole);
+    json_decref(r0);
+    json_decref(r1);
+    json_decref(r2);
+}
+
 /* A streamed response is stored too: its last event's object is what GET returns. */
 static void test_stored_stream(void **state) {
     (void)state;
@@ -258,6 +287,7 @@ int main(void) {
         cmocka_unit_test(test_session_endpoints),
         cmocka_unit_test(test_session_ttl),
         cmocka_unit_test(test_previous_response),
+        cmocka_unit_test(test_instructions_not_carried),
         cmocka_unit_test(test_stored_stream),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

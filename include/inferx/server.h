@@ -115,7 +115,7 @@ typedef struct ix_server_params {
     /* Stored responses (/v1/responses with store: true): at most
      * max_stored_responses of them and max_stored_bytes of JSON (the least
      * recently used go first), each kept stored_response_ttl_s seconds.
-     * Defaults 1000, 64 MiB, 30 days. state_dir: where they are kept
+     * Defaults (also for values <= 0) 1000, 64 MiB, 30 days. state_dir: where they are kept
      * across restarts (responses.json, written atomically a few seconds
      * after a change and at destroy); NULL or "": in memory only. Copied. */
     int32_t max_stored_responses;

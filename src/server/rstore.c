@@ -259,9 +259,10 @@ ix_status ix__rstore_create(ix_server *s, const ix_server_params *p, ix_errbuf *
     ixs_rstore *r = ix_calloc(1, sizeof *r);
     if (!r) return ix_errf(err, IX_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&r->mu, NULL);
-    r->max_n = p->max_stored_responses > 0 ? (size_t)p->max_stored_responses : 0;
-    r->max_bytes = p->max_stored_bytes;
-    r->ttl_s = p->stored_response_ttl_s > 0 ? p->stored_response_ttl_s : 0;
+    ix_server_params d = ix_server_default_params(); /* zero or less: the default */
+    r->max_n = (size_t)(p->max_stored_responses > 0 ? p->max_stored_responses : d.max_stored_responses);
+    r->max_bytes = p->max_stored_bytes > 0 ? p->max_stored_bytes : d.max_stored_bytes;
+    r->ttl_s = p->stored_response_ttl_s > 0 ? p->stored_response_ttl_s : d.stored_response_ttl_s;
     s->rstore = r;
     if (!p->state_dir || !*p->state_dir) return IX_OK;
     size_t n = strlen(p->state_dir) + 32;
