@@ -49,6 +49,7 @@ def parse_args():
     ap.add_argument("--restart-model", default=None,
                     help="the model of part 2 (default: -m); one where a 2,000-token prefill costs real time, "
                          "e.g. `inferx mkmodel --shape tinyllama --type q4_0 -o /tmp/tl.gguf`")
+    ap.add_argument("--restart-kv-cache-mem", default="256M", help="the KV pool of part 2 (room for the prefix)")
     ap.add_argument("--parts", default="trace,restart", help="which parts to run")
     ap.add_argument("--reps", type=int, default=3, help="restarts (part 2)")
     ap.add_argument("--trace-reps", type=int, default=3, help="runs of the trace on each server, alternated")
@@ -60,13 +61,14 @@ def parse_args():
 
 
 class Server:
-    def __init__(self, args, disk_dir, model=None):
+    def __init__(self, args, disk_dir, model=None, kv_mem=None):
         self.args, self.disk_dir, self.model = args, disk_dir, model or args.model
+        self.kv_mem = kv_mem or args.kv_cache_mem
         self.proc, self.port = None, None
 
     def start(self):
         cmd = [self.args.binary, "serve", "--port", "0", "-t", str(self.args.threads), "--access-log", "off",
-               "--kv-cache-mem", self.args.kv_cache_mem, "--max-num-seqs", "64"]
+               "--kv-cache-mem", self.kv_mem, "--max-num-seqs", "64"]
         if self.model:
             cmd += ["-m", self.model]
         if self.disk_dir:
@@ -169,10 +171,26 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))] if xs else float("nan")
 
 
-def prefix_text(n_tokens):
-    words = ("the quick brown fox jumps over a lazy dog near the river bank while seven tired sailors watch "
-             "from their old wooden boat ").split()
-    return " ".join(words[i % len(words)] for i in range(int(n_tokens * 0.8)))
+WORDS = ("the quick brown fox jumps over a lazy dog near the river bank while seven tired sailors watch "
+         "from their old wooden boat ").split()
+
+
+def n_tokens(port, text):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    c.request("POST", "/tokenize", json.dumps({"prompt": text}), {"Content-Type": "application/json"})
+    return json.loads(c.getresponse().read())["count"]
+
+
+def prefix_text(port, want):
+    """About `want` tokens of text (measured with the server's tokenizer)."""
+    n_words = want
+    for _ in range(3):
+        text = " ".join(WORDS[i % len(WORDS)] for i in range(n_words))
+        got = n_tokens(port, text)
+        if abs(got - want) <= want // 50:
+            break
+        n_words = max(1, n_words * want // got)
+    return text
 
 
 def dd_rates(folder):
@@ -224,21 +242,22 @@ def restart(args, root, out):
     """2. restart: a long shared prefix from disk vs cold; 3. the disk."""
     model = args.restart_model or args.model
     out["restart_model"] = model or "bundled"
-    body = {"messages": [{"role": "user", "content": prefix_text(args.prefix) + "\nWhat is this text about?"}],
-            "max_tokens": 4, "temperature": 0}
     rdir = os.path.join(root, "restart")
-    warm = Server(args, rdir, model).start()
+    mem = args.restart_kv_cache_mem
+    warm = Server(args, rdir, model, mem).start()
+    body = {"messages": [{"role": "user", "content": prefix_text(warm.port, args.prefix) + "\nWhat is it about?"}],
+            "max_tokens": 4, "temperature": 0}
     stream_ttft(warm.port, body)
     t_stop = time.perf_counter()
     warm.stop()  # writes every cached block (one file and fsync each)
     t_stop = time.perf_counter() - t_stop
     after, cold = [], []
     for rep in range(args.reps):
-        s = Server(args, rdir, model).start()
+        s = Server(args, rdir, model, mem).start()
         after.append(stream_ttft(s.port, body)[0])
         mm = s.metrics()
         s.stop()
-        c = Server(args, None, model).start()
+        c = Server(args, None, model, mem).start()
         cold.append(stream_ttft(c.port, body)[0])
         c.stop()
     out["restart"] = {"prefix_tokens": args.prefix, "after_restart_s": after, "cold_s": cold,

@@ -323,10 +323,11 @@ ix_status ix_kv_sessions_load(ix_kv *kv, int64_t now_ms) {
     if (st == IX_ERR_NOT_FOUND) return IX_OK; /* no sessions yet */
     if (st != IX_OK) return ix_errf(&kv->err, st, "sessions: cannot read the index %s", name);
     rd r = {data, n, 0};
+    int32_t n0 = kv->n_sessions; /* those loaded are appended after these */
     st = load_from(kv, &r, now_ms);
     ix_free(data);
     if (st != IX_OK) {
-        while (kv->n_sessions) remove_at(kv, &kv->sessions[kv->n_sessions - 1]);
+        while (kv->n_sessions > n0) remove_at(kv, &kv->sessions[kv->n_sessions - 1]);
         return ix_errf(&kv->err, st, "sessions: the index %s does not check out; starting without sessions", name);
     }
     return IX_OK;
