@@ -67,15 +67,7 @@ static int teardown(void **state) {
 
 /* Sends body; checks the status; returns the parsed JSON (caller decrefs). */
 static json_t *call(const char *method, const char *path, const char *body, int want_status) {
-    resp r;
-    assert_int_equal(http(g_port, method, path, NULL, body, &r), 0);
-    if (r.status != want_status)
-        fail_msg("%s %s %s: status %d, want %d: %s", method, path, body ? body : "", r.status, want_status, r.body);
-    json_error_t je;
-    json_t *j = json_loads(r.body, 0, &je);
-    if (!j) fail_msg("%s: not JSON (%s): %s", path, je.text, r.body);
-    resp_free(&r);
-    return j;
+    return http_json(g_port, NULL, method, path, body, want_status);
 }
 
 /* A 400 whose error names param. */

@@ -74,17 +74,8 @@ static int teardown(void **state) {
     return system(cmd) == 0 ? 0 : -1;
 }
 
-/* Sends body with a key's header; checks the status; returns the parsed JSON. */
 static json_t *call(const char *key, const char *method, const char *path, const char *body, int want_status) {
-    resp r;
-    assert_int_equal(http(g_port, method, path, key, body, &r), 0);
-    if (r.status != want_status)
-        fail_msg("%s %s %s: status %d, want %d: %s", method, path, body ? body : "", r.status, want_status, r.body);
-    json_error_t je;
-    json_t *j = json_loads(r.body, 0, &je);
-    if (!j) fail_msg("%s: not JSON (%s): %s", path, je.text, r.body);
-    resp_free(&r);
-    return j;
+    return http_json(g_port, key, method, path, body, want_status);
 }
 
 static void expect_status(const char *key, const char *method, const char *path, const char *body, int status) {
@@ -169,6 +160,21 @@ static const char *out_text(json_t *r) {
     return json_string_value(json_object_get(json_array_get(json_object_get(item, "content"), 0), "text"));
 }
 
+/* A response (not stored) to the whole conversation: the user's first
+ * input, the previous response's output items, the next input. */
+static json_t *send_whole(const char *first, json_t *prev, const char *next, int max_tokens) {
+    json_t *in = json_pack("[{s:s, s:s, s:s}]", "type", "message", "role", "user", "content", first);
+    json_array_extend(in, json_object_get(prev, "output"));
+    json_array_append_new(in, json_pack("{s:s, s:s}", "role", "user", "content", next));
+    json_t *whole = json_pack("{s:o, s:i, s:i, s:b}", "input", in, "max_output_tokens", max_tokens, "temperature", 0,
+                              "store", 0);
+    char *wb = json_dumps(whole, JSON_COMPACT);
+    json_t *r = call(KEY_A, "POST", "/v1/responses", wb, 200);
+    free(wb);
+    json_decref(whole);
+    return r;
+}
+
 #define SEA "Name a colour of the sea, and say in a few words why the sea has that colour on a sunny day."
 
 static void test_previous_response(void **state) {
@@ -195,17 +201,9 @@ static void test_previous_response(void **state) {
     json_int_t cached = num(json_object_get(json_object_get(r2, "usage"), "input_tokens_details"), "cached_tokens");
     assert_true(cached > 0); /* the previous turn's KV */
     /* the same conversation sent whole (nothing stored) gives the same tokens */
-    json_t *in = json_pack("[{s:s, s:s, s:s}]", "type", "message", "role", "user", "content", SEA);
-    json_array_extend(in, json_object_get(r1, "output"));
-    json_array_append_new(in, json_pack("{s:s, s:s}", "role", "user", "content", "And of the sky?"));
-    json_t *whole = json_pack("{s:o, s:i, s:i, s:b}", "input", in, "max_output_tokens", 12, "temperature", 0, "store",
-                              0);
-    char *wb = json_dumps(whole, JSON_COMPACT);
-    json_t *r3 = call(KEY_A, "POST", "/v1/responses", wb, 200);
+    json_t *r3 = send_whole(SEA, r1, "And of the sky?", 12);
     assert_string_equal(out_text(r2), out_text(r3));
     assert_true(json_is_false(json_object_get(r3, "store")));
-    free(wb);
-    json_decref(whole);
     /* another tenant cannot chain from it or delete it */
     json_t *rb = call(KEY_B, "POST", "/v1/responses", body, 400);
     assert_string_equal(json_string_value(json_object_get(json_object_get(rb, "error"), "param")),
@@ -241,16 +239,8 @@ static void test_instructions_not_carried(void **state) {
              json_string_value(json_object_get(r0, "id")));
     json_t *r1 = call(KEY_A, "POST", "/v1/responses", body, 200);
     assert_true(json_is_null(json_object_get(r1, "instructions")));
-    json_t *in = json_pack("[{s:s, s:s}]", "role", "user", "content", "Hello");
-    json_array_extend(in, json_object_get(r0, "output"));
-    json_array_append_new(in, json_pack("{s:s, s:s}", "role", "user", "content", "Again"));
-    json_t *whole = json_pack("{s:o, s:i, s:i, s:b}", "input", in, "max_output_tokens", 6, "temperature", 0, "store",
-                              0);
-    char *wb = json_dumps(whole, JSON_COMPACT);
-    json_t *r2 = call(KEY_A, "POST", "/v1/responses", wb, 200);
+    json_t *r2 = send_whole("Hello", r0, "Again", 6);
     assert_string_equal(out_text(r1), out_text(r2));
-    free(wb);
-    json_decref(whole);
     json_decref(r0);
     json_decref(r1);
     json_decref(r2);
