@@ -118,6 +118,13 @@ static void test_session_endpoints(void **state) {
     json_decref(d);
     expect_status(KEY_A, "GET", "/v1/sessions/conv-1", NULL, 404);
     expect_status(KEY_A, "DELETE", "/v1/sessions/conv-1", NULL, 404);
+    /* Ollama's chat takes it too */
+    expect_status(KEY_A, "POST", "/api/chat",
+                  "{\"model\":\"inferx\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi there\"}],"
+                  "\"stream\":false,\"options\":{\"num_predict\":4,\"temperature\":0},\"session_id\":\"olla\"}",
+                  200);
+    expect_status(KEY_A, "GET", "/v1/sessions/olla", NULL, 200);
+    expect_status(KEY_A, "DELETE", "/v1/sessions/olla", NULL, 200);
     /* bad input */
     char path[400];
     snprintf(path, sizeof path, "/v1/sessions/%0200d", 7);
