@@ -100,8 +100,9 @@ class Server:
         out = {}
         for line in text.splitlines():
             m = re.match(r"^(inferx:[a-z_]+)(\{[^}]*\})? ([0-9.e+-]+)$", line)
-            if m:
-                out[m.group(1) + (m.group(2) or "")] = float(m.group(3))
+            if m:  # keyed by name and labels, the model_name label left out
+                labels = re.sub(r'model_name="[^"]*",?', "", m.group(2) or "").replace(",}", "}")
+                out[m.group(1) + ("" if labels in ("", "{}") else labels)] = float(m.group(3))
         return out
 
 
