@@ -132,7 +132,10 @@ static void test_session_endpoints(void **state) {
     expect_status(KEY_A, "GET", "/v1/sessions/bad!id", NULL, 400);       /* malformed */
     expect_status(KEY_A, "GET", "/v1/sessions/a/b", NULL, 400);          /* a slash */
     expect_status(KEY_A, "POST", "/v1/sessions/conv-1/load", NULL, 404); /* no such action */
-    expect_status(KEY_A, "PUT", "/v1/sessions/conv-1", NULL, 405);
+    json_t *na = call(KEY_A, "PUT", "/v1/sessions/conv-1", NULL, 405);
+    assert_non_null(strstr(json_string_value(json_object_get(json_object_get(na, "error"), "message")),
+                           "use GET, DELETE, POST"));
+    json_decref(na);
     expect_status(KEY_A, "POST", "/v1/chat/completions", CHAT_BODY(", \"session_id\":7"), 400);
     expect_status(KEY_A, "POST", "/v1/chat/completions", CHAT_BODY(", \"session_id\":\"\""), 400);
     expect_status(KEY_A, "POST", "/v1/chat/completions", CHAT_BODY(", \"session_id\":\"x y\""), 400);

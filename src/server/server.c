@@ -491,23 +491,31 @@ static size_t json_values_bound(const char *p, size_t n) {
  * the other fields. */
 static size_t max_json_values(const ix_server *s) { return 16u * (size_t)(s->n_ctx > 0 ? s->n_ctx : 1) + 65536u; }
 
+/* The methods of every route of cc's path ("GET, DELETE"), for Allow and
+ * a 405's message; sets cc->ep to that path. */
+static void allowed_methods(ixs_conn *cc, char *buf, size_t n) {
+    size_t len = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < IX_ARRAY_LEN(k_routes); i++) {
+        if (!route_matches(&k_routes[i], cc->url)) continue;
+        int w = snprintf(buf + len, n - len, "%s%s", len ? ", " : "", k_routes[i].method);
+        if (w > 0 && (size_t)w < n - len) len += (size_t)w;
+        cc->ep = k_routes[i].path;
+    }
+}
+
 static enum MHD_Result dispatch(ixs_conn *cc) {
     ix_server *s = cc->s;
     const char *url = cc->url, *method = cc->method;
     bool path_known;
     const struct route *rt = route_find(url, method, &path_known);
-    if (!rt && path_known && !strcmp(method, "OPTIONS")) { /* a CORS preflight */
-        const char *allowed = "";
-        for (size_t i = 0; i < IX_ARRAY_LEN(k_routes); i++)
-            if (route_matches(&k_routes[i], url)) allowed = k_routes[i].method, cc->ep = k_routes[i].path;
+    char allowed[64];
+    if (!rt && path_known) allowed_methods(cc, allowed, sizeof allowed);
+    if (!rt && path_known && !strcmp(method, "OPTIONS")) /* a CORS preflight */
         return ix__srv_preflight(cc, allowed);
-    }
     if (!rt) {
         if (path_known) {
-            char msg[128];
-            const char *allowed = "";
-            for (size_t i = 0; i < IX_ARRAY_LEN(k_routes); i++)
-                if (route_matches(&k_routes[i], url)) allowed = k_routes[i].method, cc->ep = k_routes[i].path;
+            char msg[160];
             snprintf(msg, sizeof msg, "method %.16s is not allowed on %.64s (use %s)", method, url, allowed);
             return reply_errf(cc, 405, "invalid_request_error", "method_not_allowed", NULL, msg);
         }
