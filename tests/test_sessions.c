@@ -227,6 +227,9 @@ static void test_previous_response(void **state) {
     expect_status(KEY_A, "GET", path, NULL, 404);
     expect_status(KEY_A, "POST", "/v1/responses", body, 400);
     expect_status(KEY_A, "GET", "/v1/responses/bad!id", NULL, 400);
+    char big[160];
+    snprintf(big, sizeof big, "/v1/responses/resp_%0100d", 1);
+    expect_status(KEY_A, "GET", big, NULL, 400); /* oversized */
     expect_status(KEY_A, "GET", "/v1/responses/resp_nothing", NULL, 404);
     expect_status(KEY_A, "POST", "/v1/responses", "{\"input\":\"x\",\"previous_response_id\":3}", 400);
     expect_status(KEY_A, "POST", "/v1/responses", "{\"input\":\"x\",\"store\":\"yes\"}", 400);
