@@ -6,25 +6,9 @@
 # usage: cli_serve_disk_test.sh INFERX_BINARY   (exit 77 without curl)
 set -uo pipefail
 bin=$1
-command -v curl >/dev/null || { echo "skip: curl is not installed"; exit 77; }
-tmp=$(mktemp -d)
-pid=""
-trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*"; echo "--- server log:"; cat "$tmp/err"; exit 1; }
-start() {
-  : >"$tmp/err"
-  "$bin" serve --port 0 -t 2 --kv-disk-dir "$tmp/kv" --kv-disk-max 64M --access-log off 2>"$tmp/err" &
-  pid=$!
-  for _ in $(seq 600); do grep -q " on http://127.0.0.1:" "$tmp/err" 2>/dev/null && break; sleep 0.1; done
-  port=$(sed -n 's|.* on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$tmp/err")
-  [ -n "$port" ] || fail "did not start"
-  base=http://127.0.0.1:$port
-}
-stop() {
-  kill -TERM $pid
-  wait $pid || fail "exit status $? at SIGTERM"
-  pid=""
-}
+. "$(dirname "$0")/cli_serve_lib.sh"
+start() { serve_start --kv-disk-dir "$tmp/kv" --kv-disk-max 64M; }
+stop() { serve_stop; }
 prompt=$(printf 'Emma Woodhouse, handsome, clever, and rich, with a comfortable home %.0s' $(seq 8))
 body="{\"prompt\":\"$prompt\",\"max_tokens\":12,\"temperature\":0}"
 

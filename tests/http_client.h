@@ -139,6 +139,21 @@ static __attribute__((unused)) void *client_thread(void *arg) {
     return NULL;
 }
 
+/* Sends body (NULL: none) with headers (NULL: none); fails the test unless
+ * the status is want_status and the answer JSON; returns it (caller decrefs). */
+static __attribute__((unused)) json_t *http_json(uint16_t port, const char *headers, const char *method,
+                                                 const char *path, const char *body, int want_status) {
+    resp r;
+    assert_int_equal(http(port, method, path, headers, body, &r), 0);
+    if (r.status != want_status)
+        fail_msg("%s %s %s: status %d, want %d: %s", method, path, body ? body : "", r.status, want_status, r.body);
+    json_error_t je;
+    json_t *j = json_loads(r.body, 0, &je);
+    if (!j) fail_msg("%s: not JSON (%s): %s", path, je.text, r.body);
+    resp_free(&r);
+    return j;
+}
+
 /* SSE: the JSON of every "data:" event, and whether [DONE] came last. */
 static json_t *parse_sse(const char *body, bool *done_last) {
     json_t *arr = json_array();

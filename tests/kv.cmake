@@ -15,3 +15,8 @@ if(TARGET inferx)
   add_test(NAME cli_serve_disk COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/cli_serve_disk_test.sh $<TARGET_FILE:inferx>)
   set_tests_properties(cli_serve_disk PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
 endif()
+# Sessions and stored responses across a SIGTERM restart of inferx serve.
+if(TARGET inferx)
+  add_test(NAME cli_sessions COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/cli_sessions_test.sh $<TARGET_FILE:inferx>)
+  set_tests_properties(cli_sessions PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+endif()

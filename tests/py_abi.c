@@ -43,7 +43,8 @@ int main(void) {
         F(ix_request_params, stop_token_ids), F(ix_request_params, n_stop_token_ids), F(ix_request_params, ignore_eos),
         F(ix_request_params, priority), F(ix_request_params, deadline_ms), F(ix_request_params, cache_ns),
         F(ix_request_params, n), F(ix_request_params, constraint), F(ix_request_params, cb),
-        F(ix_request_params, no_spec), E();
+        F(ix_request_params, no_spec), F(ix_request_params, session_id), F(ix_request_params, session_tenant),
+        F(ix_request_params, session_expires_ms), E();
     S(ix_spec_params), F(ix_spec_params, kind), F(ix_spec_params, k), F(ix_spec_params, ngram_max),
         F(ix_spec_params, ngram_min), F(ix_spec_params, adaptive), F(ix_spec_params, draft_model), E();
     S(ix_sched_params), F(ix_sched_params, policy), F(ix_sched_params, preempt), F(ix_sched_params, max_num_seqs),

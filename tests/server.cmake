@@ -11,6 +11,8 @@ if(TARGET ix_server)
   pkg_check_modules(MHD_T REQUIRED IMPORTED_TARGET libmicrohttpd)
   ix_add_test(test_server SOURCES test_server.c LIBS ix_server PkgConfig::JANSSON_T PkgConfig::MHD_T TIMEOUT 180)
   ix_add_test(test_server_api SOURCES test_server_api.c LIBS ix_server PkgConfig::JANSSON_T TIMEOUT 180)
+  # Sessions (session_id, /v1/sessions) and stored responses (store, previous_response_id), two tenants.
+  ix_add_test(test_sessions SOURCES test_sessions.c LIBS ix_server PkgConfig::JANSSON_T TIMEOUT 180)
   # Per-key policy: keys file, rate limits, budgets and their state file, /v1/usage, timeouts.
   ix_add_test(test_server_policy SOURCES test_server_policy.c LIBS ix_server PkgConfig::JANSSON_T PkgConfig::MHD_T TIMEOUT 180)
   # Hardening: deadlines, connection limits, framing, half-close, admission,

@@ -622,6 +622,99 @@ static void test_eviction_order(void **state) {
     ix_kv_destroy(kv);
 }
 
+/* Sessions: a pinned conversation outlives anonymous prefixes that are
+ * newer on the LRU; it is evicted only when nothing anonymous is left;
+ * expiry and drop unpin it; another tenant's id finds nothing. */
+static void test_session_pinning(void **state) {
+    (void)state;
+    ix_kv *kv = make_kv(6, 2, NULL);
+    int32_t conv[6] = {1, 2, 3, 4, 5, 6}, anon[4] = {7, 8, 9, 10}, a, b, n_cached;
+    assert_int_equal(ix_kv_seq_create(kv, 0, &a), IX_OK);
+    feed(kv, a, conv, 6); /* 3 cached blocks */
+    assert_int_equal(ix_kv_session_pin(kv, 42, 1, a, 5000), IX_OK);
+    assert_int_equal(ix_kv_seq_free(kv, a), IX_OK);
+    assert_int_equal(ix_kv_seq_create(kv, 0, &b), IX_OK);
+    feed(kv, b, anon, 4); /* 2 more: newer than the session's on any single LRU */
+    assert_int_equal(ix_kv_seq_free(kv, b), IX_OK);
+    check(kv);
+    ix_kv_session_info si;
+    assert_int_equal(ix_kv_session_get(kv, 42, 1, &si), IX_OK);
+    assert_int_equal(si.n_tokens, 6);
+    assert_int_equal(si.n_blocks_ram, 3);
+    assert_int_equal(si.expires_ms, 5000);
+    assert_int_equal(ix_kv_session_get(kv, 42, 2, &si), IX_ERR_NOT_FOUND); /* another tenant */
+    assert_int_equal(ix_kv_session_drop(kv, 42, 2), IX_ERR_NOT_FOUND);
+    ix_kv_session_stats ss;
+    ix_kv_get_session_stats(kv, &ss);
+    assert_int_equal(ss.n_sessions, 1);
+    assert_int_equal(ss.n_pinned_blocks, 3);
+    /* 3 blocks wanted: the free one, then both anonymous blocks, not the session's. */
+    int32_t c, fresh[6] = {50, 51, 52, 53, 54, 55};
+    assert_int_equal(ix_kv_seq_create(kv, 9, &c), IX_OK);
+    assert_int_equal(ix_kv_seq_append(kv, c, 6, fresh), IX_OK);
+    check(kv);
+    assert_int_equal(ix_kv_prefix_match(kv, 0, conv, 7, &n_cached, NULL), IX_OK);
+    assert_int_equal(n_cached, 6);
+    assert_int_equal(ix_kv_prefix_match(kv, 0, anon, 5, &n_cached, NULL), IX_OK);
+    assert_int_equal(n_cached, 0);
+    assert_int_equal(ix_kv_seq_free(kv, c), IX_OK);
+    /* Pinned blocks still serve hits, and leave only when nothing else can. */
+    int32_t d, big[12];
+    assert_int_equal(ix_kv_seq_create(kv, 0, &d), IX_OK);
+    assert_int_equal(ix_kv_seq_adopt_prefix(kv, d, conv, 6, &n_cached), IX_OK);
+    assert_int_equal(n_cached, 4);
+    assert_int_equal(ix_kv_seq_free(kv, d), IX_OK);
+    iota(big, 12, 900);
+    assert_int_equal(ix_kv_seq_create(kv, 3, &d), IX_OK);
+    assert_int_equal(ix_kv_seq_append(kv, d, 8, big), IX_OK); /* 3 free + 1 pinned evicted */
+    check(kv);
+    assert_int_equal(ix_kv_session_get(kv, 42, 1, &si), IX_OK);
+    assert_int_equal(si.n_blocks_ram, 2); /* the tail went first */
+    assert_int_equal(ix_kv_prefix_match(kv, 0, conv, 7, &n_cached, NULL), IX_OK);
+    assert_int_equal(n_cached, 4);
+    assert_int_equal(ix_kv_seq_free(kv, d), IX_OK);
+    /* Expiry: not before its time, then unpinned; the blocks stay cached as ordinary ones. */
+    assert_int_equal(ix_kv_session_expire(kv, 4999), 0);
+    assert_int_equal(ix_kv_session_expire(kv, 5000), 1);
+    ix_kv_get_session_stats(kv, &ss);
+    assert_int_equal(ss.n_sessions, 0);
+    assert_int_equal(ss.n_pinned_blocks, 0);
+    assert_int_equal(ss.n_expired, 1);
+    assert_int_equal(ix_kv_session_get(kv, 42, 1, &si), IX_ERR_NOT_FOUND);
+    check(kv);
+    assert_int_equal(ix_kv_prefix_match(kv, 0, conv, 7, &n_cached, NULL), IX_OK);
+    assert_int_equal(n_cached, 4);
+    /* Drop: pinned again (a longer turn), then deleted: its blocks leave the cache. */
+    assert_int_equal(ix_kv_seq_create(kv, 0, &a), IX_OK);
+    assert_int_equal(ix_kv_seq_adopt_prefix(kv, a, conv, 6, &n_cached), IX_OK);
+    assert_int_equal(ix_kv_seq_append(kv, a, 2, conv + 4), IX_OK);
+    assert_int_equal(ix_kv_seq_commit(kv, a, 6), IX_OK);
+    assert_int_equal(ix_kv_session_pin(kv, 7, 1, a, 0), IX_OK);
+    assert_int_equal(ix_kv_session_pin(kv, 7, 1, a, 0), IX_OK); /* again: the same set, pinned once */
+    ix_kv_get_session_stats(kv, &ss);
+    assert_int_equal(ss.n_pinned_blocks, 3);
+    assert_int_equal(ix_kv_seq_free(kv, a), IX_OK);
+    assert_int_equal(ix_kv_session_save(kv, 7, 1, NULL), IX_ERR_STATE); /* no disk tier */
+    assert_int_equal(ix_kv_session_drop(kv, 7, 1), IX_OK);
+    check(kv);
+    assert_int_equal(ix_kv_prefix_match(kv, 0, conv, 7, &n_cached, NULL), IX_OK);
+    assert_int_equal(n_cached, 0);
+    ix_kv_get_session_stats(kv, &ss);
+    assert_int_equal(ss.n_pinned_blocks, 0);
+    assert_int_equal(ss.n_dropped, 1);
+    /* A prefix reset while pinned leaves a consistent cache and a stale session. */
+    assert_int_equal(ix_kv_seq_create(kv, 0, &a), IX_OK);
+    feed(kv, a, conv, 6);
+    assert_int_equal(ix_kv_session_pin(kv, 8, 1, a, 0), IX_OK);
+    assert_int_equal(ix_kv_seq_free(kv, a), IX_OK);
+    ix_kv_prefix_reset(kv);
+    check(kv);
+    assert_int_equal(ix_kv_session_get(kv, 8, 1, &si), IX_OK);
+    assert_int_equal(si.n_blocks_ram, 0);
+    assert_int_equal(ix_kv_session_pin(kv, 8, 1, 99, 0), IX_ERR_INVALID);
+    ix_kv_destroy(kv);
+}
+
 static void test_sliding_window(void **state) {
     (void)state;
     ix_kv_params p = shape(1, 1, 2);
@@ -909,6 +1002,7 @@ int main(void) {
         cmocka_unit_test(test_hash_collisions),
         cmocka_unit_test(test_duplicate_blocks),
         cmocka_unit_test(test_eviction_order),
+        cmocka_unit_test(test_session_pinning),
         cmocka_unit_test(test_sliding_window),
         cmocka_unit_test(test_swap),
         cmocka_unit_test(test_accounting),

@@ -5,7 +5,11 @@
  *   - another tenant, or another model fingerprint, gets nothing from disk
  *   - a corrupted block on disk is refused and recomputed from there on
  *   - with a measured read cost above the compute cost, nothing is read
- *   - persist + a new cache over the same store: the prefix comes back */
+ *   - persist + a new cache over the same store: the prefix comes back
+ *   - a session's pinned blocks, evicted when nothing anonymous is left, go
+ *     to disk; saved, its index persisted and loaded by a new cache, the
+ *     prompt comes back from disk byte for byte; expired sessions are not
+ *     loaded; drop deletes its disk blocks; a corrupt index is refused */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -119,6 +123,64 @@ static int32_t run_prompt(ix_kv *kv, uint64_t ns, const int32_t *toks, int32_t n
 
 static void prompt_of(int32_t seed, int32_t *toks) {
     for (int i = 0; i < PROMPT; i++) toks[i] = seed * 1000 + i;
+}
+
+static void test_session_disk(void **state) {
+    (void)state;
+    snprintf(g_dir, sizeof g_dir, "%s/kv_disk_s_%ld", IX_BINARY_DIR, (long)getpid());
+    ix_kvstore *store = make_store();
+    ix_kv *kv = make_kv();
+    ix_kv_attach_disk(kv, store, 0xAB);
+    int32_t a[PROMPT], b[PROMPT], seq, cached;
+    prompt_of(1, a);
+    prompt_of(2, b);
+    assert_int_equal(ix_kv_seq_create(kv, 5, &seq), IX_OK);
+    assert_int_equal(ix_kv_seq_adopt_prefix(kv, seq, a, PROMPT, &cached), IX_OK);
+    assert_int_equal(ix_kv_seq_append(kv, seq, PROMPT, a), IX_OK);
+    write_kv(kv, seq, 5, a, 0, PROMPT);
+    assert_int_equal(ix_kv_seq_commit(kv, seq, PROMPT), IX_OK);
+    assert_int_equal(ix_kv_session_pin(kv, 42, 9, seq, 0), IX_OK);
+    assert_int_equal(ix_kv_session_pin(kv, 43, 9, seq, 5), IX_OK); /* expires at 5 */
+    assert_int_equal(ix_kv_seq_free(kv, seq), IX_OK);
+    /* B needs 7 blocks, 4 are free: 3 of the session's go, to disk */
+    assert_int_equal(run_prompt(kv, 5, b, PROMPT, false), 0);
+    ix_kvstore_flush(store);
+    ix_kv_session_info si;
+    assert_int_equal(ix_kv_session_get(kv, 42, 9, &si), IX_OK);
+    assert_int_equal(si.n_blocks, 6);
+    assert_int_equal(si.n_blocks_ram, 3);
+    assert_int_equal(si.n_blocks_disk, 3);
+    assert_int_equal(ix_kv_session_save(kv, 42, 9, NULL), IX_OK);
+    assert_int_equal(ix_kv_session_get(kv, 42, 9, &si), IX_OK);
+    assert_int_equal(si.n_blocks_disk, 6);
+    assert_int_equal(ix_kv_sessions_persist(kv), IX_OK);
+    ix_kv_destroy(kv);
+    /* a new cache over the store: the session from the index, its prompt from disk */
+    kv = make_kv();
+    ix_kv_attach_disk(kv, store, 0xAB);
+    assert_int_equal(ix_kv_sessions_load(kv, 10), IX_OK);
+    assert_int_equal(ix_kv_session_get(kv, 43, 9, &si), IX_ERR_NOT_FOUND); /* expired by then */
+    assert_int_equal(ix_kv_session_get(kv, 42, 9, &si), IX_OK);
+    assert_int_equal(si.n_blocks_ram, 0);
+    assert_int_equal(si.n_blocks_disk, 6);
+    assert_int_equal(ix_kv_session_get(kv, 42, 8, &si), IX_ERR_NOT_FOUND); /* another tenant */
+    assert_int_equal(run_prompt(kv, 5, a, PROMPT, true), 6 * BS);
+    /* drop: its blocks leave the disk too */
+    assert_int_equal(ix_kv_session_drop(kv, 42, 9), IX_OK);
+    ix_kvstore_key k0 = {0xAB, 5, ix__kv_default_hash(0, 5, a, BS)};
+    assert_false(ix_kvstore_contains(store, &k0));
+    assert_int_equal(ix_kv_check(kv), IX_OK);
+    /* a corrupt index: refused, no sessions */
+    assert_int_equal(ix_kv_sessions_persist(kv), IX_OK);
+    char name[64];
+    snprintf(name, sizeof name, "sessions-%016" PRIx64, (uint64_t)0xAB);
+    assert_int_equal(ix_kvstore_put_file(store, name, "IXSESS01 garbage that is not an index", 37), IX_OK);
+    assert_int_equal(ix_kv_sessions_load(kv, 10), IX_ERR_FORMAT);
+    ix_kv_session_stats ss;
+    ix_kv_get_session_stats(kv, &ss);
+    assert_int_equal(ss.n_sessions, 0);
+    ix_kv_destroy(kv);
+    ix_kvstore_close(store);
 }
 
 static void test_evict_and_reload(void **state) {
@@ -274,6 +336,7 @@ static void test_engine_restart(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_evict_and_reload, cleanup),
+        cmocka_unit_test_teardown(test_session_disk, cleanup),
         cmocka_unit_test_teardown(test_corrupt_and_cost, cleanup),
         cmocka_unit_test_teardown(test_engine_restart, cleanup),
     };

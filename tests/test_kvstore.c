@@ -7,7 +7,9 @@
  *   - put_async + flush; a full queue refuses (IX_FULL, counted)
  *   - a writer killed with SIGKILL mid-write leaves a store whose every
  *     block checks out (and no temporary once reopened)
- *   - one process per store (the lock); drop_tenant; offline verify and clear */
+ *   - one process per store (the lock); drop_tenant; offline verify and clear
+ *   - remove one block; read-ahead stops at the first missing block; named
+ *     files (the session index) round trip, survive a reopen, bad names refused */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -336,6 +338,50 @@ static void test_lock_drop_verify_clear(void **state) {
     assert_int_equal(ix_kvstore_verify("/nonexistent/kv", IX_KVSTORE_COUNT, &r, &err), IX_ERR_IO);
 }
 
+static void test_remove_prefetch_files(void **state) {
+    (void)state;
+    fresh_dir("files");
+    ix_kvstore *s = open_store(0);
+    int32_t toks[NT];
+    uint8_t data[BLK];
+    ix_kvstore_key keys[4];
+    for (uint64_t i = 0; i < 4; i++) {
+        fill(i, toks, data);
+        keys[i] = (ix_kvstore_key){7, 1, 0x2000 + i};
+        if (i != 2) assert_int_equal(ix_kvstore_put(s, &keys[i], toks, NT, data, BLK), IX_OK);
+    }
+    assert_int_equal(ix_kvstore_prefetch(s, keys, 4), 2); /* stops at the hole */
+    ix_kvstore_stats st;
+    ix_kvstore_get_stats(s, &st);
+    assert_int_equal(st.prefetched, 2);
+    assert_int_equal(ix_kvstore_remove(s, &keys[1]), IX_OK);
+    assert_false(ix_kvstore_contains(s, &keys[1]));
+    assert_int_equal(ix_kvstore_remove(s, &keys[1]), IX_ERR_NOT_FOUND);
+    assert_true(ix_kvstore_contains(s, &keys[0]));
+    /* named files */
+    const char text[] = "session index bytes";
+    assert_int_equal(ix_kvstore_put_file(s, "sessions-1", text, sizeof text), IX_OK);
+    assert_int_equal(ix_kvstore_put_file(s, "../escape", text, sizeof text), IX_ERR_INVALID);
+    assert_int_equal(ix_kvstore_put_file(s, ".hidden", text, sizeof text), IX_ERR_INVALID);
+    assert_int_equal(ix_kvstore_put_file(s, "", text, sizeof text), IX_ERR_INVALID);
+    void *got;
+    size_t n;
+    assert_int_equal(ix_kvstore_get_file(s, "a/b", &got, &n), IX_ERR_INVALID);
+    assert_int_equal(ix_kvstore_get_file(s, "nothing", &got, &n), IX_ERR_NOT_FOUND);
+    assert_null(got);
+    ix_kvstore_close(s);
+    s = open_store(0); /* across a reopen */
+    assert_int_equal(ix_kvstore_get_file(s, "sessions-1", &got, &n), IX_OK);
+    assert_int_equal(n, sizeof text);
+    assert_memory_equal(got, text, sizeof text);
+    ix_free(got);
+    assert_int_equal(ix_kvstore_put_file(s, "sessions-1", "x", 1), IX_OK); /* replaced whole */
+    assert_int_equal(ix_kvstore_get_file(s, "sessions-1", &got, &n), IX_OK);
+    assert_int_equal(n, 1);
+    ix_free(got);
+    ix_kvstore_close(s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_round_trip, cleanup),
@@ -344,6 +390,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_async, cleanup),
         cmocka_unit_test_teardown(test_kill_mid_write, cleanup),
         cmocka_unit_test_teardown(test_lock_drop_verify_clear, cleanup),
+        cmocka_unit_test_teardown(test_remove_prefetch_files, cleanup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

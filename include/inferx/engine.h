@@ -149,6 +149,13 @@ typedef struct ix_request_params {
      * way; an opt-out for latency experiments or a client that wants every
      * step alike). Default false. */
     bool no_spec;
+    /* Session (docs/kv-cache.md "Sessions"): session_id != 0 pins this
+     * request's KV (its first choice's prompt and output, full blocks)
+     * under (session_id, session_tenant) until session_expires_ms (wall
+     * clock, Unix ms; 0 never), replacing what the session pinned before. */
+    uint64_t session_id;
+    uint64_t session_tenant;
+    int64_t session_expires_ms;
 } ix_request_params;
 
 ix_request_params ix_request_default_params(void);
@@ -274,6 +281,17 @@ uint64_t ix_engine_kv_pool_resident_bytes(const ix_engine *e);
  * thread-less engine, between steps: inferx bench measures memory bandwidth
  * on the threads it measures decode with. */
 ix_pool *ix_engine_pool(ix_engine *e);
+
+/* Sessions: what a session holds, its blocks written to the disk tier now
+ * (IX_ERR_STATE without one), or deleted (unpinned, its blocks out of RAM
+ * and off disk). IX_ERR_NOT_FOUND for no live session (id, tenant). Any
+ * thread except the engine's: the engine thread does the work between
+ * steps and the caller waits for it (a thread-less engine does it in the
+ * caller). Save and delete also rewrite the session index on disk. */
+typedef enum ix_session_op { IX_SESSION_GET = 0, IX_SESSION_SAVE = 1, IX_SESSION_DELETE = 2 } ix_session_op;
+ix_status ix_engine_session(ix_engine *e, ix_session_op op, uint64_t id, uint64_t tenant, ix_kv_session_info *info);
+/* Live sessions, pinned blocks, expiries, as of the last step. Any thread. */
+void ix_engine_get_session_stats(ix_engine *e, ix_kv_session_stats *out);
 
 /* ---- offline batch API (vLLM's LLM.generate) ------------------------------
  * Submits every request, runs until all finish, and returns each one's tokens

@@ -133,10 +133,59 @@ typedef struct ix_kv_disk_stats {
     int64_t tokens_in;         /* their tokens: prefill not recomputed */
     int64_t reload_failed;     /* found but refused by the store's checks: recomputed */
     int64_t reload_skipped;    /* on disk, but computing was measured cheaper */
+    int64_t read_ahead;        /* blocks asked of the store ahead of their read */
     double read_ns_per_block;  /* running mean of a block read (0: none yet) */
     double compute_ns_per_token; /* as last set */
 } ix_kv_disk_stats;
 void ix_kv_get_disk_stats(const ix_kv *kv, ix_kv_disk_stats *out);
+
+/* ---- sessions --------------------------------------------------------------
+ * A session pins the cached blocks of a conversation so that they outlive
+ * anonymous prefixes: pinned blocks that no sequence uses sit on their own
+ * LRU list, evicted only when the anonymous one is empty (and then handed
+ * to the disk tier like any evicted block, written at once if the store's
+ * queue is full). A session is named by (id, tenant): the caller's 64-bit
+ * id and the tenant it belongs to; another tenant's id is never found.
+ * expires_ms is wall-clock milliseconds (Unix epoch; 0: never); expiry is
+ * driven by the caller's clock (ix_kv_session_expire). Owner thread. */
+typedef struct ix_kv_session_info {
+    int32_t n_tokens;      /* tokens of the session's full blocks */
+    int32_t n_blocks;      /* its blocks */
+    int32_t n_blocks_ram;  /* of which pinned in the pool */
+    int32_t n_blocks_disk; /* of which in the disk tier's store */
+    int64_t expires_ms;
+} ix_kv_session_info;
+typedef struct ix_kv_session_stats {
+    int64_t n_sessions;      /* live */
+    int64_t n_pinned_blocks; /* cached blocks pinned by at least one session */
+    int64_t n_expired;       /* since creation */
+    int64_t n_dropped;       /* deleted (ix_kv_session_drop) */
+} ix_kv_session_stats;
+#define IX_KV_MAX_SESSIONS 65536
+/* Pins sequence seq's committed full blocks (its cached prefix) under the
+ * session, replacing what the session pinned before (a conversation that
+ * grew). IX_FULL when IX_KV_MAX_SESSIONS are live and this one is new;
+ * IX_ERR_NOMEM. */
+ix_status ix_kv_session_pin(ix_kv *kv, uint64_t id, uint64_t tenant, int32_t seq, int64_t expires_ms);
+/* IX_ERR_NOT_FOUND when no live session (id, tenant). */
+ix_status ix_kv_session_get(ix_kv *kv, uint64_t id, uint64_t tenant, ix_kv_session_info *out);
+/* Writes the session's blocks still in the pool to the disk tier now (and
+ * waits for them). IX_ERR_STATE without a store. *n_written may be NULL. */
+ix_status ix_kv_session_save(ix_kv *kv, uint64_t id, uint64_t tenant, int32_t *n_written);
+/* Unpins and forgets the session; its blocks that no other session pins
+ * leave the pool (unless a sequence uses them) and the disk tier. */
+ix_status ix_kv_session_drop(ix_kv *kv, uint64_t id, uint64_t tenant);
+/* Ends every session whose expiry is <= now_ms: unpinned, their blocks
+ * ordinary LRU victims (in RAM and on disk). Returns how many. */
+int32_t ix_kv_session_expire(ix_kv *kv, int64_t now_ms);
+void ix_kv_get_session_stats(const ix_kv *kv, ix_kv_session_stats *out);
+/* The session index in the disk tier's store (a named file per model
+ * fingerprint, written atomically): persist writes it; load reads it at
+ * start (sessions whose blocks are then on disk only) and drops those
+ * already expired at now_ms. IX_ERR_STATE without a store; load:
+ * IX_ERR_FORMAT for a file that does not check out (ignored, no sessions). */
+ix_status ix_kv_sessions_persist(ix_kv *kv);
+ix_status ix_kv_sessions_load(ix_kv *kv, int64_t now_ms);
 
 /* Creates a cache. On failure *out is NULL, nothing is leaked and err (may be
  * NULL) holds the reason: IX_ERR_INVALID / IX_ERR_RANGE for bad parameters,

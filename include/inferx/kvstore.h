@@ -82,6 +82,20 @@ bool ix_kvstore_contains(ix_kvstore *s, const ix_kvstore_key *k);
 /* Deletes the blocks of one tenant (every model), e.g. a session dropped. */
 ix_status ix_kvstore_drop_tenant(ix_kvstore *s, uint64_t tenant);
 
+/* Deletes one block (IX_ERR_NOT_FOUND when it was not there). */
+ix_status ix_kvstore_remove(ix_kvstore *s, const ix_kvstore_key *k);
+/* Read-ahead: asks the kernel to start reading the blocks of keys[0..n)
+ * (posix_fadvise WILLNEED) and returns at once; stops at the first key not
+ * on disk. Returns how many were asked for. */
+int32_t ix_kvstore_prefetch(ix_kvstore *s, const ix_kvstore_key *keys, int32_t n);
+/* Named files beside the blocks, DIR/meta/<name> (name: 1-64 of
+ * [A-Za-z0-9._-], not starting with '.'; at most 256 MiB), written
+ * atomically like blocks: the session index and the stored responses.
+ * get_file: *data (NUL-terminated, the caller frees with ix_free) and *n;
+ * IX_ERR_NOT_FOUND when there is none. */
+ix_status ix_kvstore_put_file(ix_kvstore *s, const char *name, const void *data, size_t n);
+ix_status ix_kvstore_get_file(ix_kvstore *s, const char *name, void **data, size_t *n);
+
 typedef struct ix_kvstore_stats {
     uint64_t n_blocks, bytes;       /* on disk (once indexed) */
     bool indexed;                   /* the open's scan has finished */
@@ -92,6 +106,7 @@ typedef struct ix_kvstore_stats {
     uint64_t write_errors;          /* I/O errors writing (disk full...) */
     uint64_t dropped;               /* put_async refused: the queue was full */
     uint64_t queued_bytes;
+    uint64_t prefetched;            /* blocks asked for ahead (ix_kvstore_prefetch) */
 } ix_kvstore_stats;
 void ix_kvstore_get_stats(ix_kvstore *s, ix_kvstore_stats *st);
 

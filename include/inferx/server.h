@@ -108,6 +108,20 @@ typedef struct ix_server_params {
      * or neither; IX_ERR_UNSUPPORTED when libmicrohttpd lacks TLS. */
     const char *tls_cert_file;
     const char *tls_key_file;
+    /* Sessions (docs/server.md, "Sessions"): a request's `session_id` pins
+     * its KV for session_ttl_s seconds (its `session_ttl` may say
+     * otherwise); default 3600. */
+    double session_ttl_s;
+    /* Stored responses (/v1/responses with store: true): at most
+     * max_stored_responses of them and max_stored_bytes of JSON (the least
+     * recently used go first), each kept stored_response_ttl_s seconds.
+     * Defaults (also for values <= 0) 1000, 64 MiB, 30 days. state_dir: where they are kept
+     * across restarts (responses.json, written atomically a few seconds
+     * after a change and at destroy); NULL or "": in memory only. Copied. */
+    int32_t max_stored_responses;
+    size_t max_stored_bytes;
+    double stored_response_ttl_s;
+    const char *state_dir;
 } ix_server_params;
 
 ix_server_params ix_server_default_params(void);

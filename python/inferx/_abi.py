@@ -135,6 +135,9 @@ class RequestParams(C.Structure):
         ("constraint", Constraint),
         ("cb", RequestCallbacks),
         ("no_spec", C.c_bool),
+        ("session_id", C.c_uint64),
+        ("session_tenant", C.c_uint64),
+        ("session_expires_ms", C.c_int64),
     ]
 
 

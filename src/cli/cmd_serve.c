@@ -283,6 +283,20 @@ int ix_cli_serve(int argc, char **argv) {
          IX_CLI_OPT_STR, &ep.kv_disk_dir, 0, 0, false, NULL},
         {"--kv-disk-max", NULL, "BYTES", "the disk tier's size: LRU past it, suffix K/M/G (0 = unbounded)",
          IX_CLI_OPT_SIZE, &kv_disk_max, 0, 1e18, false, NULL},
+        {"--session-ttl", NULL, "SECONDS",
+         "how long a request's session_id keeps its KV pinned above\n"
+         "anonymous prefixes (a request's session_ttl may say otherwise;\n"
+         "default 3600); with --kv-disk-dir sessions survive a restart",
+         IX_CLI_OPT_F64, &sp.session_ttl_s, 1, 366 * 86400.0, true, NULL},
+        {"--responses-max", NULL, "N",
+         "stored responses (/v1/responses store: true) kept, least\n"
+         "recently used dropped past it (default 1000); with\n"
+         "--kv-disk-dir kept across restarts in DIR/responses.json",
+         IX_CLI_OPT_I32, &sp.max_stored_responses, 1, 10000000, true, NULL},
+        {"--responses-max-bytes", NULL, "BYTES", "the stored responses' JSON bytes bound (default 64M)",
+         IX_CLI_OPT_SIZE, &sp.max_stored_bytes, 1024, 1e12, true, NULL},
+        {"--responses-ttl", NULL, "SECONDS", "how long a stored response is kept (default 30 days)", IX_CLI_OPT_F64,
+         &sp.stored_response_ttl_s, 1, 3650 * 86400.0, true, NULL},
         {"--kv-cache-dtype", NULL, "TYPE", IX_CLI_KV_DTYPE_HELP, IX_CLI_OPT_FN, &ep.kv_dtype, 0, 0, false,
          ix_cli_set_kv_dtype},
         {"--pack-cache", NULL, "DIR|off", IX_CLI_PACK_CACHE_HELP, IX_CLI_OPT_STR, &pack_cache, 0, 0, false, NULL},
@@ -432,6 +446,7 @@ int ix_cli_serve(int argc, char **argv) {
     /* The port opens first: while the model loads, /health answers and
      * /ready says 503 with the progress (an orchestrator sees a live
      * process, not a refused connection). */
+    sp.state_dir = ep.kv_disk_dir; /* stored responses beside the KV blocks */
     ix_status st = ix_server_create(&srv, NULL, &sp, &err);
     ix_free(tmpl);
     if (st != IX_OK) {

@@ -70,6 +70,8 @@ typedef struct req {
     size_t n_stop_ids;
     bool ignore_eos;
     bool no_spec;
+    uint64_t session_id, session_tenant; /* 0 id: no session */
+    int64_t session_expires_ms;
     ix_token_vec toks[IX_SCHED_MAX_SEQS]; /* prompt + generated, per choice */
     ix_sampler *smp[IX_SCHED_MAX_SEQS];
     ix__text_stream *text[IX_SCHED_MAX_SEQS];
@@ -92,6 +94,8 @@ struct ix_engine {
     const ix_model *m;
     ix_kvstore *disk;         /* the disk tier's store, or NULL */
     ix_kv_disk_stats disk_snap; /* under mu: as of the last publish */
+    ix_kv_session_stats sess_snap; /* under mu: as of the last publish */
+    int64_t next_expiry_ms;     /* engine thread: when sessions are next checked for expiry */
     double compute_ns_ewma;   /* forward time per token of prefill-sized steps */
     ix_engine_params p;
     ix_kv *kv;
@@ -100,8 +104,10 @@ struct ix_engine {
     int32_t n_ctx, n_vocab, block_size;
     int64_t total_blocks;
 
-    pthread_mutex_t mu; /* pending, cancels, stopping, snapshot */
+    pthread_mutex_t mu; /* pending, cancels, session ops, stopping, snapshot */
     pthread_cond_t cv;
+    pthread_cond_t ops_cv; /* a session op is done */
+    struct session_op *ops; /* waiting for the engine thread */
     req *pending_head, *pending_tail;
     uint64_t *cancels;
     size_t n_cancels, cap_cancels;
@@ -354,6 +360,9 @@ static ix_status req_build(ix_engine *e, const ix_request_params *rp, req **out,
     r->sp = rp->sample;
     r->ignore_eos = rp->ignore_eos;
     r->no_spec = rp->no_spec;
+    r->session_id = rp->session_id;
+    r->session_tenant = rp->session_tenant;
+    r->session_expires_ms = rp->session_expires_ms;
     if (rp->sample.n_logit_bias) {
         r->bias = ix_malloc(rp->sample.n_logit_bias * sizeof *r->bias);
         if (!r->bias) goto oom;
@@ -413,14 +422,23 @@ static double ms_between(uint64_t a, uint64_t b) { return a && b > a ? (double)(
 
 static void publish(ix_engine *e);
 
+/* Frees choice c's sequence; a session's first choice pins its blocks
+ * first (the conversation's next turn starts with them). */
+static void release_seq(ix_engine *e, req *r, int32_t c) {
+    ix_sched_item *it = &r->it;
+    if (it->seqs[c] < 0) return;
+    if (c == 0 && r->session_id &&
+        ix_kv_session_pin(e->kv, r->session_id, r->session_tenant, it->seqs[c], r->session_expires_ms) != IX_OK)
+        IX_LOGW("engine: session not pinned: %s", ix_kv_errmsg(e->kv));
+    ix_kv_seq_free(e->kv, it->seqs[c]);
+    it->seqs[c] = -1;
+}
+
 /* Reports and releases a request (engine thread). */
 static void req_finish(ix_engine *e, req *r, ix_finish_reason why, const char *msg) {
     ix_sched_item *it = &r->it;
     if (it->state != IX_SCHED_DONE) ix_sched_remove(e->sched, it);
-    for (int i = 0; i < IX_SCHED_MAX_SEQS; i++) {
-        if (it->seqs[i] >= 0) ix_kv_seq_free(e->kv, it->seqs[i]);
-        it->seqs[i] = -1;
-    }
+    for (int i = 0; i < IX_SCHED_MAX_SEQS; i++) release_seq(e, r, i);
     for (int c = 0; c < it->n_choices; c++) ix_proposer_release(e->prop, spec_key(it->id, c));
     ix_finish_info info;
     memset(&info, 0, sizeof info);
@@ -587,8 +605,7 @@ static void finish_choice(ix_engine *e, req *r, int32_t c, ix_finish_reason why)
     ix_buf_clear(&e->text);
     ix__text_stream_finish(r->text[c], &e->text);
     if (e->text.len) emit(e, r, c, IX_TOKEN_NONE, NULL, e->text.data, e->text.len);
-    if (it->seqs[c] >= 0) ix_kv_seq_free(e->kv, it->seqs[c]);
-    it->seqs[c] = -1;
+    release_seq(e, r, c);
 }
 
 static bool all_finished(const ix_sched_item *it) {
@@ -809,9 +826,102 @@ static void publish(ix_engine *e) {
     ix_kv_get_stats(e->kv, &e->stats.kv);
     ix_kv_disk_stats ds;
     ix_kv_get_disk_stats(e->kv, &ds);
+    ix_kv_session_stats ss2;
+    ix_kv_get_session_stats(e->kv, &ss2);
     pthread_mutex_lock(&e->mu);
     e->snapshot = e->stats;
     e->disk_snap = ds;
+    e->sess_snap = ss2;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* ---- sessions ------------------------------------------------------------------------ */
+
+typedef struct session_op {
+    ix_session_op op;
+    uint64_t id, tenant;
+    ix_kv_session_info info;
+    ix_status result;
+    bool done;
+    struct session_op *next;
+} session_op;
+
+static int64_t wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Runs one session op on the thread that owns the cache. */
+static void session_run(ix_engine *e, session_op *o) {
+    memset(&o->info, 0, sizeof o->info);
+    switch (o->op) {
+    case IX_SESSION_GET:
+        o->result = ix_kv_session_get(e->kv, o->id, o->tenant, &o->info);
+        break;
+    case IX_SESSION_SAVE:
+        o->result = ix_kv_session_get(e->kv, o->id, o->tenant, &o->info);
+        if (o->result == IX_OK) o->result = ix_kv_session_save(e->kv, o->id, o->tenant, NULL);
+        if (o->result == IX_OK) o->result = ix_kv_sessions_persist(e->kv);
+        if (o->result == IX_OK) o->result = ix_kv_session_get(e->kv, o->id, o->tenant, &o->info);
+        break;
+    case IX_SESSION_DELETE:
+        o->result = ix_kv_session_drop(e->kv, o->id, o->tenant);
+        if (o->result == IX_OK && e->disk) ix_kv_sessions_persist(e->kv);
+        break;
+    default:
+        o->result = IX_ERR_INVALID;
+    }
+}
+
+/* Session ops queued by other threads, and expiry once a second. */
+static void session_work(ix_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    session_op *ops = e->ops;
+    e->ops = NULL;
+    pthread_mutex_unlock(&e->mu);
+    bool any = ops != NULL;
+    for (session_op *o = ops; o; o = o->next) session_run(e, o);
+    int64_t now = wall_ms();
+    if (now >= e->next_expiry_ms) {
+        e->next_expiry_ms = now + 1000;
+        if (ix_kv_session_expire(e->kv, now) > 0) any = true;
+    }
+    if (!any) return;
+    publish(e);
+    pthread_mutex_lock(&e->mu);
+    for (session_op *o = ops, *next; o; o = next) {
+        next = o->next;
+        o->done = true; /* o belongs to its waiter from here */
+    }
+    pthread_cond_broadcast(&e->ops_cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+ix_status ix_engine_session(ix_engine *e, ix_session_op op, uint64_t id, uint64_t tenant, ix_kv_session_info *info) {
+    session_op o = {op, id, tenant, {0}, IX_OK, false, NULL};
+    if (!e->has_thread) {
+        session_run(e, &o);
+        publish(e);
+    } else {
+        pthread_mutex_lock(&e->mu);
+        if (e->stopping) {
+            pthread_mutex_unlock(&e->mu);
+            return IX_ERR_STATE;
+        }
+        o.next = e->ops;
+        e->ops = &o;
+        pthread_cond_signal(&e->cv);
+        while (!o.done) pthread_cond_wait(&e->ops_cv, &e->mu);
+        pthread_mutex_unlock(&e->mu);
+    }
+    if (info) *info = o.info;
+    return o.result;
+}
+
+void ix_engine_get_session_stats(ix_engine *e, ix_kv_session_stats *out) {
+    pthread_mutex_lock(&e->mu);
+    *out = e->sess_snap;
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -831,6 +941,7 @@ static ix_status step(ix_engine *e, bool *did_work) {
         e->n_cancels -= n_cancel;
     }
     pthread_mutex_unlock(&e->mu);
+    session_work(e);
     for (req *r = incoming, *next; r; r = next) {
         next = r->next;
         r->prev = NULL;
@@ -1018,7 +1129,13 @@ static void *engine_main(void *arg) {
             pthread_mutex_unlock(&e->mu);
             break;
         }
-        if (!did && !e->pending_head && e->n_cancels == 0) pthread_cond_wait(&e->cv, &e->mu);
+        if (!did && !e->pending_head && e->n_cancels == 0 && !e->ops) {
+            /* idle: wake for sessions' expiry too */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 1;
+            pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+        }
         pthread_mutex_unlock(&e->mu);
     }
     return NULL;
@@ -1047,9 +1164,13 @@ void ix_engine_destroy(ix_engine *e) {
         r->it.state = IX_SCHED_DONE;
     }
     while (e->active) req_finish(e, e->active, IX_FINISH_ABORT, NULL);
+    if (e->sched && e->ctx && e->kv) session_work(e); /* ops that came in as the thread stopped */
     ix_sched_destroy(e->sched);
     ix_model_ctx_destroy(e->ctx);
-    if (e->disk && e->kv) ix_kv_persist_cached(e->kv); /* a new engine over the folder finds them */
+    if (e->disk && e->kv) {
+        ix_kv_persist_cached(e->kv); /* a new engine over the folder finds them */
+        if (ix_kv_sessions_persist(e->kv) != IX_OK) IX_LOGW("engine: the session index was not written");
+    }
     ix_kv_destroy(e->kv);
     ix_kvstore_close(e->disk);
     ix_free(e->b_tok);
@@ -1068,6 +1189,7 @@ void ix_engine_destroy(ix_engine *e) {
     pthread_mutex_destroy(&e->gmu);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
+    pthread_cond_destroy(&e->ops_cv);
     ix_free(e);
 }
 
@@ -1077,6 +1199,7 @@ ix_status ix_engine_create(ix_engine **out, const ix_model *m, const ix_engine_p
     if (!e) return ix_errf(err, IX_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
+    pthread_cond_init(&e->ops_cv, NULL);
     pthread_mutex_init(&e->gmu, NULL);
     e->m = m;
     e->p = *p;
@@ -1110,6 +1233,7 @@ ix_status ix_engine_create(ix_engine **out, const ix_model *m, const ix_engine_p
         if ((s = ix_kvstore_open(&e->disk, &dp, err)) != IX_OK) goto fail;
         uint64_t fp = kv_fingerprint(m, e->kv);
         ix_kv_attach_disk(e->kv, e->disk, fp);
+        if (ix_kv_sessions_load(e->kv, wall_ms()) != IX_OK) IX_LOGW("engine: %s", ix_kv_errmsg(e->kv));
         IX_LOGI("engine: KV disk tier in %s (model fingerprint %016llx%s)", p->kv_disk_dir, (unsigned long long)fp,
                 p->kv_disk_max_bytes ? ", LRU past the size given" : "");
     }

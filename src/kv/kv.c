@@ -123,6 +123,7 @@ ix_status ix_kv_create(const ix_kv_params *params, ix_kv **out, ix_errbuf *err) 
 void ix_kv_destroy(ix_kv *kv) {
     if (!kv) return;
     ix__kv_seqs_free(kv);
+    ix__kv_sessions_free(kv);
     ix__kv_pool_free(kv);
     ix_free(kv->buckets);
     ix_free(kv);
@@ -304,17 +305,28 @@ ix_status ix_kv_check(ix_kv *kv) {
               "free block %d is referenced or cached", (int)b);
         seen[b] = 1;
     }
-    int32_t count = 0, prev = KV_NIL;
-    for (int32_t b = kv->lru_head; b != KV_NIL; b = kv->blocks[b].next) {
-        CHECK(b >= 0 && b < n && seen[b] == 0 && count < n, "LRU entry %d bad or repeated", (int)b);
-        CHECK(kv->blocks[b].ref == 0 && kv->blocks[b].cid != 0,
-              "LRU block %d is referenced or not cached", (int)b);
-        CHECK(kv->blocks[b].prev == prev, "LRU block %d has a wrong back link", (int)b);
-        seen[b] = 2;
-        prev = b;
-        count++;
+    int32_t count = 0, n_pinned = 0;
+    for (int list = 0; list < 2; list++) { /* anonymous, then pinned */
+        int32_t prev = KV_NIL;
+        for (int32_t b = list ? kv->plru_head : kv->lru_head; b != KV_NIL; b = kv->blocks[b].next) {
+            CHECK(b >= 0 && b < n && seen[b] == 0 && count < n, "LRU entry %d bad or repeated", (int)b);
+            CHECK(kv->blocks[b].ref == 0 && kv->blocks[b].cid != 0,
+                  "LRU block %d is referenced or not cached", (int)b);
+            CHECK((kv->blocks[b].pin > 0) == (list == 1), "block %d on the wrong LRU list", (int)b);
+            CHECK(kv->blocks[b].prev == prev, "LRU block %d has a wrong back link", (int)b);
+            seen[b] = 2;
+            prev = b;
+            count++;
+        }
+        CHECK(prev == (list ? kv->plru_tail : kv->lru_tail), "LRU list tail drifted");
     }
-    CHECK(prev == kv->lru_tail && count == kv->n_evictable, "LRU list length or tail drifted");
+    CHECK(count == kv->n_evictable, "LRU list lengths drifted");
+    for (int32_t b = 0; b < n; b++) {
+        CHECK(kv->blocks[b].pin >= 0 && (kv->blocks[b].pin == 0 || kv->blocks[b].cid != 0),
+              "block %d pinned but not cached", (int)b);
+        n_pinned += kv->blocks[b].pin > 0;
+    }
+    CHECK(n_pinned == kv->n_pinned, "pinned count drifted");
     for (int32_t b = 0; b < n; b++)
         CHECK((kv->blocks[b].ref == 0) == (seen[b] != 0), "block %d: ref %d yet %s a free list",
               (int)b, (int)kv->blocks[b].ref, seen[b] ? "on" : "not on");

@@ -25,6 +25,7 @@ typedef struct kv_block {
     uint64_t cid;        /* cache id: unique per registration, 0 = not cached */
     uint64_t parent_cid; /* cid of the block before it in its prefix, 0 for the first */
     int32_t ref;         /* block-table references */
+    int32_t pin;         /* sessions pinning it (while cached): its LRU list is the pinned one */
     int32_t hnext;       /* next block in the same hash bucket */
     int32_t prev, next;  /* LRU neighbours while evictable (prev = older) */
 } kv_block;
@@ -67,8 +68,10 @@ struct ix_kv {
     kv_block *blocks;    /* (n_blocks) */
     int32_t *free_stack; /* (n_blocks) free block ids, top at n_free - 1 */
     int32_t n_free;
-    int32_t lru_head, lru_tail; /* oldest, newest evictable block */
-    int32_t n_evictable;
+    int32_t lru_head, lru_tail;   /* oldest, newest evictable unpinned block */
+    int32_t plru_head, plru_tail; /* the same for pinned blocks: evicted only when lru is empty */
+    int32_t n_evictable;          /* on either list */
+    int32_t n_pinned;             /* cached blocks with pin > 0 */
     int32_t n_used;
     int32_t n_cached;
 
@@ -97,6 +100,11 @@ struct ix_kv {
     struct ix_kvstore *disk;
     uint64_t disk_fp;
     ix_kv_disk_stats dstats;
+
+    /* sessions (session.c): (n_sessions) records, unordered */
+    struct kv_session *sessions;
+    int32_t n_sessions, cap_sessions;
+    int64_t n_session_expired, n_session_dropped;
 
     /* counters */
     int64_t prefix_queried, prefix_hit;
@@ -132,8 +140,17 @@ void ix__kv_copy_span(const ix_kv *kv, void *dst_data, int32_t *dst_tokens, cons
 void ix__kv_block_copy(ix_kv *kv, int32_t dst, int32_t src);
 void ix__kv_lru_unlink(ix_kv *kv, int32_t b);
 
-/* Hands cached block b to the disk tier, if any (before its reuse). */
+/* Hands cached block b to the disk tier, if any (before its reuse); a
+ * pinned block is written even when the store's queue is full. */
 void ix__kv_disk_out(ix_kv *kv, int32_t b);
+/* Session pins of block b (cached): moves it between the LRU lists. */
+void ix__kv_block_pin(ix_kv *kv, int32_t b);
+void ix__kv_block_unpin(ix_kv *kv, int32_t b);
+/* Forgets cached, unreferenced block b at once (onto the free stack). */
+void ix__kv_block_forget(ix_kv *kv, int32_t b);
+
+/* session.c */
+void ix__kv_sessions_free(ix_kv *kv);
 
 /* prefix.c */
 uint64_t ix__kv_default_hash(uint64_t parent_key, uint64_t ns, const int32_t *tokens,

@@ -31,6 +31,7 @@ ix_status ix__kv_pool_init(ix_kv *kv) {
     }
     kv->n_free = n;
     kv->lru_head = kv->lru_tail = KV_NIL;
+    kv->plru_head = kv->plru_tail = KV_NIL;
 
     if (kv->n_swap > 0) {
         int32_t m = kv->n_swap;
@@ -57,30 +58,67 @@ void ix__kv_pool_free(ix_kv *kv) {
     ix_free(kv->swap_free);
 }
 
+/* The LRU list a cached, unreferenced block with these pins sits on. */
+static int32_t *list_head(ix_kv *kv, const kv_block *blk) { return blk->pin ? &kv->plru_head : &kv->lru_head; }
+static int32_t *list_tail(ix_kv *kv, const kv_block *blk) { return blk->pin ? &kv->plru_tail : &kv->lru_tail; }
+
 void ix__kv_lru_unlink(ix_kv *kv, int32_t b) {
     kv_block *blk = &kv->blocks[b];
     if (blk->prev != KV_NIL)
         kv->blocks[blk->prev].next = blk->next;
     else
-        kv->lru_head = blk->next;
+        *list_head(kv, blk) = blk->next;
     if (blk->next != KV_NIL)
         kv->blocks[blk->next].prev = blk->prev;
     else
-        kv->lru_tail = blk->prev;
+        *list_tail(kv, blk) = blk->prev;
     blk->prev = blk->next = KV_NIL;
     kv->n_evictable--;
 }
 
 static void lru_push_newest(ix_kv *kv, int32_t b) {
     kv_block *blk = &kv->blocks[b];
-    blk->prev = kv->lru_tail;
+    int32_t *head = list_head(kv, blk), *tail = list_tail(kv, blk);
+    blk->prev = *tail;
     blk->next = KV_NIL;
-    if (kv->lru_tail != KV_NIL)
-        kv->blocks[kv->lru_tail].next = b;
+    if (*tail != KV_NIL)
+        kv->blocks[*tail].next = b;
     else
-        kv->lru_head = b;
-    kv->lru_tail = b;
+        *head = b;
+    *tail = b;
     kv->n_evictable++;
+}
+
+void ix__kv_block_pin(ix_kv *kv, int32_t b) {
+    kv_block *blk = &kv->blocks[b];
+    IX_ASSERT(blk->cid != 0);
+    bool listed = blk->ref == 0;
+    if (listed && blk->pin == 0) ix__kv_lru_unlink(kv, b);
+    if (blk->pin++ == 0) {
+        kv->n_pinned++;
+        if (listed) lru_push_newest(kv, b);
+    }
+}
+
+void ix__kv_block_unpin(ix_kv *kv, int32_t b) {
+    kv_block *blk = &kv->blocks[b];
+    IX_ASSERT(blk->cid != 0 && blk->pin > 0);
+    bool listed = blk->ref == 0;
+    if (listed && blk->pin == 1) ix__kv_lru_unlink(kv, b);
+    if (--blk->pin == 0) {
+        kv->n_pinned--;
+        if (listed) lru_push_newest(kv, b); /* an ordinary victim from now on */
+    }
+}
+
+void ix__kv_block_forget(ix_kv *kv, int32_t b) {
+    kv_block *blk = &kv->blocks[b];
+    IX_ASSERT(blk->ref == 0 && blk->cid != 0);
+    ix__kv_lru_unlink(kv, b);
+    if (blk->pin) kv->n_pinned--;
+    blk->pin = 0;
+    ix__kv_cache_remove(kv, b);
+    kv->free_stack[kv->n_free++] = b;
 }
 
 int32_t ix__kv_block_alloc(ix_kv *kv) {
@@ -88,10 +126,13 @@ int32_t ix__kv_block_alloc(ix_kv *kv) {
     if (kv->n_free > 0) {
         b = kv->free_stack[--kv->n_free];
     } else {
-        b = kv->lru_head;
+        /* Anonymous prefixes go first; a session's blocks only when none is left. */
+        b = kv->lru_head != KV_NIL ? kv->lru_head : kv->plru_head;
         IX_ASSERT(b != KV_NIL); /* callers check ix_kv_n_available first */
         ix__kv_lru_unlink(kv, b);
         ix__kv_disk_out(kv, b); /* kept on disk, when there is one */
+        if (kv->blocks[b].pin) kv->n_pinned--; /* its sessions see the cid change */
+        kv->blocks[b].pin = 0;
         ix__kv_cache_remove(kv, b);
         kv->n_evictions++;
     }

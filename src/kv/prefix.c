@@ -135,6 +135,9 @@ void ix__kv_disk_out(ix_kv *kv, int32_t b) {
     if (ix_kvstore_contains(kv->disk, &k)) return; /* there already (read back, or persisted): same bytes */
     ix_status st = ix_kvstore_put_async(kv->disk, &k, kv__block_tokens(kv, b), kv->p.block_size,
                                         kv__block_data(kv, b), kv->lay.block_stride_bytes);
+    if (st == IX_FULL && blk->pin) /* a session's block is never just dropped */
+        st = ix_kvstore_put(kv->disk, &k, kv__block_tokens(kv, b), kv->p.block_size, kv__block_data(kv, b),
+                            kv->lay.block_stride_bytes);
     if (st == IX_OK)
         kv->dstats.blocks_out++;
     else
@@ -159,12 +162,31 @@ ix_status ix_kv_persist_cached(ix_kv *kv) {
     return IX_OK;
 }
 
+/* Read-ahead: the blocks after block i (whose key is key_i) in the prompt's
+ * chain, up to KV_READ_AHEAD past i and below max, not yet asked for
+ * (index >= from), asked of the store at once so that the kernel reads
+ * them while block i loads. Returns the index past the last one. */
+enum { KV_READ_AHEAD = 16 };
+static int32_t read_ahead(ix_kv *kv, uint64_t ns, const int32_t *tokens, int32_t i, uint64_t key_i, int32_t from,
+                          int32_t max) {
+    ix_kvstore_key keys[KV_READ_AHEAD];
+    int32_t n = 0, bs = kv->p.block_size, end = i + 1 + KV_READ_AHEAD < max ? i + 1 + KV_READ_AHEAD : max;
+    uint64_t key = key_i;
+    for (int32_t j = i + 1; j < end; j++) {
+        key = kv->hash(key, ns, tokens + (size_t)j * (size_t)bs, bs);
+        if (j >= from) keys[n++] = (ix_kvstore_key){kv->disk_fp, ns, key};
+    }
+    if (n > 0) kv->dstats.read_ahead += ix_kvstore_prefetch(kv->disk, keys, n);
+    return end > from ? end : from;
+}
+
 /* After `hits` blocks found in RAM, the blocks of tokens the store holds,
  * up to max: each read into a new block, registered and adopted. Returns
  * the new number of hits. */
 static int32_t disk_in(ix_kv *kv, kv_seq *s, const int32_t *tokens, int32_t hits, int32_t max) {
     int32_t bs = kv->p.block_size;
     ix_kv_disk_stats *ds = &kv->dstats;
+    int32_t ahead = hits + 1; /* blocks before this index were asked for (or are being read) */
     for (int32_t i = hits; i < max; i++) {
         const int32_t *t = tokens + (size_t)i * (size_t)bs;
         uint64_t parent_key = i ? s->chain[i - 1].key : 0, parent_cid = i ? s->chain[i - 1].cid : 0;
@@ -176,6 +198,7 @@ static int32_t disk_in(ix_kv *kv, kv_seq *s, const int32_t *tokens, int32_t hits
             break;
         }
         if (ix_kv_n_available(kv) < 1) break;
+        if (i + KV_READ_AHEAD / 2 >= ahead) ahead = read_ahead(kv, s->ns, tokens, i, key, ahead, max);
         int32_t b = ix__kv_block_alloc(kv);
         uint64_t t0 = ix_time_ns();
         ix_status st = ix_kvstore_get(kv->disk, &k, t, bs, kv__block_data(kv, b), kv->lay.block_stride_bytes, NULL);
@@ -232,9 +255,11 @@ void ix_kv_prefix_reset(ix_kv *kv) {
         kv_block *blk = &kv->blocks[b];
         if (blk->cid == 0) continue;
         if (blk->ref == 0) {
-            ix__kv_lru_unlink(kv, b);
-            kv->free_stack[kv->n_free++] = b;
+            ix__kv_block_forget(kv, b);
+            continue;
         }
+        if (blk->pin) kv->n_pinned--;
+        blk->pin = 0; /* sessions see the cid change */
         ix__kv_cache_remove(kv, b);
     }
     /* Sequences keep chaining from their old links; those cids are gone for

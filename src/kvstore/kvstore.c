@@ -259,15 +259,29 @@ static bool write_all(int fd, const void *p, size_t n) {
     return true;
 }
 
-static ix_status write_block(ix_kvstore *s, const ix_kvstore_key *k, const int32_t *tokens, int32_t n_tokens,
-                             const void *data, size_t n_bytes) {
-    if (n_tokens < 0 || n_tokens > KVB_MAX_TOKENS || (n_tokens && !tokens) || (n_bytes && !data)) return IX_ERR_INVALID;
-    char path[4096], tmp[4096];
-    block_path(s, k, path, sizeof path);
+/* Writes the n pieces to path atomically: a temporary in DIR/tmp, fsync,
+ * rename over path. false (nothing under path changed) on any error. */
+static bool write_atomic(ix_kvstore *s, const char *path, const void *const *parts, const size_t *sizes, int n) {
+    char tmp[4096];
     pthread_mutex_lock(&s->mu);
     uint64_t seq = ++s->tmp_seq;
     pthread_mutex_unlock(&s->mu);
     snprintf(tmp, sizeof tmp, "%s/tmp/%ld-%" PRIu64 ".tmp", s->dir, (long)getpid(), seq);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    bool ok = fd >= 0;
+    for (int i = 0; ok && i < n; i++) ok = write_all(fd, parts[i], sizes[i]);
+    if (ok && fsync(fd) != 0) ok = false;
+    if (fd >= 0 && close(fd) != 0) ok = false;
+    if (ok && rename(tmp, path) != 0) ok = false;
+    if (!ok) unlink(tmp);
+    return ok;
+}
+
+static ix_status write_block(ix_kvstore *s, const ix_kvstore_key *k, const int32_t *tokens, int32_t n_tokens,
+                             const void *data, size_t n_bytes) {
+    if (n_tokens < 0 || n_tokens > KVB_MAX_TOKENS || (n_tokens && !tokens) || (n_bytes && !data)) return IX_ERR_INVALID;
+    char path[4096];
+    block_path(s, k, path, sizeof path);
     uint8_t h[KVB_HEADER];
     put_header(h, k, n_tokens, n_bytes);
     uint64_t sum = checksum(h, tokens, n_tokens, data, n_bytes);
@@ -276,12 +290,10 @@ static ix_status write_block(ix_kvstore *s, const ix_kvstore_key *k, const int32
     *slash = '\0';
     int rc = mkdir_p(path);
     *slash = '/';
-    int fd = rc == 0 ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : -1;
-    bool ok = fd >= 0 && write_all(fd, h, sizeof h) && write_all(fd, tokens, (size_t)n_tokens * sizeof *tokens) &&
-              write_all(fd, data, n_bytes) && fsync(fd) == 0;
-    if (fd >= 0 && close(fd) != 0) ok = false;
-    if (ok && rename(tmp, path) != 0) ok = false;
-    uint64_t total = sizeof h + (size_t)n_tokens * sizeof *tokens + n_bytes;
+    const void *parts[3] = {h, tokens, data};
+    size_t sizes[3] = {sizeof h, (size_t)n_tokens * sizeof *tokens, n_bytes};
+    bool ok = rc == 0 && write_atomic(s, path, parts, sizes, 3);
+    uint64_t total = sizes[0] + sizes[1] + sizes[2];
     pthread_mutex_lock(&s->mu);
     if (ok) {
         s->st.bytes_written += total;
@@ -291,11 +303,7 @@ static ix_status write_block(ix_kvstore *s, const ix_kvstore_key *k, const int32
         s->st.write_errors++;
     }
     pthread_mutex_unlock(&s->mu);
-    if (!ok) {
-        unlink(tmp);
-        return IX_ERR_IO;
-    }
-    return IX_OK;
+    return ok ? IX_OK : IX_ERR_IO;
 }
 
 ix_status ix_kvstore_put(ix_kvstore *s, const ix_kvstore_key *k, const int32_t *tokens, int32_t n_tokens,
@@ -483,6 +491,96 @@ bool ix_kvstore_contains(ix_kvstore *s, const ix_kvstore_key *k) {
     block_path(s, k, path, sizeof path);
     struct stat sb;
     return stat(path, &sb) == 0;
+}
+
+/* Deletes one block (queued writes of it land first, then go). */
+ix_status ix_kvstore_remove(ix_kvstore *s, const ix_kvstore_key *k) {
+    pthread_mutex_lock(&s->mu);
+    bool queued = pending(s, k) != NULL;
+    pthread_mutex_unlock(&s->mu);
+    if (queued) ix_kvstore_flush(s);
+    char path[4096];
+    block_path(s, k, path, sizeof path);
+    bool gone = unlink(path) == 0;
+    pthread_mutex_lock(&s->mu);
+    index_remove(s, k);
+    pthread_mutex_unlock(&s->mu);
+    return gone ? IX_OK : IX_ERR_NOT_FOUND;
+}
+
+int32_t ix_kvstore_prefetch(ix_kvstore *s, const ix_kvstore_key *keys, int32_t n) {
+    int32_t asked = 0;
+    for (int32_t i = 0; i < n; i++) {
+        char path[4096];
+        block_path(s, &keys[i], path, sizeof path);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) break; /* the chain ends here: nothing after it can be adopted */
+        /* The kernel starts reading now and returns at once; the get that
+         * follows finds the pages in memory. */
+        if (posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED) == 0) asked++;
+        close(fd);
+    }
+    pthread_mutex_lock(&s->mu);
+    s->st.prefetched += (uint64_t)asked;
+    pthread_mutex_unlock(&s->mu);
+    return asked;
+}
+
+/* ---- named files beside the blocks (session index, stored responses) ---------------- */
+
+#define META_MAX_BYTES (256u << 20)
+
+static bool meta_path(const ix_kvstore *s, const char *name, char *buf, size_t n) {
+    size_t len = name ? strlen(name) : 0;
+    if (len == 0 || len > 64 || name[0] == '.') return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = name[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+                  c == '.';
+        if (!ok) return false;
+    }
+    int r = snprintf(buf, n, "%s/meta/%s", s->dir, name);
+    return r > 0 && (size_t)r < n;
+}
+
+ix_status ix_kvstore_put_file(ix_kvstore *s, const char *name, const void *data, size_t n) {
+    char path[4096], dir[4096];
+    if (!meta_path(s, name, path, sizeof path) || (n && !data) || n > META_MAX_BYTES) return IX_ERR_INVALID;
+    snprintf(dir, sizeof dir, "%s/meta", s->dir);
+    const void *parts[1] = {data};
+    size_t sizes[1] = {n};
+    if (mkdir_p(dir) != 0 || !write_atomic(s, path, parts, sizes, 1)) {
+        pthread_mutex_lock(&s->mu);
+        s->st.write_errors++;
+        pthread_mutex_unlock(&s->mu);
+        return IX_ERR_IO;
+    }
+    return IX_OK;
+}
+
+ix_status ix_kvstore_get_file(ix_kvstore *s, const char *name, void **data, size_t *n) {
+    *data = NULL;
+    *n = 0;
+    char path[4096];
+    if (!meta_path(s, name, path, sizeof path)) return IX_ERR_INVALID;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT ? IX_ERR_NOT_FOUND : IX_ERR_IO;
+    struct stat sb;
+    ix_status st = IX_OK;
+    if (fstat(fd, &sb) != 0 || sb.st_size < 0 || (uint64_t)sb.st_size > META_MAX_BYTES) {
+        st = IX_ERR_FORMAT;
+    } else {
+        size_t len = (size_t)sb.st_size;
+        unsigned char *buf = ix_malloc(len + 1);
+        if (!buf)
+            st = IX_ERR_NOMEM;
+        else if (!read_all(fd, buf, len))
+            st = IX_ERR_IO, ix_free(buf);
+        else
+            buf[len] = 0, *data = buf, *n = len;
+    }
+    close(fd);
+    return st;
 }
 
 /* ---- walking the tree ---------------------------------------------------------------- */

@@ -127,6 +127,8 @@ static const field k_fields[] = {
     {"deadline_ms", BOTH, F_DONE, NULL},
     {"timeout", BOTH, F_DONE, NULL}, /* seconds; policy.c cancels the request past it */
     {"cache_salt", BOTH, F_DONE, NULL},
+    {"session_id", BOTH, F_DONE, NULL},  /* sessions.c */
+    {"session_ttl", BOTH, F_DONE, NULL},
     {"grammar", BOTH, F_DONE, NULL},
     {"speculative_decoding", BOTH, F_DONE, NULL},
     {"chat_template_kwargs", CHAT, F_DONE, NULL},

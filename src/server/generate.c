@@ -631,6 +631,7 @@ void *ix__srv_watch(void *arg) {
         nanosleep(&ts, NULL);
         ix__srv_reap(s, false);
         ix__conn_sweep(s);
+        ix__rstore_save(s, false);
         bool aborting = atomic_load(&s->aborting);
         size_t n = 0;
         pthread_mutex_lock(&s->jobs_mu);
@@ -1295,6 +1296,7 @@ static int parse_request(ix_server *s, json_t *req, bool chat, parsed *p, ixs_jo
         if (!ns) ns = 1;
     }
     r->cache_ns = ns;
+    if (ix__srv_session_fields(s, j->key, req, r, e)) return -1;
     json_t *user = json_object_get(req, "user");
     if (user && !json_is_null(user) && !json_is_string(user)) return IXS_BAD(e, "user", "'user' must be a string");
     /* streaming */

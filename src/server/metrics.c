@@ -429,7 +429,26 @@ ix_status ix__metrics_render(ix_server *s, ix_buf *b) {
                 (double)ks.bytes_read);
             one(&p, "inferx:kv_disk_written_bytes_total", "counter", "Bytes written to the disk tier.",
                 (double)ks.bytes_written);
+            one(&p, "inferx:kv_disk_read_ahead_blocks_total", "counter", "Blocks asked of the disk ahead of their "
+                "read (a prompt's chain continuing on disk).", (double)kd.read_ahead);
         }
+    }
+    {
+        ix_kv_session_stats ss;
+        ixs_rstore_stats rs;
+        ix_engine_get_session_stats(s->engine, &ss);
+        ix__rstore_stats(s, &rs);
+        one(&p, "inferx:sessions", "gauge", "Live sessions (session_id, stored responses).", (double)ss.n_sessions);
+        one(&p, "inferx:session_pinned_blocks", "gauge", "KV blocks in RAM pinned by a session.",
+            (double)ss.n_pinned_blocks);
+        one(&p, "inferx:session_expired_total", "counter", "Sessions ended by their TTL.", (double)ss.n_expired);
+        one(&p, "inferx:session_deleted_total", "counter", "Sessions deleted by a request.", (double)ss.n_dropped);
+        one(&p, "inferx:stored_responses", "gauge", "Responses stored (store: true).", (double)rs.n);
+        one(&p, "inferx:stored_responses_bytes", "gauge", "JSON bytes of the stored responses.", (double)rs.bytes);
+        one(&p, "inferx:stored_responses_evicted_total", "counter", "Stored responses dropped by the count or byte "
+            "bound (least recently used first).", (double)rs.n_evicted);
+        one(&p, "inferx:stored_responses_expired_total", "counter", "Stored responses dropped by their TTL.",
+            (double)rs.n_expired);
     }
     if (s->tracer) {
         ixs_trace_stats ts;

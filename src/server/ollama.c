@@ -210,6 +210,11 @@ static int common_fields(ix_server *s, json_t *req, json_t *out, bool *stream, i
     if (ka && !json_is_string(ka) && !json_is_number(ka) && !json_is_null(ka))
         return IXS_BAD(e, "keep_alive", "'keep_alive' must be a duration string or a number");
     if (map_options(s, json_object_get(req, "options"), out, e)) return -1;
+    static const char *const session[] = {"session_id", "session_ttl"}; /* checked by the chat parser */
+    for (size_t i = 0; i < IX_ARRAY_LEN(session); i++) {
+        json_t *v = json_object_get(req, session[i]);
+        if (v) json_object_set(out, session[i], v);
+    }
     return map_format(json_object_get(req, "format"), out, e);
 }
 
@@ -458,9 +463,10 @@ static enum MHD_Result generation(ixs_conn *cc, json_t *req, bool chat) {
     ix_server *s = cc->s;
     ixs_err e;
     static const char *const k_chat[] = {"model", "messages", "tools", "format", "options", "stream",
-                                         "keep_alive", "think"};
+                                         "keep_alive", "think", "session_id", "session_ttl"};
     static const char *const k_gen[] = {"model", "prompt", "suffix", "system", "template", "context", "raw",
-                                        "format", "options", "stream", "images", "keep_alive", "think"};
+                                        "format", "options", "stream", "images", "keep_alive", "think",
+                                        "session_id", "session_ttl"};
     static const char *const no_gen[] = {"suffix", "template", "context", "images"};
     json_t *out = json_object();
     oll *o = ix_calloc(1, sizeof *o);

@@ -531,7 +531,7 @@ static char *state_text(ixs_policy *p) {
 
 /* Temp file beside it, fsync, rename over it, fsync the folder: a crash
  * leaves the old state or the new one, never a torn file. */
-static bool write_atomically(const char *path, const char *text) {
+bool ix__srv_write_atomically(const char *path, const char *text) {
     size_t n = strlen(path);
     char *tmp = ix_malloc(n + 16);
     if (!tmp) return false;
@@ -551,7 +551,7 @@ static bool write_atomically(const char *path, const char *text) {
     }
     ok = ok && rename(tmp, path) == 0;
     if (!ok) {
-        IX_LOGW("server: cannot write the usage state %s: %s", path, strerror(errno));
+        IX_LOGW("server: cannot write %s: %s", path, strerror(errno));
         unlink(tmp);
     } else {
         const char *slash = strrchr(path, '/');
@@ -574,7 +574,7 @@ static void save_if_dirty(ixs_policy *p, bool always) {
     if (text) p->dirty = false;
     pthread_mutex_unlock(&p->mu);
     if (!text) return;
-    if (!write_atomically(p->state_path, text)) {
+    if (!ix__srv_write_atomically(p->state_path, text)) {
         pthread_mutex_lock(&p->mu);
         p->dirty = true; /* the next round tries again */
         pthread_mutex_unlock(&p->mu);

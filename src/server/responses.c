@@ -13,8 +13,15 @@
  *   response.output_item.done, response.completed (or .incomplete / .failed)
  *
  * each as `event: <type>` + `data: <json>` with a sequence_number, and no
- * `[DONE]` (the API has none). Nothing is stored: `store` is reported
- * false and `previous_response_id` is refused. */
+ * `[DONE]` (the API has none).
+ *
+ * Stored responses (rstore.c): with `store` (true unless the request says
+ * false, as OpenAI's default) the finished Response and its conversation
+ * (input items, then output items) are kept for the tenant; a request with
+ * `previous_response_id` starts from that conversation (the previous
+ * request's `instructions` are not carried over). A stored response's KV
+ * is pinned as a session named by its id, so the next turn's prompt, which
+ * starts with it, is a prefix-cache hit. */
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -34,6 +41,9 @@ struct ixs_resp {
     bool parallel;   /* parallel_tool_calls: else at most one call is kept */
     int64_t max_calls; /* max_tool_calls: calls kept (0: all) */
     json_t *items;   /* the output items once made (ids fixed for every event) */
+    bool store;      /* keep it (rstore.c) when it finishes */
+    uint64_t tenant; /* whose it is */
+    json_t *conversation; /* the input items, the previous conversation first */
 };
 
 const char *ix__resp_id(const ixs_resp *r) { return r->id; }
@@ -43,6 +53,7 @@ void ix__resp_free(ixs_resp *r) {
     json_decref(r->base);
     json_decref(r->tools);
     json_decref(r->items);
+    json_decref(r->conversation);
     ix_free(r);
 }
 
@@ -72,7 +83,7 @@ static const char *const k_known[] = {
     "model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "stream", "text",
     "tools", "tool_choice", "parallel_tool_calls", "store", "metadata", "user", "seed", "truncation",
     "include", "previous_response_id", "reasoning", "service_tier", "stream_options", "safety_identifier",
-    "prompt_cache_key", "background", "top_logprobs", "max_tool_calls",
+    "prompt_cache_key", "background", "top_logprobs", "max_tool_calls", "session_id", "session_ttl",
 };
 
 /* Copies a text content (a string, or an array of input_text / output_text
@@ -239,9 +250,8 @@ static int tool_choice_of(json_t *tc, json_t **out, ixs_err *e) {
 /* Fields accepted only with the value that means "nothing to do". */
 static int refuse_unsupported(json_t *req, ixs_err *e) {
     json_t *v;
-    if ((v = json_object_get(req, "previous_response_id")) && !json_is_null(v))
-        return IXS_BAD(e, "previous_response_id", "'previous_response_id' is not supported: responses are not "
-                                                  "stored; send the conversation in 'input'");
+    if ((v = json_object_get(req, "previous_response_id")) && !json_is_null(v) && !json_is_string(v))
+        return IXS_BAD(e, "previous_response_id", "'previous_response_id' must be a string");
     if ((v = json_object_get(req, "background")) && json_is_true(v))
         return IXS_BAD(e, "background", "'background' responses are not supported");
     if ((v = json_object_get(req, "truncation")) && !json_is_null(v) && (!json_is_string(v) || strcmp(json_string_value(v), "disabled")))
@@ -267,6 +277,28 @@ static int refuse_unsupported(json_t *req, ixs_err *e) {
     return 0;
 }
 
+/* r->conversation: the stored conversation previous_response_id names (the
+ * tenant's own only), then this request's input as items. */
+static int conversation_of(ixs_resp *r, json_t *req, ixs_err *e) {
+    json_t *prev = json_object_get(req, "previous_response_id"), *in = json_object_get(req, "input");
+    if (json_is_string(prev)) {
+        ix_status st = ix__rstore_get(r->s, json_string_value(prev), r->tenant, NULL, &r->conversation);
+        if (st == IX_ERR_NOT_FOUND)
+            return IXS_BAD(e, "previous_response_id", "Previous response with id '%.64s' not found.",
+                           json_string_value(prev)); /* OpenAI's status and words */
+        if (st != IX_OK) return ix__srv_errf(e, 500, "server_error", NULL, "out of memory");
+    } else if (!(r->conversation = json_array())) {
+        return ix__srv_errf(e, 500, "server_error", NULL, "out of memory");
+    }
+    if (json_is_string(in))
+        return json_array_append_new(r->conversation, json_pack("{s:s, s:s, s:O}", "type", "message", "role", "user",
+                                                                "content", in))
+                   ? ix__srv_errf(e, 500, "server_error", NULL, "out of memory")
+                   : 0;
+    if (!json_is_array(in)) return IXS_BAD(e, "input", "'input' must be a string or an array of input items");
+    return json_array_extend(r->conversation, in) ? ix__srv_errf(e, 500, "server_error", NULL, "out of memory") : 0;
+}
+
 /* Builds the chat request; fills r->base with the echoed fields. */
 static int to_chat(json_t *req, json_t *chat, ixs_resp *r, ixs_err *e) {
     const char *key;
@@ -281,22 +313,17 @@ static int to_chat(json_t *req, json_t *chat, ixs_resp *r, ixs_err *e) {
     json_object_set_new(chat, "messages", msgs);
     json_t *ins = json_object_get(req, "instructions");
     if (json_is_string(ins)) json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "system", "content", ins));
-    json_t *in = json_object_get(req, "input");
-    if (json_is_string(in)) {
-        json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "user", "content", in));
-    } else if (json_is_array(in)) {
-        size_t i;
-        json_t *item;
-        json_array_foreach(in, i, item) if (add_item(msgs, item, i, e)) return -1;
-    } else {
-        return IXS_BAD(e, "input", "'input' must be a string or an array of input items");
-    }
+    if (conversation_of(r, req, e)) return -1;
+    size_t k;
+    json_t *item;
+    json_array_foreach(r->conversation, k, item) if (add_item(msgs, item, k, e)) return -1;
     if (json_array_size(msgs) == 0) return IXS_BAD(e, "input", "'input' is empty");
     /* Sampling and lengths: chat's parser checks the values. */
     static const char *const copied[][2] = {
         {"max_output_tokens", "max_completion_tokens"}, {"temperature", "temperature"}, {"top_p", "top_p"},
         {"stream", "stream"}, {"seed", "seed"}, {"parallel_tool_calls", "parallel_tool_calls"},
-        {"user", "user"}, {"prompt_cache_key", "cache_salt"},
+        {"user", "user"}, {"prompt_cache_key", "cache_salt"}, {"session_id", "session_id"},
+        {"session_ttl", "session_ttl"},
     };
     for (size_t i = 0; i < IX_ARRAY_LEN(copied); i++)
         if ((v = json_object_get(req, copied[i][0])) && !json_is_null(v)) json_object_set(chat, copied[i][1], v);
@@ -336,9 +363,10 @@ static int to_chat(json_t *req, json_t *chat, ixs_resp *r, ixs_err *e) {
     ECHO("metadata", json_object());
     ECHO("user", json_null());
 #undef ECHO
-    json_object_set_new(b, "previous_response_id", json_null());
+    json_object_set_new(b, "previous_response_id", (get = json_object_get(req, "previous_response_id")) &&
+                                                           json_is_string(get) ? json_incref(get) : json_null());
     json_object_set_new(b, "reasoning", json_pack("{s:n, s:n}", "effort", "summary"));
-    json_object_set_new(b, "store", json_false());
+    json_object_set_new(b, "store", json_boolean(r->store));
     json_object_set_new(b, "truncation", json_string("disabled"));
     json_object_set_new(b, "background", json_false());
     json_object_set_new(b, "service_tier", json_string("default"));
@@ -366,12 +394,18 @@ enum MHD_Result ix__srv_responses(ixs_conn *cc, json_t *req) {
     ix__srv_new_id(s, "resp_", r->id, sizeof r->id);
     ix__srv_new_id(s, "msg_", r->msg_id, sizeof r->msg_id);
     r->created = (int64_t)time(NULL);
+    r->tenant = ix__policy_key_ns(s, cc->key);
+    json_t *store = json_object_get(req, "store");
+    r->store = !json_is_false(store);
     json_object_set_new(r->base, "model", json_string(s->model_name));
     if (to_chat(req, chat, r, &e)) {
         ix__resp_free(r);
         json_decref(chat);
         return ix__srv_reply_err(cc, &e);
     }
+    /* A stored response pins its KV as the session of its id (unless the
+     * request names a session itself): its next turn starts with it. */
+    if (r->store && !json_object_get(chat, "session_id")) json_object_set_new(chat, "session_id", json_string(r->id));
     const ixs_render rnd = {r, r->id, "text/event-stream", resp_whole, resp_begin, resp_delta, resp_end,
                             ix__resp_map_param, resp_free};
     enum MHD_Result ret = ix__srv_generate_as(cc, true, chat, &rnd);
@@ -475,7 +509,23 @@ static const char *final_status(const ixs_gen_result *g) {
     }
 }
 
-json_t *ix__resp_whole(ixs_resp *r, const ixs_gen_result *g) { return response_obj(r, final_status(g), g); }
+/* Keeps a finished (not failed) response and its conversation. */
+static void keep(ixs_resp *r, const json_t *resp, const char *status) {
+    if (!r->store || !resp || !strcmp(status, "failed")) return;
+    json_t *conv = json_deep_copy(r->conversation);
+    if (conv && !json_array_extend(conv, json_object_get(resp, "output"))) {
+        ix_status st = ix__rstore_put(r->s, r->id, r->tenant, resp, conv);
+        if (st != IX_OK) IX_LOGW("server: response %s not stored: %s", r->id, ix_status_str(st));
+    }
+    json_decref(conv);
+}
+
+json_t *ix__resp_whole(ixs_resp *r, const ixs_gen_result *g) {
+    const char *status = final_status(g);
+    json_t *o = response_obj(r, status, g);
+    keep(r, o, status);
+    return o;
+}
 
 /* One SSE event: `event: type` and `data: {"type": type, "sequence_number": n, ...fields}`. */
 static bool event(ixs_resp *r, ix_buf *out, const char *type, json_t *fields /* stolen */) {
@@ -551,6 +601,7 @@ bool ix__resp_stream_end(ixs_resp *r, ix_buf *out, const ixs_gen_result *g) {
     const char *status = final_status(g);
     json_t *resp = response_obj(r, status, g);
     if (!resp) return false;
+    keep(r, resp, status);
     if (!strcmp(status, "failed")) return event(r, out, "response.failed", with_response(resp));
     json_t *items = json_object_get(resp, "output");
     size_t i;

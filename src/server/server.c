@@ -42,6 +42,10 @@ ix_server_params ix_server_default_params(void) {
     p.model_name = "inferx";
     p.max_body_bytes = 8u << 20;
     p.max_waiting = 256;
+    p.session_ttl_s = 3600;
+    p.max_stored_responses = 1000;
+    p.max_stored_bytes = 64u << 20;
+    p.stored_response_ttl_s = 30 * 86400.0;
     p.max_connections = 256;
     p.conn_timeout_s = 120;
     p.header_timeout_s = 10;
@@ -381,7 +385,7 @@ static enum MHD_Result do_metrics(ixs_conn *cc) {
 
 typedef enum route_id {
     R_HEALTH, R_READY, R_METRICS, R_MODELS, R_MODEL_ONE, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT,
-    R_EMBEDDINGS, R_RESPONSES, R_WEB, R_OLLAMA, R_USAGE,
+    R_EMBEDDINGS, R_RESPONSES, R_WEB, R_OLLAMA, R_USAGE, R_SESSION, R_STORED_RESPONSE,
 } route_id;
 
 static const struct route {
@@ -403,6 +407,11 @@ static const struct route {
     {"/v1/models/", "GET", R_MODEL_ONE, true, false, 0},
     {"/v1/embeddings", "POST", R_EMBEDDINGS, true, true, 0},
     {"/v1/responses", "POST", R_RESPONSES, true, true, 0},
+    {"/v1/responses/", "GET", R_STORED_RESPONSE, true, false, 0},
+    {"/v1/responses/", "DELETE", R_STORED_RESPONSE, true, false, 0},
+    {"/v1/sessions/", "GET", R_SESSION, true, false, 0},
+    {"/v1/sessions/", "DELETE", R_SESSION, true, false, 0},
+    {"/v1/sessions/", "POST", R_SESSION, true, false, 0},
     {"/v1/usage", "GET", R_USAGE, true, false, 0},
     {"/", "GET", R_WEB, false, false, 0},
     {"/api/version", "GET", R_OLLAMA, true, false, IXS_OLLAMA_VERSION},
@@ -482,23 +491,31 @@ static size_t json_values_bound(const char *p, size_t n) {
  * the other fields. */
 static size_t max_json_values(const ix_server *s) { return 16u * (size_t)(s->n_ctx > 0 ? s->n_ctx : 1) + 65536u; }
 
+/* The methods of every route of cc's path ("GET, DELETE"), for Allow and
+ * a 405's message; sets cc->ep to that path. */
+static void allowed_methods(ixs_conn *cc, char *buf, size_t n) {
+    size_t len = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < IX_ARRAY_LEN(k_routes); i++) {
+        if (!route_matches(&k_routes[i], cc->url)) continue;
+        int w = snprintf(buf + len, n - len, "%s%s", len ? ", " : "", k_routes[i].method);
+        if (w > 0 && (size_t)w < n - len) len += (size_t)w;
+        cc->ep = k_routes[i].path;
+    }
+}
+
 static enum MHD_Result dispatch(ixs_conn *cc) {
     ix_server *s = cc->s;
     const char *url = cc->url, *method = cc->method;
     bool path_known;
     const struct route *rt = route_find(url, method, &path_known);
-    if (!rt && path_known && !strcmp(method, "OPTIONS")) { /* a CORS preflight */
-        const char *allowed = "";
-        for (size_t i = 0; i < IX_ARRAY_LEN(k_routes); i++)
-            if (route_matches(&k_routes[i], url)) allowed = k_routes[i].method, cc->ep = k_routes[i].path;
+    char allowed[64];
+    if (!rt && path_known) allowed_methods(cc, allowed, sizeof allowed);
+    if (!rt && path_known && !strcmp(method, "OPTIONS")) /* a CORS preflight */
         return ix__srv_preflight(cc, allowed);
-    }
     if (!rt) {
         if (path_known) {
-            char msg[128];
-            const char *allowed = "";
-            for (size_t i = 0; i < IX_ARRAY_LEN(k_routes); i++)
-                if (route_matches(&k_routes[i], url)) allowed = k_routes[i].method, cc->ep = k_routes[i].path;
+            char msg[160];
             snprintf(msg, sizeof msg, "method %.16s is not allowed on %.64s (use %s)", method, url, allowed);
             return reply_errf(cc, 405, "invalid_request_error", "method_not_allowed", NULL, msg);
         }
@@ -544,6 +561,10 @@ static enum MHD_Result dispatch(ixs_conn *cc) {
         return do_models(cc);
     case R_MODEL_ONE:
         return do_model_one(cc, url + strlen(rt->path));
+    case R_SESSION:
+        return ix__srv_sessions(cc, url + strlen(rt->path));
+    case R_STORED_RESPONSE:
+        return ix__srv_stored_response(cc, url + strlen(rt->path));
     default:
         break;
     }
@@ -931,6 +952,7 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
     s->p.usage_state = NULL;
     s->p.tls_cert_file = NULL;
     s->p.tls_key_file = NULL;
+    s->p.state_dir = NULL;
     s->created = time(NULL);
     atomic_init(&s->next_id, (uint64_t)ix_time_ns() ^ ((uint64_t)s->created << 32));
     atomic_init(&s->n_inflight, 0);
@@ -971,7 +993,7 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
         IX_LOGI("server: OpenTelemetry spans go to %s (new traces sampled at %g)", p->otlp_traces_url,
                 p->trace_sample_ratio);
     }
-    if ((st = ix__policy_create(s, p, err)) != IX_OK) {
+    if ((st = ix__policy_create(s, p, err)) != IX_OK || (st = ix__rstore_create(s, p, err)) != IX_OK) {
         ix_server_destroy(s);
         return st;
     }
@@ -1091,6 +1113,7 @@ void ix_server_destroy(ix_server *s) {
     for (int i = 0; i < 1000 && atomic_load(&s->n_inflight) > 0; i++) sleep_ms(10);
     pthread_mutex_destroy(&s->jobs_mu);
     ix__policy_destroy(s); /* after the jobs: their usage is in the saved state */
+    ix__rstore_destroy(s); /* after the jobs: their responses are stored */
     pthread_mutex_destroy(&s->socks_mu);
     ix__admit_free(&s->admit);
     ix__metrics_free(&s->metrics);

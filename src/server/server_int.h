@@ -326,6 +326,7 @@ void ix__conn_sweep(ix_server *s);
 typedef struct ixs_job ixs_job; /* one generation request (generate.c) */
 typedef struct ixs_embedder ixs_embedder; /* embeddings' model context (embed.c) */
 typedef struct ixs_policy ixs_policy;     /* per-key policy (policy.c) */
+typedef struct ixs_rstore ixs_rstore;     /* stored responses (rstore.c) */
 
 struct ix_server {
     ix_engine *engine;
@@ -361,6 +362,7 @@ struct ix_server {
     ixs_embedder *embed;
     ixs_tracer *tracer;      /* NULL: tracing off */
     ixs_policy *policy;      /* keys file, limits, budgets, timeouts (always set once created) */
+    ixs_rstore *rstore;      /* stored responses (always set once created) */
     ixs_admit admit;         /* --max-waiting */
     pthread_mutex_t socks_mu; /* guards socks; held while the sweeper shuts one */
     ixs_sock *socks;         /* open connections */
@@ -409,6 +411,39 @@ void ix__srv_log_write(ix_server *s, json_t *line /* stolen */);
  * error names the failure in the access log (NULL when none). */
 enum MHD_Result ix__srv_reply_raw(ixs_conn *cc, int status, const char *ctype, const char *data, size_t len,
                                   const char *error);
+
+/* ---- sessions.c: session_id, /v1/sessions/{id} ------------------------ */
+/* The engine's name of a tenant's session id. */
+uint64_t ix__srv_session_key(uint64_t tenant, const char *id, size_t n);
+/* session_id / session_ttl of a generation request into r (400 on bad values). */
+int ix__srv_session_fields(ix_server *s, int key, json_t *req, ix_request_params *r, ixs_err *e);
+/* GET /v1/sessions/{id}, DELETE /v1/sessions/{id}, POST /v1/sessions/{id}/save;
+ * rest: the URL after "/v1/sessions/". */
+enum MHD_Result ix__srv_sessions(ixs_conn *cc, const char *rest);
+/* Deletes key's session id (IX_ERR_NOT_FOUND when none). */
+ix_status ix__srv_session_drop(ix_server *s, int key, const char *id);
+
+/* ---- rstore.c: stored responses ---------------------------------------- */
+typedef struct ixs_rstore_stats {
+    size_t n, bytes;
+    uint64_t n_evicted, n_expired;
+} ixs_rstore_stats;
+ix_status ix__rstore_create(ix_server *s, const ix_server_params *p, ix_errbuf *err);
+void ix__rstore_destroy(ix_server *s); /* saves first */
+/* Copies in; IX_ERR_TOO_LONG when one entry exceeds the byte bound. */
+ix_status ix__rstore_put(ix_server *s, const char *id, uint64_t tenant, const json_t *response,
+                         const json_t *conversation);
+/* Copies out (either pointer may be NULL); IX_ERR_NOT_FOUND for an id
+ * unknown, expired or another tenant's. */
+ix_status ix__rstore_get(ix_server *s, const char *id, uint64_t tenant, json_t **response, json_t **conversation);
+ix_status ix__rstore_delete(ix_server *s, const char *id, uint64_t tenant);
+/* Writes the state file when it changed (at most every 2 s unless always). */
+void ix__rstore_save(ix_server *s, bool always);
+void ix__rstore_stats(ix_server *s, ixs_rstore_stats *out);
+/* GET / DELETE /v1/responses/{id}. */
+enum MHD_Result ix__srv_stored_response(ixs_conn *cc, const char *id);
+/* Temp file, fsync, rename over path, fsync the folder (policy.c). */
+bool ix__srv_write_atomically(const char *path, const char *text);
 
 /* ---- web.c ------------------------------------------------------------ */
 /* Adds the CORS headers a response to cc needs (none unless the server

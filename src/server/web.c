@@ -51,8 +51,8 @@ static bool token_list(const char *s) {
 enum MHD_Result ix__srv_preflight(ixs_conn *cc, const char *allow) {
     struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
     if (!r) return MHD_NO;
-    char methods[64];
-    snprintf(methods, sizeof methods, "%s%s, OPTIONS", allow, strcmp(allow, "GET") ? "" : ", HEAD");
+    char methods[96];
+    snprintf(methods, sizeof methods, "%s%s, OPTIONS", allow, strstr(allow, "GET") ? ", HEAD" : "");
     MHD_add_response_header(r, "Allow", methods);
     ix__srv_cors_headers(cc, r);
     if (cc->s->cors) {
