@@ -14,6 +14,8 @@ int ix_cli_info(int argc, char **argv);
 int ix_cli_run(int argc, char **argv);
 /* inferx bench --throughput (bench_throughput.c) */
 int ix_cli_bench_throughput(int argc, char **argv);
+/* inferx bench --spec (bench_spec.c) */
+int ix_cli_bench_spec(int argc, char **argv);
 /* inferx bench --serve URL (bench_serve.c) */
 int ix_cli_bench_serve(int argc, char **argv);
 int ix_cli_tokenize(int argc, char **argv);
