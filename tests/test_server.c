@@ -1664,48 +1664,60 @@ static void test_cli_sched_flags(void **state) {
     stop_serve(pid, err_fd);
 }
 
-/* inferx serve --spec ngram: the same text as without speculation, a
- * request may opt out, the vLLM-named counters move. */
+/* inferx serve --spec ngram, and --draft-model with the bundled draft:
+ * the same text as without speculation, a request may opt out, the
+ * vLLM-named counters move, the draft's pool is empty between requests. */
 static void test_cli_spec(void **state) {
     (void)state;
     need_inferx();
     const char *prompt = "one two three four five six seven eight nine ten one two three four five six seven";
     char *ref = generate_ref(prompt, 24);
-    char *argv[] = {INFERX_BIN, "serve", "-m", MODEL, "--port", "0", "-t", "1", "--served-model-name", "tiny",
-                    "--spec", "ngram", "--spec-k", "3", "--spec-adaptive", "off", "--access-log", "off", NULL};
-    int err_fd;
-    uint16_t port;
-    pid_t pid = spawn_serve(argv, &err_fd, &port);
-    char body[512];
-    for (int opt_out = 0; opt_out < 2; opt_out++) {
-        snprintf(body, sizeof body,
-                 "{\"prompt\":\"%s\",\"max_tokens\":24,\"temperature\":0,\"ignore_eos\":true%s}", prompt,
-                 opt_out ? ",\"speculative_decoding\":false" : "");
+    for (int draft = 0; draft < 2; draft++) {
+        char *argv[] = {INFERX_BIN, "serve", "-m", MODEL, "--port", "0", "-t", "1", "--served-model-name", "tiny",
+                        "--spec", "ngram", "--spec-k", "3", "--spec-adaptive", "off", "--access-log", "off", NULL, NULL};
+        if (draft) {
+            argv[10] = "--draft-model";
+            argv[11] = IX_SOURCE_DIR "/models/draft-f32.gguf";
+        }
+        int err_fd;
+        uint16_t port;
+        pid_t pid = spawn_serve(argv, &err_fd, &port);
+        char body[512];
+        for (int opt_out = 0; opt_out < 2; opt_out++) {
+            snprintf(body, sizeof body,
+                     "{\"prompt\":\"%s\",\"max_tokens\":24,\"temperature\":0,\"ignore_eos\":true%s}", prompt,
+                     opt_out ? ",\"speculative_decoding\":false" : "");
+            resp r;
+            assert_int_equal(http(port, "POST", "/v1/completions", NULL, body, &r), 0);
+            assert_int_equal(r.status, 200);
+            json_t *j = json_loads(r.body, 0, NULL);
+            assert_non_null(j);
+            json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
+            assert_string_equal(json_string_value(json_object_get(c0, "text")), ref);
+            json_decref(j);
+            resp_free(&r);
+        }
         resp r;
-        assert_int_equal(http(port, "POST", "/v1/completions", NULL, body, &r), 0);
-        assert_int_equal(r.status, 200);
-        json_t *j = json_loads(r.body, 0, NULL);
-        assert_non_null(j);
-        json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
-        assert_string_equal(json_string_value(json_object_get(c0, "text")), ref);
-        json_decref(j);
+        assert_int_equal(http(port, "POST", "/v1/completions", NULL,
+                              "{\"prompt\":\"x\",\"speculative_decoding\":\"yes\"}", &r), 0);
+        assert_int_equal(r.status, 400);
+        assert_non_null(strstr(r.body, "speculative_decoding"));
         resp_free(&r);
+        assert_int_equal(http(port, "GET", "/metrics", NULL, NULL, &r), 0);
+        double drafts = 0, tokens = 0, acc = 0, pos0 = 0;
+        assert_true(metric(r.body, "inferx:spec_decode_num_drafts_total", NULL, &drafts));
+        assert_true(metric(r.body, "inferx:spec_decode_num_draft_tokens_total", NULL, &tokens));
+        assert_true(metric(r.body, "inferx:spec_decode_num_accepted_tokens_total", NULL, &acc));
+        assert_true(metric(r.body, "inferx:spec_decode_num_accepted_tokens_per_pos_total", "position=\"0\"", &pos0));
+        double draft_blocks = -1, draft_total = -1;
+        assert_true(metric(r.body, "inferx:spec_draft_kv_blocks_used", NULL, &draft_blocks));
+        assert_true(metric(r.body, "inferx:spec_draft_kv_blocks_total", NULL, &draft_total));
+        assert_true(draft_blocks == 0); /* ngram: no pool of its own; a draft's, empty between requests */
+        assert_true(draft ? draft_total > 0 : draft_total == 0);
+        assert_true(drafts >= 1 && tokens >= drafts && acc <= tokens && pos0 <= drafts);
+        resp_free(&r);
+        stop_serve(pid, err_fd);
     }
-    resp r;
-    assert_int_equal(http(port, "POST", "/v1/completions", NULL,
-                          "{\"prompt\":\"x\",\"speculative_decoding\":\"yes\"}", &r), 0);
-    assert_int_equal(r.status, 400);
-    assert_non_null(strstr(r.body, "speculative_decoding"));
-    resp_free(&r);
-    assert_int_equal(http(port, "GET", "/metrics", NULL, NULL, &r), 0);
-    double drafts = 0, tokens = 0, acc = 0, pos0 = 0;
-    assert_true(metric(r.body, "inferx:spec_decode_num_drafts_total", NULL, &drafts));
-    assert_true(metric(r.body, "inferx:spec_decode_num_draft_tokens_total", NULL, &tokens));
-    assert_true(metric(r.body, "inferx:spec_decode_num_accepted_tokens_total", NULL, &acc));
-    assert_true(metric(r.body, "inferx:spec_decode_num_accepted_tokens_per_pos_total", "position=\"0\"", &pos0));
-    assert_true(drafts >= 1 && tokens >= drafts && acc <= tokens && pos0 <= drafts);
-    resp_free(&r);
-    stop_serve(pid, err_fd);
     free(ref);
 }
 
@@ -2294,5 +2306,6 @@ int main(void) {
         cmocka_unit_test(test_tool_calls),
         cmocka_unit_test(test_honest_fields),
     };
+    if (getenv("IX_TEST_FILTER")) cmocka_set_test_filter(getenv("IX_TEST_FILTER")); /* e.g. "test_cli_spec" */
     return cmocka_run_group_tests(tests, setup, teardown);
 }
