@@ -161,6 +161,14 @@ static void test_choose_k(void **state) {
     assert_true(fabs(ix_spec_expected_tokens(0.5, 2) - 1.75) < 1e-12);
     /* no cost line yet: the most allowed */
     assert_int_equal(ix_spec_choose_k(0.5, 6, 0, 0, 1), 6);
+    /* a proposer's own cost per guess: none is the plain choice; a draft
+     * costing as much as the step gains pays for no guess; a cheaper one
+     * guesses less than a free one */
+    assert_int_equal(ix_spec_choose_k_cost(0.6, 8, 50.0, 0.5, 0.0, 1), ix_spec_choose_k(0.6, 8, 50.0, 0.5, 1));
+    assert_int_equal(ix_spec_choose_k_cost(0.6, 8, 50.0, 0.5, 60.0, 1), 0);
+    int32_t k_free = ix_spec_choose_k_cost(0.8, 8, 50.0, 0.5, 0.0, 1),
+            k_paid = ix_spec_choose_k_cost(0.8, 8, 50.0, 0.5, 10.0, 1);
+    assert_true(k_paid >= 1 && k_paid < k_free);
     /* memory-bound (a step's fixed cost dominates): speculate, more with
      * better acceptance */
     int32_t k_lo = ix_spec_choose_k(0.4, 8, 50.0, 0.5, 1), k_hi = ix_spec_choose_k(0.9, 8, 50.0, 0.5, 1);

@@ -152,6 +152,12 @@ double ix_spec_expected_tokens(double alpha, int32_t k);
  * speculation turns off, and it comes back when the load drops. Without a
  * cost line (b_ms <= 0) it returns k_max. */
 int32_t ix_spec_choose_k(double alpha, int32_t k_max, double a_ms, double b_ms, int32_t n_decode);
+/* The same for a proposer whose guesses cost guess_ms each on top of the
+ * target's b_ms (a draft model's forward passes, measured by the engine):
+ * each guess then adds b + guess_ms to the step, so a slow draft pays
+ * only at a higher acceptance, and never once the step is compute-bound. */
+int32_t ix_spec_choose_k_cost(double alpha, int32_t k_max, double a_ms, double b_ms, double guess_ms,
+                              int32_t n_decode);
 
 #ifdef __cplusplus
 }

@@ -122,6 +122,7 @@ struct ix_engine {
     float *logits;   /* (max_out, n_vocab) */
     ix_proposer *prop;    /* NULL: no speculation */
     ix_spec_seq *spec_q;  /* (max_num_seqs) one step's proposal queries */
+    double guess_ms;      /* what a guess costs the proposer (a draft's passes), running mean */
     ix_buf text;     /* a token's text, on its way to on_token */
     uint32_t *mask;  /* (mask_words) a constrained choice's allowed tokens */
     size_t mask_words;
@@ -733,7 +734,8 @@ static void spec_propose(ix_engine *e) {
         for (int32_t c = 0; c < it->n_seqs; c++) {
             if (!choice_decoding(r, c)) continue;
             int32_t k = r->no_spec ? 0
-                        : sp->adaptive ? ix_spec_choose_k(r->alpha[c], sp->k, ss.cost_a_ms, ss.cost_b_ms, n_decode)
+                        : sp->adaptive ? ix_spec_choose_k_cost(r->alpha[c], sp->k, ss.cost_a_ms, ss.cost_b_ms,
+                                                               e->guess_ms, n_decode)
                                        : sp->k;
             int32_t n = (int32_t)r->toks[c].n;
             if (k > it->max_new - it->n_generated[c] - 1) k = it->max_new - it->n_generated[c] - 1;
@@ -748,7 +750,14 @@ static void spec_propose(ix_engine *e) {
                 .n_prompt = it->n_prompt, .k = k, .out = r->draft[c] + 1};
         }
     }
+    uint64_t t0 = ix_time_ns();
     if (ix_proposer_propose(e->prop, e->spec_q, n_q) != IX_OK) return; /* no guesses this step */
+    int32_t n_guessed = 0;
+    for (int32_t q = 0; q < n_q; q++) n_guessed += e->spec_q[q].n_out;
+    if (n_guessed > 0) { /* the proposer's cost per guess, for the choice of k */
+        double per = (double)(ix_time_ns() - t0) / 1e6 / n_guessed;
+        e->guess_ms = e->guess_ms > 0 ? 0.8 * e->guess_ms + 0.2 * per : per;
+    }
     for (int32_t q = 0; q < n_q; q++) {
         uint64_t key = e->spec_q[q].key;
         req *r = NULL;

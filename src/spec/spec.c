@@ -111,8 +111,14 @@ double ix_spec_expected_tokens(double alpha, int32_t k) {
 }
 
 int32_t ix_spec_choose_k(double alpha, int32_t k_max, double a_ms, double b_ms, int32_t n_decode) {
+    return ix_spec_choose_k_cost(alpha, k_max, a_ms, b_ms, 0.0, n_decode);
+}
+
+int32_t ix_spec_choose_k_cost(double alpha, int32_t k_max, double a_ms, double b_ms, double guess_ms,
+                              int32_t n_decode) {
     if (k_max <= 0) return 0;
     if (!(b_ms > 0)) return k_max;
+    if (!(guess_ms > 0)) guess_ms = 0;
     if (n_decode < 1) n_decode = 1;
     if (a_ms < 0) a_ms = 0;
     /* tokens per ms of the step with this sequence speculating k, the
@@ -120,7 +126,7 @@ int32_t ix_spec_choose_k(double alpha, int32_t k_max, double a_ms, double b_ms, 
     double base = a_ms + b_ms * n_decode, best = (double)n_decode / base;
     int32_t best_k = 0;
     for (int32_t k = 1; k <= k_max; k++) {
-        double rate = ((double)n_decode - 1.0 + ix_spec_expected_tokens(alpha, k)) / (base + b_ms * k);
+        double rate = ((double)n_decode - 1.0 + ix_spec_expected_tokens(alpha, k)) / (base + (b_ms + guess_ms) * k);
         if (rate > best * (1.0 + 1e-9)) {
             best = rate;
             best_k = k;
