@@ -131,6 +131,21 @@ static bool alternate(ix_engine **e, const ix_request_params *reqs, int n_reqs, 
     return ok;
 }
 
+/* Where a step's time went in one mode (between the warm-up and the end):
+ * per step, planning (with the proposer's passes), the forward pass by
+ * stage, sampling and verification. */
+static void print_profile(const char *what, const ix_engine_stats *a, const ix_engine_stats *b) {
+    double n = (double)(b->n_steps - a->n_steps);
+    if (n <= 0) return;
+#define PER_STEP(f) ((double)(b->f - a->f) / n / 1e6)
+    printf("  %-9s per step (ms): plan %.3f (draft passes %.3f), forward %.3f (matmuls %.3f, attention %.3f, "
+           "rows %.3f, output head %.3f), sample %.3f; %.2f tokens per step\n",
+           what, PER_STEP(plan_ns), PER_STEP(spec_draft_forward_ns), PER_STEP(forward_ns), PER_STEP(forward.matmul_ns),
+           PER_STEP(forward.attention_ns), PER_STEP(forward.rows_ns), PER_STEP(forward.output_ns), PER_STEP(sample_ns),
+           (double)(b->forward.n_tokens - a->forward.n_tokens) / n);
+#undef PER_STEP
+}
+
 static void report(const spec_run *sr, const char *model, const char *prompts, int batch, int32_t n_new,
                    const ix_spec_params *sp, int reps) {
     const ix_engine_stats *a = &sr->st0[1], *b = &sr->st1[1];
@@ -166,6 +181,8 @@ static void report(const spec_run *sr, const char *model, const char *prompts, i
            drafts > 0 && kbar > 0 ? draft_ns / (drafts * kbar) / 1e6 : 0.0, off_step_ns / 1e6);
     printf("  ideal (1-a^(k+1))/((1-a)(1+k c)) = %.2fx; measured / ideal = %.0f%%\n", ideal,
            ideal > 0 ? 100.0 * m_ratio / ideal : 0.0);
+    print_profile("off:", &sr->st0[0], &sr->st1[0]);
+    print_profile("spec:", &sr->st0[1], &sr->st1[1]);
     printf("  accepted by position:");
     for (int j = 0; j < sp->k; j++)
         printf(" %.3f", drafts > 0 ? (double)(b->spec_accepted_per_pos[j] - a->spec_accepted_per_pos[j]) / drafts : 0);
