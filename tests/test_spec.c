@@ -503,12 +503,13 @@ static void test_draft_greedy_identity(void **state) {
         int n = batches[bi];
         ix_engine_params p = kind_params(IX_SPEC_DRAFT, bi % 2 ? 3 : 6);
         if (n > 1) p.sched.max_num_batched_tokens = 64;
+        p.spec.adaptive = n == 8; /* k from acceptance, the step cost and the draft's own */
         ix_engine_stats st;
         char what[64];
         snprintf(what, sizeof what, "draft, batch %d", n);
         ix_generation *g = run(p, reqs, n, &st);
         assert_same(ref, g, n, what);
-        assert_true(st.spec_n_draft_tokens > 0);
+        if (!p.spec.adaptive) assert_true(st.spec_n_draft_tokens > 0); /* adaptive: the machine's timing decides */
         assert_true(st.spec_draft_blocks_total > 0);
         fprintf(stderr, "  %s: %llu of %llu guesses accepted, %llu steps\n", what,
                 (unsigned long long)st.spec_n_accepted_tokens, (unsigned long long)st.spec_n_draft_tokens,
