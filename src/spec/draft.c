@@ -40,7 +40,7 @@ typedef struct draft {
     ix_model *m;
     ix_kv *kv;
     ix_model_ctx *ctx;
-    int32_t n_vocab, max_batch;
+    int32_t n_vocab, max_batch, n_ctx; /* n_ctx: the draft's own context */
     dseq *seqs; /* (n_seqs, cap_seqs) */
     int32_t n_seqs, cap_seqs;
     uint64_t clock;
@@ -136,6 +136,7 @@ static ix_status draft_create(void **self, const ix_spec_params *p, const ix_spe
         return s;
     }
     d->n_vocab = ix_model_get_hparams(d->m)->n_vocab;
+    d->n_ctx = ix_model_get_hparams(d->m)->n_ctx_train;
     d->max_batch = env->max_batch_tokens > 0 ? env->max_batch_tokens : 512;
     if (d->max_batch < 2 * IX_SPEC_MAX_K) d->max_batch = 2 * IX_SPEC_MAX_K;
     ix_model_ctx_params cp = ix_model_ctx_default_params();
@@ -272,7 +273,8 @@ static ix_status catch_up(draft *d, ix_spec_seq *seqs, int32_t n) {
     for (int32_t q = 0; q < n; q++) {
         d->live[q] = 0;
         ix_spec_seq *x = &seqs[q];
-        if (x->n_tokens < 1 || x->k < 1) continue;
+        /* a sequence past the draft's own context is not guessed (the target's may be longer) */
+        if (x->n_tokens < 1 || x->k < 1 || (d->n_ctx > 0 && x->n_tokens + x->k > d->n_ctx)) continue;
         dseq *st = find_seq(d, x->key);
         if (!st && !(st = new_seq(d, x->key, x->ns))) continue;
         st->last_use = d->clock;
