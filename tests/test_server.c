@@ -48,6 +48,7 @@
 #include "inferx/gguf.h"
 #include "inferx/server.h"
 #include "server/server_int.h"
+#include "gguf_copy_util.h"
 #include "http_client.h"
 
 #define MODEL IX_SOURCE_DIR "/models/target-f16.gguf"
@@ -1334,22 +1335,12 @@ static void test_chat_tokens_phi3(void **state) {
 
 /* A copy of the bundled model whose GGUF carries tokenizer.chat_template
  * (written to a temporary file; the caller unlinks it). */
+static ix_status set_template(ix_gguf_writer *w, const char *key, const void *arg) {
+    return ix_gguf_writer_set_str(w, key, arg);
+}
+
 static void write_model_with_template(const char *path, const char *tmpl) {
-    ix_gguf *src = NULL;
-    assert_int_equal(ix_gguf_open(&src, MODEL, NULL), IX_OK);
-    ix_gguf_writer *w = ix_gguf_writer_create();
-    assert_non_null(w);
-    for (uint64_t i = 0; i < ix_gguf_n_kv(src); i++) assert_int_equal(ix_gguf_writer_copy_kv(w, src, i), IX_OK);
-    assert_int_equal(ix_gguf_writer_set_str(w, "tokenizer.chat_template", tmpl), IX_OK);
-    for (uint64_t i = 0; i < ix_gguf_n_tensors(src); i++) {
-        const ix_gguf_tensor *t = ix_gguf_tensor_at(src, i);
-        char name[256];
-        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
-        assert_int_equal(ix_gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data), IX_OK);
-    }
-    assert_int_equal(ix_gguf_writer_write(w, path), IX_OK);
-    ix_gguf_writer_destroy(w);
-    ix_gguf_close(src);
+    assert_int_equal(ix_test_gguf_copy_with(MODEL, path, "tokenizer.chat_template", set_template, tmpl), IX_OK);
 }
 
 /* A Hermes-style template (tool list, <tool_call>, <tool_response>) that

@@ -31,6 +31,7 @@
 #include "inferx/engine.h"
 #include "inferx/gguf.h"
 #include "inferx/spec.h"
+#include "gguf_copy_util.h"
 
 #define MODEL IX_SOURCE_DIR "/models/target-f16.gguf"
 #define DRAFT IX_SOURCE_DIR "/models/draft-f32.gguf" /* the bundled draft: the same vocabulary */
@@ -562,9 +563,17 @@ static void test_draft_distribution(void **state) {
 
 /* A copy of the draft whose token `id` reads `piece` (the caller unlinks
  * path). */
+typedef struct pieces_arg {
+    const ix_str *pieces;
+    uint64_t n;
+} pieces_arg;
+
+static ix_status set_pieces(ix_gguf_writer *w, const char *key, const void *arg) {
+    const pieces_arg *a = arg;
+    return ix_gguf_writer_set_arr_str(w, key, a->pieces, a->n);
+}
+
 static void write_draft_renamed(const char *path, int32_t id, const char *piece) {
-    ix_gguf *src = NULL;
-    assert_int_equal(ix_gguf_open(&src, DRAFT, NULL), IX_OK);
     ix_model *dm;
     assert_int_equal(ix_model_load(&dm, DRAFT, NULL), IX_OK);
     const ix_tokenizer *t = ix_model_tokenizer(dm);
@@ -573,26 +582,10 @@ static void write_draft_renamed(const char *path, int32_t id, const char *piece)
     assert_non_null(pieces);
     for (int32_t i = 0; i < n; i++) pieces[i] = ix_tokenizer_piece(t, i);
     pieces[id] = (ix_str){piece, strlen(piece)};
-    ix_gguf_writer *w = ix_gguf_writer_create();
-    assert_non_null(w);
-    for (uint64_t i = 0; i < ix_gguf_n_kv(src); i++) {
-        ix_str key = ix_gguf_kv_key(src, i);
-        if (key.len == strlen("tokenizer.ggml.tokens") && !memcmp(key.ptr, "tokenizer.ggml.tokens", key.len))
-            assert_int_equal(ix_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", pieces, (uint64_t)n), IX_OK);
-        else
-            assert_int_equal(ix_gguf_writer_copy_kv(w, src, i), IX_OK);
-    }
-    for (uint64_t i = 0; i < ix_gguf_n_tensors(src); i++) {
-        const ix_gguf_tensor *tt = ix_gguf_tensor_at(src, i);
-        char name[256];
-        snprintf(name, sizeof name, "%.*s", (int)tt->name.len, tt->name.ptr);
-        assert_int_equal(ix_gguf_writer_add_tensor(w, name, tt->type, tt->n_dims, tt->ne, tt->data), IX_OK);
-    }
-    assert_int_equal(ix_gguf_writer_write(w, path), IX_OK);
-    ix_gguf_writer_destroy(w);
+    pieces_arg arg = {pieces, (uint64_t)n};
+    assert_int_equal(ix_test_gguf_copy_with(DRAFT, path, "tokenizer.ggml.tokens", set_pieces, &arg), IX_OK);
     free(pieces);
     ix_model_destroy(dm);
-    ix_gguf_close(src);
 }
 
 /* What a draft proposer refuses at create, each with a message that says
