@@ -54,6 +54,24 @@ expect "got 'q7'"
 out=$("$bin" bench -m "$model" -p 8 -n 2 -r 1 -t 1 --bw-mib 16 --kv-cache-dtype q8_0 2>&1) || fail "bench q8_0 exited $?"
 expect "KV cache q8_0"
 expect_exit 2 bench -m "$model" --kv-cache-dtype f17
+# --spec: speculation against off in one run, outputs compared token for token.
+out=$("$bin" bench --spec -m "$model" -n 8 -r 1 -t 1 2>&1) || fail "bench --spec exited $?"
+expect "ngram k 4 (fixed)"
+expect "outputs identical: yes"
+expect "speedup: "
+out=$("$bin" bench --spec --draft-model "$src/models/draft-f32.gguf" -m "$model" --prompts echo -n 6 -r 1 -t 1 \
+    2>&1) || fail "bench --spec draft exited $?"
+expect "echo prompts, batch 1, 6 new tokens, draft k 4"
+expect "outputs identical: yes"
+expect "cost ratio c = "
+expect "ideal (1-a^(k+1))/((1-a)(1+k c))"
+expect_exit 2 bench --spec ngram -m "$model" --prompts poems
+expect "repeat, prose or echo"
+expect_exit 1 bench --spec draft -m "$model" --draft-model "$tmp/cli_bench_missing.gguf"
+expect "draft model"
+out=$("$bin" bench --spec --help) || fail "bench --spec --help exited $?"
+expect "usage: inferx bench --spec"
+expect "--draft-kv-mem"
 out=$("$bin" bench --help) || fail "--help exited $?"
 expect "usage: inferx bench"
 

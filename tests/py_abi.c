@@ -46,7 +46,8 @@ int main(void) {
         F(ix_request_params, no_spec), F(ix_request_params, session_id), F(ix_request_params, session_tenant),
         F(ix_request_params, session_expires_ms), E();
     S(ix_spec_params), F(ix_spec_params, kind), F(ix_spec_params, k), F(ix_spec_params, ngram_max),
-        F(ix_spec_params, ngram_min), F(ix_spec_params, adaptive), F(ix_spec_params, draft_model), E();
+        F(ix_spec_params, ngram_min), F(ix_spec_params, adaptive), F(ix_spec_params, draft_model),
+        F(ix_spec_params, draft_kv_mem_bytes), E();
     S(ix_sched_params), F(ix_sched_params, policy), F(ix_sched_params, preempt), F(ix_sched_params, max_num_seqs),
         F(ix_sched_params, max_num_batched_tokens), F(ix_sched_params, target_step_ms), E();
     S(ix_model_profile), F(ix_model_profile, n_forward), F(ix_model_profile, n_tokens), F(ix_model_profile, n_logits),
@@ -73,7 +74,9 @@ int main(void) {
         F(ix_engine_stats, forward_ns), F(ix_engine_stats, sample_ns), F(ix_engine_stats, step_tokens),
         F(ix_engine_stats, step_tokens_sum), F(ix_engine_stats, spec_n_drafts),
         F(ix_engine_stats, spec_n_draft_tokens), F(ix_engine_stats, spec_n_accepted_tokens),
-        F(ix_engine_stats, spec_accepted_per_pos), F(ix_engine_stats, forward),
+        F(ix_engine_stats, spec_accepted_per_pos), F(ix_engine_stats, spec_draft_seqs),
+        F(ix_engine_stats, spec_draft_blocks_used), F(ix_engine_stats, spec_draft_blocks_total),
+        F(ix_engine_stats, spec_draft_forward_ns), F(ix_engine_stats, forward),
         F(ix_engine_stats, kv), E();
     S(ix_generation), F(ix_generation, info), F(ix_generation, tokens), F(ix_generation, text), E();
     printf("\n}\n");

@@ -48,6 +48,7 @@
 #include "inferx/gguf.h"
 #include "inferx/server.h"
 #include "server/server_int.h"
+#include "gguf_copy_util.h"
 #include "http_client.h"
 
 #define MODEL IX_SOURCE_DIR "/models/target-f16.gguf"
@@ -1334,22 +1335,12 @@ static void test_chat_tokens_phi3(void **state) {
 
 /* A copy of the bundled model whose GGUF carries tokenizer.chat_template
  * (written to a temporary file; the caller unlinks it). */
+static ix_status set_template(ix_gguf_writer *w, const char *key, const void *arg) {
+    return ix_gguf_writer_set_str(w, key, arg);
+}
+
 static void write_model_with_template(const char *path, const char *tmpl) {
-    ix_gguf *src = NULL;
-    assert_int_equal(ix_gguf_open(&src, MODEL, NULL), IX_OK);
-    ix_gguf_writer *w = ix_gguf_writer_create();
-    assert_non_null(w);
-    for (uint64_t i = 0; i < ix_gguf_n_kv(src); i++) assert_int_equal(ix_gguf_writer_copy_kv(w, src, i), IX_OK);
-    assert_int_equal(ix_gguf_writer_set_str(w, "tokenizer.chat_template", tmpl), IX_OK);
-    for (uint64_t i = 0; i < ix_gguf_n_tensors(src); i++) {
-        const ix_gguf_tensor *t = ix_gguf_tensor_at(src, i);
-        char name[256];
-        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
-        assert_int_equal(ix_gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data), IX_OK);
-    }
-    assert_int_equal(ix_gguf_writer_write(w, path), IX_OK);
-    ix_gguf_writer_destroy(w);
-    ix_gguf_close(src);
+    assert_int_equal(ix_test_gguf_copy_with(MODEL, path, "tokenizer.chat_template", set_template, tmpl), IX_OK);
 }
 
 /* A Hermes-style template (tool list, <tool_call>, <tool_response>) that
@@ -1664,48 +1655,60 @@ static void test_cli_sched_flags(void **state) {
     stop_serve(pid, err_fd);
 }
 
-/* inferx serve --spec ngram: the same text as without speculation, a
- * request may opt out, the vLLM-named counters move. */
+/* inferx serve --spec ngram, and --draft-model with the bundled draft:
+ * the same text as without speculation, a request may opt out, the
+ * vLLM-named counters move, the draft's pool is empty between requests. */
 static void test_cli_spec(void **state) {
     (void)state;
     need_inferx();
     const char *prompt = "one two three four five six seven eight nine ten one two three four five six seven";
     char *ref = generate_ref(prompt, 24);
-    char *argv[] = {INFERX_BIN, "serve", "-m", MODEL, "--port", "0", "-t", "1", "--served-model-name", "tiny",
-                    "--spec", "ngram", "--spec-k", "3", "--spec-adaptive", "off", "--access-log", "off", NULL};
-    int err_fd;
-    uint16_t port;
-    pid_t pid = spawn_serve(argv, &err_fd, &port);
-    char body[512];
-    for (int opt_out = 0; opt_out < 2; opt_out++) {
-        snprintf(body, sizeof body,
-                 "{\"prompt\":\"%s\",\"max_tokens\":24,\"temperature\":0,\"ignore_eos\":true%s}", prompt,
-                 opt_out ? ",\"speculative_decoding\":false" : "");
+    for (int draft = 0; draft < 2; draft++) {
+        char *argv[] = {INFERX_BIN, "serve", "-m", MODEL, "--port", "0", "-t", "1", "--served-model-name", "tiny",
+                        "--spec", "ngram", "--spec-k", "3", "--spec-adaptive", "off", "--access-log", "off", NULL, NULL};
+        if (draft) {
+            argv[10] = "--draft-model";
+            argv[11] = IX_SOURCE_DIR "/models/draft-f32.gguf";
+        }
+        int err_fd;
+        uint16_t port;
+        pid_t pid = spawn_serve(argv, &err_fd, &port);
+        char body[512];
+        for (int opt_out = 0; opt_out < 2; opt_out++) {
+            snprintf(body, sizeof body,
+                     "{\"prompt\":\"%s\",\"max_tokens\":24,\"temperature\":0,\"ignore_eos\":true%s}", prompt,
+                     opt_out ? ",\"speculative_decoding\":false" : "");
+            resp r;
+            assert_int_equal(http(port, "POST", "/v1/completions", NULL, body, &r), 0);
+            assert_int_equal(r.status, 200);
+            json_t *j = json_loads(r.body, 0, NULL);
+            assert_non_null(j);
+            json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
+            assert_string_equal(json_string_value(json_object_get(c0, "text")), ref);
+            json_decref(j);
+            resp_free(&r);
+        }
         resp r;
-        assert_int_equal(http(port, "POST", "/v1/completions", NULL, body, &r), 0);
-        assert_int_equal(r.status, 200);
-        json_t *j = json_loads(r.body, 0, NULL);
-        assert_non_null(j);
-        json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
-        assert_string_equal(json_string_value(json_object_get(c0, "text")), ref);
-        json_decref(j);
+        assert_int_equal(http(port, "POST", "/v1/completions", NULL,
+                              "{\"prompt\":\"x\",\"speculative_decoding\":\"yes\"}", &r), 0);
+        assert_int_equal(r.status, 400);
+        assert_non_null(strstr(r.body, "speculative_decoding"));
         resp_free(&r);
+        assert_int_equal(http(port, "GET", "/metrics", NULL, NULL, &r), 0);
+        double drafts = 0, tokens = 0, acc = 0, pos0 = 0;
+        assert_true(metric(r.body, "inferx:spec_decode_num_drafts_total", NULL, &drafts));
+        assert_true(metric(r.body, "inferx:spec_decode_num_draft_tokens_total", NULL, &tokens));
+        assert_true(metric(r.body, "inferx:spec_decode_num_accepted_tokens_total", NULL, &acc));
+        assert_true(metric(r.body, "inferx:spec_decode_num_accepted_tokens_per_pos_total", "position=\"0\"", &pos0));
+        double draft_blocks = -1, draft_total = -1;
+        assert_true(metric(r.body, "inferx:spec_draft_kv_blocks_used", NULL, &draft_blocks));
+        assert_true(metric(r.body, "inferx:spec_draft_kv_blocks_total", NULL, &draft_total));
+        assert_true(draft_blocks == 0); /* ngram: no pool of its own; a draft's, empty between requests */
+        assert_true(draft ? draft_total > 0 : draft_total == 0);
+        assert_true(drafts >= 1 && tokens >= drafts && acc <= tokens && pos0 <= drafts);
+        resp_free(&r);
+        stop_serve(pid, err_fd);
     }
-    resp r;
-    assert_int_equal(http(port, "POST", "/v1/completions", NULL,
-                          "{\"prompt\":\"x\",\"speculative_decoding\":\"yes\"}", &r), 0);
-    assert_int_equal(r.status, 400);
-    assert_non_null(strstr(r.body, "speculative_decoding"));
-    resp_free(&r);
-    assert_int_equal(http(port, "GET", "/metrics", NULL, NULL, &r), 0);
-    double drafts = 0, tokens = 0, acc = 0, pos0 = 0;
-    assert_true(metric(r.body, "inferx:spec_decode_num_drafts_total", NULL, &drafts));
-    assert_true(metric(r.body, "inferx:spec_decode_num_draft_tokens_total", NULL, &tokens));
-    assert_true(metric(r.body, "inferx:spec_decode_num_accepted_tokens_total", NULL, &acc));
-    assert_true(metric(r.body, "inferx:spec_decode_num_accepted_tokens_per_pos_total", "position=\"0\"", &pos0));
-    assert_true(drafts >= 1 && tokens >= drafts && acc <= tokens && pos0 <= drafts);
-    resp_free(&r);
-    stop_serve(pid, err_fd);
     free(ref);
 }
 
@@ -2294,5 +2297,6 @@ int main(void) {
         cmocka_unit_test(test_tool_calls),
         cmocka_unit_test(test_honest_fields),
     };
+    if (getenv("IX_TEST_FILTER")) cmocka_set_test_filter(getenv("IX_TEST_FILTER")); /* e.g. "test_cli_spec" */
     return cmocka_run_group_tests(tests, setup, teardown);
 }

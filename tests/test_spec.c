@@ -12,7 +12,12 @@
  *     follow the same distribution as without speculation (chi-square,
  *     independent seeds)
  *   - a request that opts out never speculates; the pool is empty after
- *     every run */
+ *     every run
+ *   - the draft proposer (the bundled draft model): greedy identity at
+ *     batches of 1..32 with preemption and a draft pool small enough to
+ *     evict, the distribution test, a draft with another vocabulary
+ *     refused, its KV back to zero after finish and cancel */
+#include <unistd.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,9 +29,12 @@
 #include <string.h>
 
 #include "inferx/engine.h"
+#include "inferx/gguf.h"
 #include "inferx/spec.h"
+#include "gguf_copy_util.h"
 
 #define MODEL IX_SOURCE_DIR "/models/target-f16.gguf"
+#define DRAFT IX_SOURCE_DIR "/models/draft-f32.gguf" /* the bundled draft: the same vocabulary */
 #define N_PROMPT 6
 #define N_NEW 32
 
@@ -79,7 +87,7 @@ static void test_params_and_table(void **state) {
     ix_spec_params p = ix_spec_default_params();
     ix_errbuf err = {{0}};
     ix_proposer *pr = (ix_proposer *)1;
-    assert_int_equal(ix_proposer_create(&pr, &p, &err), IX_OK); /* none: no proposer */
+    assert_int_equal(ix_proposer_create(&pr, &p, NULL, &err), IX_OK); /* none: no proposer */
     assert_null(pr);
     p.kind = IX_SPEC_NGRAM;
     p.k = 0;
@@ -92,6 +100,9 @@ static void test_params_and_table(void **state) {
     p.ngram_max = 2;
     assert_int_equal(ix_spec_params_check(&p, &err), IX_ERR_INVALID);
     p = ix_spec_default_params();
+    p.kind = IX_SPEC_DRAFT; /* without a file */
+    assert_int_equal(ix_spec_params_check(&p, &err), IX_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "--draft-model"));
     p.kind = IX_SPEC_MEDUSA;
     assert_int_equal(ix_spec_params_check(&p, &err), IX_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "medusa"));
@@ -108,7 +119,7 @@ static void test_params_and_table(void **state) {
 
     p = ix_spec_default_params();
     p.kind = IX_SPEC_NGRAM;
-    assert_int_equal(ix_proposer_create(&pr, &p, &err), IX_OK);
+    assert_int_equal(ix_proposer_create(&pr, &p, NULL, &err), IX_OK);
     assert_string_equal(ix_proposer_get_ops(pr)->name, "ngram");
     const ix_token toks[] = {1, 2, 3, 9, 1, 2, 3};
     ix_token out[IX_SPEC_MAX_K];
@@ -151,6 +162,14 @@ static void test_choose_k(void **state) {
     assert_true(fabs(ix_spec_expected_tokens(0.5, 2) - 1.75) < 1e-12);
     /* no cost line yet: the most allowed */
     assert_int_equal(ix_spec_choose_k(0.5, 6, 0, 0, 1), 6);
+    /* a proposer's own cost per guess: none is the plain choice; a draft
+     * costing as much as the step gains pays for no guess; a cheaper one
+     * guesses less than a free one */
+    assert_int_equal(ix_spec_choose_k_cost(0.6, 8, 50.0, 0.5, 0.0, 1), ix_spec_choose_k(0.6, 8, 50.0, 0.5, 1));
+    assert_int_equal(ix_spec_choose_k_cost(0.6, 8, 50.0, 0.5, 60.0, 1), 0);
+    int32_t k_free = ix_spec_choose_k_cost(0.8, 8, 50.0, 0.5, 0.0, 1),
+            k_paid = ix_spec_choose_k_cost(0.8, 8, 50.0, 0.5, 10.0, 1);
+    assert_true(k_paid >= 1 && k_paid < k_free);
     /* memory-bound (a step's fixed cost dominates): speculate, more with
      * better acceptance */
     int32_t k_lo = ix_spec_choose_k(0.4, 8, 50.0, 0.5, 1), k_hi = ix_spec_choose_k(0.9, 8, 50.0, 0.5, 1);
@@ -184,13 +203,17 @@ static ix_engine *mk_engine(ix_engine_params p) {
     return e;
 }
 
-static ix_engine_params spec_params(int32_t k) {
+/* Speculation of kind with k guesses per decode (k 0: off). */
+static ix_engine_params kind_params(ix_spec_kind kind, int32_t k) {
     ix_engine_params p = ix_engine_default_params();
-    p.spec.kind = k > 0 ? IX_SPEC_NGRAM : IX_SPEC_NONE;
+    p.spec.kind = k > 0 ? kind : IX_SPEC_NONE;
     p.spec.k = k > 0 ? k : 4;
     p.spec.adaptive = false; /* every decode speculates: the hardest case */
+    if (kind == IX_SPEC_DRAFT) p.spec.draft_model = DRAFT;
     return p;
 }
+
+static ix_engine_params spec_params(int32_t k) { return kind_params(IX_SPEC_NGRAM, k); }
 
 static ix_request_params req_for(int i, const ix_sample_params *sp) {
     ix_request_params r = ix_request_default_params();
@@ -208,6 +231,8 @@ static void assert_pool_empty(ix_engine *e) {
     ix_engine_get_stats(e, &st);
     assert_int_equal(st.kv.n_blocks_used, 0);
     assert_int_equal(st.n_running + st.n_waiting + st.n_swapped, 0);
+    assert_int_equal(st.spec_draft_seqs, 0); /* a draft's sequences go with their requests */
+    assert_int_equal(st.spec_draft_blocks_used, 0);
 }
 
 /* Runs n requests (built by mk) on an engine of params p; returns the
@@ -386,8 +411,7 @@ static void test_sampling_identity(void **state) {
 #ifndef DIST_PROMPT
 #define DIST_PROMPT 1
 #endif
-static void test_distribution(void **state) {
-    (void)state;
+static void distribution(ix_spec_kind kind) {
     enum { N = 600, NB = 8 };
     ix_request_params *reqs = calloc(N, sizeof *reqs);
     assert_non_null(reqs);
@@ -402,7 +426,7 @@ static void test_distribution(void **state) {
             reqs[i] = req_for(DIST_PROMPT, &sp);
             reqs[i].max_tokens = 3; /* the second token is a verified guess */
         }
-        g[run_i] = run(spec_params(run_i ? 4 : 0), reqs, N, &st);
+        g[run_i] = run(kind_params(kind, run_i ? 4 : 0), reqs, N, &st);
     }
     fprintf(stderr, "  %llu of %d second tokens were verified guesses\n",
             (unsigned long long)st.spec_n_drafts, N);
@@ -457,6 +481,186 @@ static void test_distribution(void **state) {
     free(reqs);
 }
 
+static void test_distribution(void **state) {
+    (void)state;
+    distribution(IX_SPEC_NGRAM);
+}
+
+/* ---- the draft proposer ------------------------------------------------------------ */
+
+/* Greedy identity with the bundled draft model guessing: batches of 1 to 32
+ * (prefill chunked beside speculating decodes), preemption by recompute and
+ * by swap in a 10-block pool, and a draft pool of a few blocks, so that
+ * sequences lose their draft K/V to others and catch up again. */
+static void test_draft_greedy_identity(void **state) {
+    (void)state;
+    enum { MAXB = 32 };
+    ix_request_params reqs[MAXB];
+    for (int i = 0; i < MAXB; i++) reqs[i] = req_for(i, NULL);
+    ix_generation *ref = run(spec_params(0), reqs, MAXB, NULL);
+    static const int batches[] = {1, 2, 5, 8, 17, 32};
+    uint64_t accepted = 0, drafted = 0;
+    for (size_t bi = 0; bi < IX_ARRAY_LEN(batches); bi++) {
+        int n = batches[bi];
+        ix_engine_params p = kind_params(IX_SPEC_DRAFT, bi % 2 ? 3 : 6);
+        if (n > 1) p.sched.max_num_batched_tokens = 64;
+        p.spec.adaptive = n == 8; /* k from acceptance, the step cost and the draft's own */
+        ix_engine_stats st;
+        char what[64];
+        snprintf(what, sizeof what, "draft, batch %d", n);
+        ix_generation *g = run(p, reqs, n, &st);
+        assert_same(ref, g, n, what);
+        if (!p.spec.adaptive) assert_true(st.spec_n_draft_tokens > 0); /* adaptive: the machine's timing decides */
+        assert_true(st.spec_draft_blocks_total > 0);
+        fprintf(stderr, "  %s: %llu of %llu guesses accepted, %llu steps\n", what,
+                (unsigned long long)st.spec_n_accepted_tokens, (unsigned long long)st.spec_n_draft_tokens,
+                (unsigned long long)st.n_steps);
+        accepted += st.spec_n_accepted_tokens;
+        drafted += st.spec_n_draft_tokens;
+        free_gens(g, n);
+    }
+    assert_true(accepted > 0 && accepted < drafted); /* the draft agrees with the target, not always */
+
+    for (int mode = 0; mode < 3; mode++) {
+        ix_engine_params p = kind_params(IX_SPEC_DRAFT, 4);
+        const char *what = "draft, recompute preemption";
+        if (mode < 2) {
+            p.kv_blocks = 10;
+            p.kv_block_size = 16;
+            p.kv_swap_blocks = 64;
+            p.sched.preempt = mode ? IX_PREEMPT_SWAP : IX_PREEMPT_RECOMPUTE;
+            if (mode) what = "draft, swap preemption";
+        } else { /* a draft pool of a few blocks: draft K/V evicted and rebuilt */
+            p.spec.draft_kv_mem_bytes = 48 << 10;
+            what = "draft, a small draft pool";
+        }
+        ix_engine_stats st;
+        ix_generation *g = run(p, reqs, 12, &st);
+        assert_same(ref, g, 12, what);
+        if (mode < 2) assert_true(st.n_preempt_recompute + st.n_preempt_swap > 0);
+        else assert_true(st.spec_draft_blocks_total < 12 * 3);
+        assert_true(st.spec_n_accepted_tokens > 0);
+        fprintf(stderr, "  %s: %llu of %llu guesses accepted (draft pool %lld blocks)\n", what,
+                (unsigned long long)st.spec_n_accepted_tokens, (unsigned long long)st.spec_n_draft_tokens,
+                (long long)st.spec_draft_blocks_total);
+        free_gens(g, 12);
+    }
+    free_gens(ref, MAXB);
+
+    /* n = 3 choices: each guesses on its own draft sequence */
+    ix_request_params r = req_for(1, NULL);
+    r.n = 3;
+    ix_generation *g0 = run(spec_params(0), &r, 1, NULL), *g1 = run(kind_params(IX_SPEC_DRAFT, 4), &r, 1, NULL);
+    assert_same(g0, g1, 1, "draft, n = 3");
+    free_gens(g0, 1);
+    free_gens(g1, 1);
+}
+
+static void test_draft_distribution(void **state) {
+    (void)state;
+    distribution(IX_SPEC_DRAFT);
+}
+
+/* A copy of the draft whose token `id` reads `piece` (the caller unlinks
+ * path). */
+typedef struct pieces_arg {
+    const ix_str *pieces;
+    uint64_t n;
+} pieces_arg;
+
+static ix_status set_pieces(ix_gguf_writer *w, const char *key, const void *arg) {
+    const pieces_arg *a = arg;
+    return ix_gguf_writer_set_arr_str(w, key, a->pieces, a->n);
+}
+
+static void write_draft_renamed(const char *path, int32_t id, const char *piece) {
+    ix_model *dm;
+    assert_int_equal(ix_model_load(&dm, DRAFT, NULL), IX_OK);
+    const ix_tokenizer *t = ix_model_tokenizer(dm);
+    int32_t n = ix_tokenizer_n_vocab(t);
+    ix_str *pieces = calloc((size_t)n, sizeof *pieces);
+    assert_non_null(pieces);
+    for (int32_t i = 0; i < n; i++) pieces[i] = ix_tokenizer_piece(t, i);
+    pieces[id] = (ix_str){piece, strlen(piece)};
+    pieces_arg arg = {pieces, (uint64_t)n};
+    assert_int_equal(ix_test_gguf_copy_with(DRAFT, path, "tokenizer.ggml.tokens", set_pieces, &arg), IX_OK);
+    free(pieces);
+    ix_model_destroy(dm);
+}
+
+/* What a draft proposer refuses at create, each with a message that says
+ * why: no file named, a file that is not there, another vocabulary. */
+static void test_draft_refused(void **state) {
+    (void)state;
+    ix_errbuf err = {{0}};
+    ix_engine *e = (ix_engine *)1;
+    ix_engine_params p = kind_params(IX_SPEC_DRAFT, 4);
+    p.spec.draft_model = NULL;
+    assert_int_equal(ix_engine_create(&e, g_model, &p, &err), IX_ERR_INVALID);
+    assert_null(e);
+    assert_non_null(strstr(err.msg, "draft model"));
+    p.spec.draft_model = "/nonexistent/draft.gguf";
+    assert_int_not_equal(ix_engine_create(&e, g_model, &p, &err), IX_OK);
+    assert_non_null(strstr(err.msg, "draft model"));
+    ix_spec_params sp = kind_params(IX_SPEC_DRAFT, 4).spec;
+    ix_proposer *pr = (ix_proposer *)1;
+    assert_int_equal(ix_proposer_create(&pr, &sp, NULL, &err), IX_ERR_INVALID); /* no target to check against */
+    assert_null(pr);
+
+    char path[] = "/tmp/ix_test_draft_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    write_draft_renamed(path, 300, "\xe2\x96\x81not-the-target's");
+    p.spec.draft_model = path;
+    assert_int_equal(ix_engine_create(&e, g_model, &p, &err), IX_ERR_INVALID);
+    assert_null(e);
+    fprintf(stderr, "  refused: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "token 300"));
+    assert_non_null(strstr(err.msg, "vocabulary"));
+    unlink(path);
+}
+
+static void count_finish(void *user, const ix_finish_info *info) {
+    (void)info;
+    (*(int *)user)++;
+}
+
+/* The draft's K/V follows its requests: held while they decode, all of it
+ * back after a cancel. */
+static void test_draft_kv_cancel(void **state) {
+    (void)state;
+    ix_engine_params p = kind_params(IX_SPEC_DRAFT, 4);
+    p.start_thread = false;
+    ix_engine *e = mk_engine(p);
+    enum { N = 6 };
+    int finished = 0;
+    uint64_t ids[N];
+    ix_errbuf err = {{0}};
+    for (int i = 0; i < N; i++) {
+        ix_request_params r = req_for(i, NULL);
+        r.max_tokens = 200;
+        r.cb.on_finish = count_finish;
+        r.cb.user = &finished;
+        assert_int_equal(ix_engine_submit(e, &r, &ids[i], &err), IX_OK);
+    }
+    ix_engine_stats st;
+    for (int s = 0; s < 12; s++) {
+        bool did;
+        assert_int_equal(ix_engine_step(e, &did), IX_OK);
+    }
+    ix_engine_get_stats(e, &st);
+    assert_int_equal(st.spec_draft_seqs, N);
+    assert_true(st.spec_draft_blocks_used > 0);
+    assert_int_equal(finished, 0);
+    for (int i = 0; i < N; i++) ix_engine_cancel(e, ids[i]);
+    bool did;
+    assert_int_equal(ix_engine_step(e, &did), IX_OK);
+    assert_int_equal(finished, N);
+    assert_pool_empty(e);
+    ix_engine_destroy(e);
+}
+
 int main(void) {
     FILE *f = fopen(MODEL, "rb");
     if (!f) {
@@ -468,6 +672,9 @@ int main(void) {
         cmocka_unit_test(test_params_and_table), cmocka_unit_test(test_ngram_lookup),
         cmocka_unit_test(test_choose_k),         cmocka_unit_test(test_greedy_identity),
         cmocka_unit_test(test_sampling_identity), cmocka_unit_test(test_distribution),
+        cmocka_unit_test(test_draft_refused),    cmocka_unit_test(test_draft_kv_cancel),
+        cmocka_unit_test(test_draft_greedy_identity), cmocka_unit_test(test_draft_distribution),
     };
+    if (getenv("IX_TEST_FILTER")) cmocka_set_test_filter(getenv("IX_TEST_FILTER")); /* e.g. "test_draft*" */
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -260,6 +260,11 @@ typedef struct ix_engine_stats {
      * (spec_accepted_per_pos[j]: the (j+1)-th draft token was accepted). */
     uint64_t spec_n_drafts, spec_n_draft_tokens, spec_n_accepted_tokens;
     uint64_t spec_accepted_per_pos[IX_SPEC_MAX_K];
+    /* The proposer's own resources (a draft model): sequences it holds
+     * state for, its KV pool's blocks in use and in all, and the time of
+     * its forward passes (inside plan_ns). Zeros for ngram. */
+    int64_t spec_draft_seqs, spec_draft_blocks_used, spec_draft_blocks_total;
+    uint64_t spec_draft_forward_ns;
     ix_model_profile forward;
     ix_kv_stats kv;
 } ix_engine_stats;

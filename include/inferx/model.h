@@ -206,6 +206,11 @@ typedef struct ix_model_ctx ix_model_ctx;
 typedef struct ix_model_ctx_params {
     int32_t max_batch_tokens; /* largest batch a forward pass accepts; default 512 */
     int32_t n_threads;        /* <= 0: all cores */
+    /* Kernel workers to run on, borrowed (it must outlive the context): two
+     * contexts stepped by one thread (a target and its draft model) share
+     * one pool instead of two pools' workers spinning against each other.
+     * NULL (default): a pool of n_threads of its own. */
+    ix_pool *pool;
 } ix_model_ctx_params;
 
 ix_model_ctx_params ix_model_ctx_default_params(void);

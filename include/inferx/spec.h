@@ -25,6 +25,8 @@
 #define INFERX_SPEC_H
 
 #include "inferx/core.h"
+#include "inferx/kernels.h"
+#include "inferx/model.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -33,7 +35,7 @@ extern "C" {
 typedef enum ix_spec_kind {
     IX_SPEC_NONE = 0,
     IX_SPEC_NGRAM = 1,  /* prompt lookup: the last n tokens matched earlier in the sequence */
-    IX_SPEC_DRAFT = 2,  /* a second GGUF model with the target's vocabulary (not yet built) */
+    IX_SPEC_DRAFT = 2,  /* a second GGUF model with the target's vocabulary, its own paged KV */
     IX_SPEC_MEDUSA = 3, /* heads on the target's last hidden state (not yet built) */
 } ix_spec_kind;
 
@@ -53,6 +55,9 @@ typedef struct ix_spec_params {
      * when the step is compute-bound; false: always k (tests, benchmarks) */
     bool adaptive;
     const char *draft_model; /* IX_SPEC_DRAFT: the draft GGUF's path */
+    /* IX_SPEC_DRAFT: bytes of the draft's own KV pool; 0 (default): room
+     * for as many tokens as the target's pool holds (ix_spec_env) */
+    size_t draft_kv_mem_bytes;
 } ix_spec_params;
 
 ix_spec_params ix_spec_default_params(void);
@@ -64,6 +69,7 @@ ix_status ix_spec_params_check(const ix_spec_params *p, ix_errbuf *err);
  * writes up to k guesses of what follows them. */
 typedef struct ix_spec_seq {
     uint64_t key;           /* stable for the sequence's life: (request, choice) */
+    uint64_t ns;            /* its prefix-cache namespace (a proposer's own cache keeps tenants apart) */
     const ix_token *tokens; /* (n_tokens) prompt + generated so far */
     int32_t n_tokens, n_prompt;
     const float *hidden;    /* (n_embd) the target's last hidden state; NULL unless wanted */
@@ -71,6 +77,28 @@ typedef struct ix_spec_seq {
     ix_token *out;          /* (k) written by the proposer */
     int32_t n_out;          /* guesses written, 0..k */
 } ix_spec_seq;
+
+/* What a proposer may need from the engine it runs in (a draft model: the
+ * target to check its vocabulary against, the worker pool to run on, the
+ * sizes of a step and of the target's KV pool). Everything is borrowed and
+ * outlives the proposer. */
+typedef struct ix_spec_env {
+    const ix_model *target;   /* the verifying model */
+    ix_pool *pool;            /* kernel workers to run on; NULL: a pool of its own */
+    int32_t n_threads;        /* for a pool of its own; <= 0 all cores */
+    int32_t max_batch_tokens; /* most tokens a proposer's forward pass may carry */
+    int32_t n_ctx;            /* longest sequence */
+    ix_kv_dtype kv_dtype;     /* the target's KV element type and block size */
+    int32_t kv_block_size;
+    int64_t kv_tokens;        /* token slots of the target's KV pool */
+} ix_spec_env;
+
+/* A proposer's own resources, for stats and metrics (zeros: none). */
+typedef struct ix_spec_stats {
+    int64_t n_seqs;                   /* sequences with state in the proposer */
+    int64_t kv_blocks_used, kv_blocks_total; /* its own KV pool */
+    uint64_t n_forward, n_tokens, forward_ns; /* its forward passes */
+} ix_spec_stats;
 
 /* The interface a proposer implements. propose fills every sequence of a
  * step at once (a draft model runs its forward passes over all of them
@@ -81,21 +109,26 @@ typedef struct ix_proposer_ops {
     const char *name;
     ix_spec_kind kind;
     bool wants_hidden; /* needs the target's last hidden state (Medusa) */
-    ix_status (*create)(void **self, const ix_spec_params *p, ix_errbuf *err);
+    ix_status (*create)(void **self, const ix_spec_params *p, const ix_spec_env *env, ix_errbuf *err);
     void (*destroy)(void *self);
     ix_status (*propose)(void *self, ix_spec_seq *seqs, int32_t n);
     void (*release)(void *self, uint64_t key);
+    void (*get_stats)(const void *self, ix_spec_stats *out); /* optional */
 } ix_proposer_ops;
 
 typedef struct ix_proposer ix_proposer;
 
 /* The proposer of p->kind (IX_SPEC_NONE: *out = NULL, IX_OK). Owned by the
- * caller. */
-ix_status ix_proposer_create(ix_proposer **out, const ix_spec_params *p, ix_errbuf *err);
+ * caller. env may be NULL for proposers that need nothing of it (ngram); the
+ * draft proposer refuses a NULL env or target. */
+ix_status ix_proposer_create(ix_proposer **out, const ix_spec_params *p, const ix_spec_env *env,
+                             ix_errbuf *err);
 void ix_proposer_destroy(ix_proposer *pr);
 const ix_proposer_ops *ix_proposer_get_ops(const ix_proposer *pr);
 ix_status ix_proposer_propose(ix_proposer *pr, ix_spec_seq *seqs, int32_t n);
 void ix_proposer_release(ix_proposer *pr, uint64_t key);
+/* Its own resources now (zeros for a proposer without any, or pr NULL). */
+void ix_proposer_get_stats(const ix_proposer *pr, ix_spec_stats *out);
 
 /* Prompt lookup on its own (what the ngram proposer does per sequence): the
  * longest suffix of toks, from max_n down to min_n tokens, that also occurs
@@ -119,6 +152,12 @@ double ix_spec_expected_tokens(double alpha, int32_t k);
  * speculation turns off, and it comes back when the load drops. Without a
  * cost line (b_ms <= 0) it returns k_max. */
 int32_t ix_spec_choose_k(double alpha, int32_t k_max, double a_ms, double b_ms, int32_t n_decode);
+/* The same for a proposer whose guesses cost guess_ms each on top of the
+ * target's b_ms (a draft model's forward passes, measured by the engine):
+ * each guess then adds b + guess_ms to the step, so a slow draft pays
+ * only at a higher acceptance, and never once the step is compute-bound. */
+int32_t ix_spec_choose_k_cost(double alpha, int32_t k_max, double a_ms, double b_ms, double guess_ms,
+                              int32_t n_decode);
 
 #ifdef __cplusplus
 }

@@ -159,6 +159,7 @@ class SpecParams(C.Structure):
         ("ngram_min", C.c_int32),
         ("adaptive", C.c_bool),
         ("draft_model", C.c_char_p),
+        ("draft_kv_mem_bytes", C.c_size_t),
     ]
 # ix_kv_dtype (inferx/core.h): the names of its values, in enum order.
 KV_DTYPES = ("f32", "f16", "bf16", "q8_0", "fp8_e4m3", "q4_0")
@@ -246,6 +247,10 @@ class EngineStats(C.Structure):
         ("spec_n_draft_tokens", C.c_uint64),
         ("spec_n_accepted_tokens", C.c_uint64),
         ("spec_accepted_per_pos", C.c_uint64 * SPEC_MAX_K),
+        ("spec_draft_seqs", C.c_int64),
+        ("spec_draft_blocks_used", C.c_int64),
+        ("spec_draft_blocks_total", C.c_int64),
+        ("spec_draft_forward_ns", C.c_uint64),
         ("forward", ModelProfile),
         ("kv", KvStats),
     ]

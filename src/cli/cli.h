@@ -15,6 +15,8 @@ int ix_cli_info(int argc, char **argv);
 int ix_cli_run(int argc, char **argv);
 /* inferx bench --throughput (bench_throughput.c) */
 int ix_cli_bench_throughput(int argc, char **argv);
+/* inferx bench --spec (bench_spec.c) */
+int ix_cli_bench_spec(int argc, char **argv);
 /* inferx bench --serve URL (bench_serve.c) */
 int ix_cli_bench_serve(int argc, char **argv);
 int ix_cli_tokenize(int argc, char **argv);
@@ -133,8 +135,9 @@ const char *ix_cli_set_on_off(void *dst, const char *value); /* a bool from "on"
 #define IX_CLI_SPEC_OPTS(spec)                                                                                  \
     {"--spec", NULL, "none|ngram|draft|medusa",                                                                \
      "speculative decoding: ngram guesses from the prompt and the\n"                                           \
-     "output so far (draft and medusa are not built yet); the\n"                                               \
-     "output is the same token for token (default none)",                                                      \
+     "output so far, draft from a second model (--draft-model;\n"                                             \
+     "medusa is not built yet); the output is the same token for\n"                                           \
+     "token (default none)",                                                                                   \
      IX_CLI_OPT_FN, &(spec)->kind, 0, 0, false, ix_cli_set_spec_kind},                                          \
         {"--spec-k", NULL, "N",                                                                                 \
          "most guessed tokens per sequence and step; each sequence's\n"                                        \
@@ -144,9 +147,16 @@ const char *ix_cli_set_on_off(void *dst, const char *value); /* a bool from "on"
          "off: every decode guesses --spec-k tokens, whatever the\n"                                           \
          "acceptance and the load (benchmarks, tests; default on)",                                            \
          IX_CLI_OPT_FN, &(spec)->adaptive, 0, 0, false, ix_cli_set_on_off},                                     \
+        {"--draft-model", NULL, "FILE",                                                                         \
+         "draft GGUF for --spec draft (implies it): a smaller model\n"                                         \
+         "with the target's vocabulary, or the target quantized to\n"                                         \
+         "8 bits (inferx quantize T.gguf T-q8.gguf Q8_0)",                                                     \
+         IX_CLI_OPT_STR, &(spec)->draft_model, 0, 0, false, NULL},                                              \
     {                                                                                                          \
-        "--draft-model", NULL, "FILE", "draft GGUF for --spec draft (not built yet: refused)", IX_CLI_OPT_STR, \
-            &(spec)->draft_model, 0, 0, false, NULL                                                            \
+        "--draft-kv-mem", NULL, "BYTES",                                                                       \
+            "the draft model's own KV pool, suffix K/M/G allowed\n"                                            \
+            "(default: room for as many tokens as the target's pool)",                                         \
+            IX_CLI_OPT_SIZE, &(spec)->draft_kv_mem_bytes, 1, 1e18, false, NULL                                 \
     }
 void ix_cli_spec_resolve(ix_spec_params *sp);
 

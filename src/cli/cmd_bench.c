@@ -53,7 +53,9 @@ static void usage(FILE *f) {
             "inferx bench --throughput [...] measures serving throughput of the continuous-\n"
             "batching engine instead (see inferx bench --throughput --help), and\n"
             "inferx bench --serve URL [...] benchmarks a running OpenAI-compatible server with\n"
-            "concurrent streaming clients (see inferx bench --serve --help).\n",
+            "concurrent streaming clients (see inferx bench --serve --help), and\n"
+            "inferx bench --spec [ngram|draft] [...] measures speculative decoding against\n"
+            "speculation off in the same run (see inferx bench --spec --help).\n",
             ix_cli_default_model());
 }
 
@@ -432,6 +434,8 @@ int ix_cli_bench(int argc, char **argv) {
         if (!strcmp(argv[i], "--serve")) return ix_cli_bench_serve(argc, argv);
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--throughput")) return ix_cli_bench_throughput(argc, argv);
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--spec") || !strcmp(argv[i], "--draft-model")) return ix_cli_bench_spec(argc, argv);
     bench_opts o;
     int prc = parse_args(argc, argv, &o);
     if (prc) return prc < 0 ? 0 : prc;

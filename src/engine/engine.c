@@ -128,6 +128,7 @@ struct ix_engine {
     float *logits;   /* (max_out, n_vocab) */
     ix_proposer *prop;    /* NULL: no speculation */
     ix_spec_seq *spec_q;  /* (max_num_seqs) one step's proposal queries */
+    double guess_ms;      /* what a guess costs the proposer (a draft's passes), running mean */
     ix_buf text;     /* a token's text, on its way to on_token */
     uint32_t *mask;  /* (mask_words) a constrained choice's allowed tokens */
     size_t mask_words;
@@ -750,7 +751,8 @@ static void spec_propose(ix_engine *e) {
         for (int32_t c = 0; c < it->n_seqs; c++) {
             if (!choice_decoding(r, c)) continue;
             int32_t k = r->no_spec ? 0
-                        : sp->adaptive ? ix_spec_choose_k(r->alpha[c], sp->k, ss.cost_a_ms, ss.cost_b_ms, n_decode)
+                        : sp->adaptive ? ix_spec_choose_k_cost(r->alpha[c], sp->k, ss.cost_a_ms, ss.cost_b_ms,
+                                                               e->guess_ms, n_decode)
                                        : sp->k;
             int32_t n = (int32_t)r->toks[c].n;
             if (k > it->max_new - it->n_generated[c] - 1) k = it->max_new - it->n_generated[c] - 1;
@@ -761,11 +763,18 @@ static void spec_propose(ix_engine *e) {
             }
             r->draft[c][0] = r->toks[c].ids[n - 1];
             e->spec_q[n_q++] = (ix_spec_seq){
-                .key = spec_key(it->id, c), .tokens = r->toks[c].ids, .n_tokens = n,
+                .key = spec_key(it->id, c), .ns = it->ns, .tokens = r->toks[c].ids, .n_tokens = n,
                 .n_prompt = it->n_prompt, .k = k, .out = r->draft[c] + 1};
         }
     }
+    uint64_t t0 = ix_time_ns();
     if (ix_proposer_propose(e->prop, e->spec_q, n_q) != IX_OK) return; /* no guesses this step */
+    int32_t n_guessed = 0;
+    for (int32_t q = 0; q < n_q; q++) n_guessed += e->spec_q[q].n_out;
+    if (n_guessed > 0) { /* the proposer's cost per guess, for the choice of k */
+        double per = (double)(ix_time_ns() - t0) / 1e6 / n_guessed;
+        e->guess_ms = e->guess_ms > 0 ? 0.8 * e->guess_ms + 0.2 * per : per;
+    }
     for (int32_t q = 0; q < n_q; q++) {
         uint64_t key = e->spec_q[q].key;
         req *r = NULL;
@@ -824,6 +833,12 @@ static void publish(ix_engine *e) {
     e->stats.step_cost_per_token_ms = ss.cost_b_ms;
     ix_model_ctx_get_profile(e->ctx, &e->stats.forward);
     ix_kv_get_stats(e->kv, &e->stats.kv);
+    ix_spec_stats ps;
+    ix_proposer_get_stats(e->prop, &ps);
+    e->stats.spec_draft_seqs = ps.n_seqs;
+    e->stats.spec_draft_blocks_used = ps.kv_blocks_used;
+    e->stats.spec_draft_blocks_total = ps.kv_blocks_total;
+    e->stats.spec_draft_forward_ns = ps.forward_ns;
     ix_kv_disk_stats ds;
     ix_kv_get_disk_stats(e->kv, &ds);
     ix_kv_session_stats ss2;
@@ -971,6 +986,11 @@ static ix_status step(ix_engine *e, bool *did_work) {
     if (s != IX_OK) return s;
     for (int32_t i = 0; i < plan.n_expired; i++)
         req_finish(e, plan.expired[i]->user, IX_FINISH_DEADLINE, "deadline cannot be met");
+    /* a preempted request's proposer state goes with its blocks (it is
+     * rebuilt when the request runs again) */
+    for (int32_t i = 0; i < plan.n_preempted; i++)
+        for (int32_t c = 0; c < plan.preempted[i]->n_choices; c++)
+            ix_proposer_release(e->prop, spec_key(plan.preempted[i]->id, c));
     if (plan.n_work == 0) {
         ix_sched_stats ss;
         ix_sched_get_stats(e->sched, &ss);
@@ -1166,6 +1186,8 @@ void ix_engine_destroy(ix_engine *e) {
     while (e->active) req_finish(e, e->active, IX_FINISH_ABORT, NULL);
     if (e->sched && e->ctx && e->kv) session_work(e); /* ops that came in as the thread stopped */
     ix_sched_destroy(e->sched);
+    ix_proposer_destroy(e->prop); /* a draft model runs on the context's pool */
+    e->prop = NULL;
     ix_model_ctx_destroy(e->ctx);
     if (e->disk && e->kv) {
         ix_kv_persist_cached(e->kv); /* a new engine over the folder finds them */
@@ -1180,7 +1202,6 @@ void ix_engine_destroy(ix_engine *e) {
     ix_free(e->w_rows);
     ix_free(e->logits);
     ix_free(e->spec_q);
-    ix_proposer_destroy(e->prop);
     ix_free(e->cancels);
     ix_buf_free(&e->text);
     for (int i = 0; i < GCACHE_SLOTS; i++) gentry_destroy(e->gcache[i]); /* no request holds one now */
@@ -1248,7 +1269,15 @@ ix_status ix_engine_create(ix_engine **out, const ix_model *m, const ix_engine_p
     cp.n_threads = p->n_threads;
     if ((s = ix_model_ctx_create(&e->ctx, m, e->kv, &cp, err)) != IX_OK) goto fail;
     if ((s = ix_sched_create(&e->sched, &p->sched, e->kv, err)) != IX_OK) goto fail;
-    if ((s = ix_proposer_create(&e->prop, &p->spec, err)) != IX_OK) goto fail;
+    ix_spec_env env = {.target = m,
+                       .pool = ix_model_ctx_pool(e->ctx),
+                       .n_threads = p->n_threads,
+                       .max_batch_tokens = p->sched.max_num_batched_tokens,
+                       .n_ctx = e->n_ctx,
+                       .kv_dtype = kp.dtype,
+                       .kv_block_size = e->block_size,
+                       .kv_tokens = e->total_blocks * e->block_size};
+    if ((s = ix_proposer_create(&e->prop, &p->spec, &env, err)) != IX_OK) goto fail;
     if (e->prop && !(e->spec_q = ix_calloc((size_t)p->sched.max_num_seqs, sizeof *e->spec_q))) {
         s = ix_errf(err, IX_ERR_NOMEM, "out of memory");
         goto fail;

@@ -34,6 +34,7 @@ struct ix_model_ctx {
     ix_kv *kv;
     ix_kv_layout lay;
     ix_pool *pool;
+    bool own_pool; /* false: borrowed (ix_model_ctx_params.pool) */
     int32_t max_tokens;
     ix_errbuf err;
     /* activations, sized once for max_tokens (T) */
@@ -76,14 +77,14 @@ static void lap(uint64_t *acc, uint64_t *t) {
 }
 
 ix_model_ctx_params ix_model_ctx_default_params(void) {
-    return (ix_model_ctx_params){.max_batch_tokens = 512, .n_threads = 0};
+    return (ix_model_ctx_params){.max_batch_tokens = 512, .n_threads = 0, .pool = NULL};
 }
 
 static float *alloc_f32(size_t n) { return ix_aligned_alloc(64, (n ? n : 1) * sizeof(float)); }
 
 void ix_model_ctx_destroy(ix_model_ctx *c) {
     if (!c) return;
-    ix_pool_destroy(c->pool);
+    if (c->own_pool) ix_pool_destroy(c->pool);
     if (c->copies) ix_kv_set_copy_hook(c->kv, NULL, NULL);
     float *bufs[] = {c->x, c->xb, c->q, c->k, c->v, c->att, c->gate, c->up, c->xo, c->ya,
                      c->att_full, c->ffn_full, c->part};
@@ -192,7 +193,11 @@ ix_status ix_model_ctx_create(ix_model_ctx **out, const ix_model *m, ix_kv *kv,
         ix_model_ctx_destroy(c);
         return ix_errf(err, IX_ERR_NOMEM, "out of memory for activations of %d tokens", p->max_batch_tokens);
     }
-    if ((s = ix_pool_create(&c->pool, p->n_threads)) != IX_OK) {
+    if (p->pool) {
+        c->pool = p->pool;
+    } else if ((s = ix_pool_create(&c->pool, p->n_threads)) == IX_OK) {
+        c->own_pool = true;
+    } else {
         ix_model_ctx_destroy(c);
         return ix_errf(err, s, "cannot start %d worker threads", p->n_threads);
     }

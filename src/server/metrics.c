@@ -380,6 +380,13 @@ ix_status ix__metrics_render(ix_server *s, ix_buf *b) {
         sample(&p, "inferx:spec_decode_num_accepted_tokens_per_pos_total", "position", pos,
                (double)st.spec_accepted_per_pos[j]);
     }
+    /* a draft model's own pool (zeros without one), "Every pool is visible" */
+    one(&p, "inferx:spec_draft_kv_blocks_used", "gauge", "Blocks of the draft model's KV pool in use.",
+        (double)st.spec_draft_blocks_used);
+    one(&p, "inferx:spec_draft_kv_blocks_total", "gauge", "Blocks of the draft model's KV pool.",
+        (double)st.spec_draft_blocks_total);
+    one(&p, "inferx:spec_draft_forward_seconds_total", "counter", "Time of the draft model's forward passes.",
+        (double)st.spec_draft_forward_ns / 1e9);
 
     /* inferx's own. */
     family(&p, "inferx:http_requests_total", "counter", "HTTP requests answered, by endpoint and status code.");

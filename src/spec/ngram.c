@@ -35,7 +35,8 @@ int32_t ix_spec_ngram_lookup(const ix_token *toks, int32_t n, int32_t min_n, int
     return 0;
 }
 
-static ix_status ngram_create(void **self, const ix_spec_params *p, ix_errbuf *err) {
+static ix_status ngram_create(void **self, const ix_spec_params *p, const ix_spec_env *env, ix_errbuf *err) {
+    (void)env;
     ngram *g = ix_calloc(1, sizeof *g);
     if (!g) return ix_errf(err, IX_ERR_NOMEM, "out of memory");
     g->min_n = p->ngram_min;
@@ -62,4 +63,5 @@ const ix_proposer_ops ix__proposer_ngram = {
     .destroy = ngram_destroy,
     .propose = ngram_propose,
     .release = NULL,
+    .get_stats = NULL,
 };

@@ -35,7 +35,7 @@ ix_spec_params ix_spec_default_params(void) {
     return p;
 }
 
-static const ix_proposer_ops *const k_proposers[] = {&ix__proposer_ngram};
+static const ix_proposer_ops *const k_proposers[] = {&ix__proposer_ngram, &ix__proposer_draft};
 
 static const ix_proposer_ops *find_ops(ix_spec_kind k) {
     for (size_t i = 0; i < IX_ARRAY_LEN(k_proposers); i++)
@@ -48,7 +48,7 @@ ix_status ix_spec_params_check(const ix_spec_params *p, ix_errbuf *err) {
         return ix_errf(err, IX_ERR_INVALID, "speculation kind %d is not one of ix_spec_kind", (int)p->kind);
     if (p->kind == IX_SPEC_NONE) return IX_OK;
     if (!find_ops(p->kind))
-        return ix_errf(err, IX_ERR_UNSUPPORTED, "speculation with '%s' is not implemented yet (use ngram)",
+        return ix_errf(err, IX_ERR_UNSUPPORTED, "speculation with '%s' is not implemented yet (use ngram or draft)",
                        ix_spec_kind_name(p->kind));
     if (p->k < 1 || p->k > IX_SPEC_MAX_K)
         return ix_errf(err, IX_ERR_INVALID, "spec k = %d: must be 1..%d", p->k, IX_SPEC_MAX_K);
@@ -56,6 +56,8 @@ ix_status ix_spec_params_check(const ix_spec_params *p, ix_errbuf *err) {
         (p->ngram_max < 1 || p->ngram_max > 8 || p->ngram_min < 1 || p->ngram_min > p->ngram_max))
         return ix_errf(err, IX_ERR_INVALID, "ngram sizes %d..%d: need 1 <= min <= max <= 8", p->ngram_min,
                        p->ngram_max);
+    if (p->kind == IX_SPEC_DRAFT && (!p->draft_model || !*p->draft_model))
+        return ix_errf(err, IX_ERR_INVALID, "speculation with 'draft' needs a draft model (--draft-model FILE)");
     return IX_OK;
 }
 
@@ -64,14 +66,15 @@ struct ix_proposer {
     void *self;
 };
 
-ix_status ix_proposer_create(ix_proposer **out, const ix_spec_params *p, ix_errbuf *err) {
+ix_status ix_proposer_create(ix_proposer **out, const ix_spec_params *p, const ix_spec_env *env,
+                             ix_errbuf *err) {
     *out = NULL;
     ix_status s = ix_spec_params_check(p, err);
     if (s != IX_OK || p->kind == IX_SPEC_NONE) return s;
     ix_proposer *pr = ix_calloc(1, sizeof *pr);
     if (!pr) return ix_errf(err, IX_ERR_NOMEM, "out of memory");
     pr->ops = find_ops(p->kind);
-    if ((s = pr->ops->create(&pr->self, p, err)) != IX_OK) {
+    if ((s = pr->ops->create(&pr->self, p, env, err)) != IX_OK) {
         ix_free(pr);
         return s;
     }
@@ -96,6 +99,11 @@ void ix_proposer_release(ix_proposer *pr, uint64_t key) {
     if (pr && pr->ops->release) pr->ops->release(pr->self, key);
 }
 
+void ix_proposer_get_stats(const ix_proposer *pr, ix_spec_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (pr && pr->ops->get_stats) pr->ops->get_stats(pr->self, out);
+}
+
 double ix_spec_expected_tokens(double alpha, int32_t k) {
     if (alpha >= 1.0) return (double)k + 1.0;
     if (alpha <= 0.0) return 1.0;
@@ -103,8 +111,14 @@ double ix_spec_expected_tokens(double alpha, int32_t k) {
 }
 
 int32_t ix_spec_choose_k(double alpha, int32_t k_max, double a_ms, double b_ms, int32_t n_decode) {
+    return ix_spec_choose_k_cost(alpha, k_max, a_ms, b_ms, 0.0, n_decode);
+}
+
+int32_t ix_spec_choose_k_cost(double alpha, int32_t k_max, double a_ms, double b_ms, double guess_ms,
+                              int32_t n_decode) {
     if (k_max <= 0) return 0;
     if (!(b_ms > 0)) return k_max;
+    if (!(guess_ms > 0)) guess_ms = 0;
     if (n_decode < 1) n_decode = 1;
     if (a_ms < 0) a_ms = 0;
     /* tokens per ms of the step with this sequence speculating k, the
@@ -112,7 +126,7 @@ int32_t ix_spec_choose_k(double alpha, int32_t k_max, double a_ms, double b_ms, 
     double base = a_ms + b_ms * n_decode, best = (double)n_decode / base;
     int32_t best_k = 0;
     for (int32_t k = 1; k <= k_max; k++) {
-        double rate = ((double)n_decode - 1.0 + ix_spec_expected_tokens(alpha, k)) / (base + b_ms * k);
+        double rate = ((double)n_decode - 1.0 + ix_spec_expected_tokens(alpha, k)) / (base + (b_ms + guess_ms) * k);
         if (rate > best * (1.0 + 1e-9)) {
             best = rate;
             best_k = k;

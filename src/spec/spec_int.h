@@ -5,5 +5,6 @@
 #include "inferx/spec.h"
 
 extern const ix_proposer_ops ix__proposer_ngram;
+extern const ix_proposer_ops ix__proposer_draft;
 
 #endif

@@ -99,6 +99,11 @@ class ModelTests(unittest.TestCase):
             self.assertIn("spec_n_accepted_tokens", e.stats())
         with self.assertRaises(ValueError):
             inferx.Engine(self.model, spec="eagle")
+        draft = os.path.join(os.path.dirname(MODEL), "draft-f32.gguf")
+        if os.path.exists(draft):  # the bundled draft model guesses; the text stays the target's
+            with inferx.Engine(self.model, kv_mem_mb=32, draft_model=draft, spec_k=3) as e:
+                self.assertEqual(e.generate(PROMPT, max_tokens=24, temperature=0).text, ref)
+                self.assertEqual(e.stats()["spec_draft_blocks_used"], 0)
 
     def test_sampling_seed_stop_and_n(self):
         with inferx.Engine(self.model, kv_mem_mb=32) as e:
