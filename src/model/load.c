@@ -356,7 +356,7 @@ static ix_status repack_weights(loader *L) {
     if (use_cache && !map)
         map = ix__pack_cache_create(L->p->pack_cache_dir, L->path, key, total, L->p->pack_cache_max_bytes,
                                     &writer, &mapped);
-    uint8_t *buf = map ? map + 4096 : pack_alloc(total, &mapped);
+    uint8_t *buf = map ? map + IX__PACK_CACHE_DATA_OFFSET : pack_alloc(total, &mapped);
     if (!buf) { /* not fatal: the mapped rows work, only slower */
         IX_LOGW("model: no memory for %llu bytes of packed weights; using the file's rows",
                 (unsigned long long)total);

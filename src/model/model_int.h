@@ -129,18 +129,21 @@ struct ix_model {
 };
 
 /* ---- the packed-weight cache (pack_cache.c) ---- */
+/* Where a cache file's packed weights start (the header is at 0). */
+#define IX__PACK_CACHE_DATA_OFFSET ((size_t)2 << 20)
 struct stat;
 typedef struct ix__pack_cache ix__pack_cache;
 /* The key of the packed form of weights ws (n) of the file at path. */
 uint64_t ix__pack_cache_key(const char *path, const struct stat *st, ix__weight *const *ws, size_t n);
-/* A hit: the cache file of key in dir mapped read-only (a 4 KiB header, then
- * data_bytes of packed weights); *map_len its length. NULL: a miss. */
+/* A hit: the cache file of key in dir mapped read-only (a header, then at
+ * IX__PACK_CACHE_DATA_OFFSET data_bytes of packed weights); *map_len its
+ * length. NULL: a miss. */
 uint8_t *ix__pack_cache_map(const char *dir, const char *gguf_path, uint64_t key, uint64_t data_bytes,
                             const struct stat *st, size_t *map_len);
 /* A miss: a new cache file (temporary name, blocks reserved, the least
  * recently used files removed to stay under max_bytes, 0: no bound) mapped
- * writable for packing into (data at map + 4 KiB). NULL (logged): pack in
- * memory instead. */
+ * writable for packing into (data at map + IX__PACK_CACHE_DATA_OFFSET). NULL
+ * (logged): pack in memory instead. */
 uint8_t *ix__pack_cache_create(const char *dir, const char *gguf_path, uint64_t key, uint64_t data_bytes,
                                uint64_t max_bytes, ix__pack_cache **out, size_t *map_len);
 /* Packing done: writes the header, makes the mapping read-only and makes the

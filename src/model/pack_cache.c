@@ -16,9 +16,9 @@
  * A cache file is named after the model and a 64-bit key over everything the
  * packed bytes depend on: the source file's identity (device, inode, size,
  * modification time, path), the pack layout's version and row group, and
- * every packed weight's type and shape. Its 4 KiB header repeats the key and
- * the sizes under a checksum; a file whose header does not match is packed
- * again. The directory is bounded: before a file is created, the least
+ * every packed weight's type and shape. Its header (the weights start 2 MiB
+ * in) repeats the key and the sizes under a checksum; a file whose header
+ * does not match is packed again. The directory is bounded: before a file is created, the least
  * recently used cache files go until the new one fits under the cap.
  */
 #include <dirent.h>
@@ -41,7 +41,10 @@
 #define PC_MAGIC "IXPACK\0\1"
 /* Bump when ix_kernels_pack's layout changes (dispatch.c says so too). */
 #define PC_VERSION 1u
-#define PC_HEADER_BYTES 4096u
+/* The packed weights start 2 MiB into the file and the file is mapped on a
+ * 2 MiB boundary, so the page cache's 2 MiB folios can be mapped whole
+ * (one TLB entry each) as the anonymous copy's huge pages are. */
+#define PC_HEADER_BYTES IX__PACK_CACHE_DATA_OFFSET
 #define PC_SUFFIX ".ixpack"
 /* Space a new cache file leaves free on its file system. */
 #define PC_MIN_FREE_BYTES ((uint64_t)1 << 30)
@@ -114,6 +117,26 @@ static char *cache_path(const char *dir, const char *gguf_path, uint64_t key) {
     return p;
 }
 
+/* fd's first len bytes mapped shared at a 2 MiB boundary (NULL on failure),
+ * huge pages asked for. */
+static void *map_aligned(int fd, size_t len, int prot) {
+    const size_t align = (size_t)2 << 20;
+    uint8_t *r = mmap(NULL, len + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (r == MAP_FAILED) return NULL;
+    uint8_t *a = r + (align - (uintptr_t)r % align) % align;
+    void *p = mmap(a, len, prot, MAP_SHARED | MAP_FIXED, fd, 0);
+    if (p == MAP_FAILED) {
+        munmap(r, len + align);
+        return NULL;
+    }
+    if (a > r) munmap(r, (size_t)(a - r));
+    if (r + len + align > a + len) munmap(a + len, (size_t)(r + len + align - (a + len)));
+#ifdef MADV_HUGEPAGE
+    madvise(a, len, MADV_HUGEPAGE);
+#endif
+    return a;
+}
+
 uint8_t *ix__pack_cache_map(const char *dir, const char *gguf_path, uint64_t key, uint64_t data_bytes,
                             const struct stat *st, size_t *map_len) {
     char *path = cache_path(dir, gguf_path, key);
@@ -129,8 +152,8 @@ uint8_t *ix__pack_cache_map(const char *dir, const char *gguf_path, uint64_t key
         IX_LOGW("model: packed-weight cache %s does not match this model; packing again", path);
         goto out;
     }
-    void *p = mmap(NULL, (size_t)cst.st_size, PROT_READ, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) goto out;
+    void *p = map_aligned(fd, (size_t)cst.st_size, PROT_READ);
+    if (!p) goto out;
     /* read-ahead of what the page cache lacks, without waiting for it */
     madvise(p, (size_t)cst.st_size, MADV_WILLNEED);
     futimens(fd, NULL); /* most recently used: the last to be evicted */
@@ -234,8 +257,8 @@ uint8_t *ix__pack_cache_create(const char *dir, const char *gguf_path, uint64_t 
     /* Blocks reserved now: a full disk is this error, not a SIGBUS when a
      * page of the mapping is first written. */
     if (fallocate(c->fd, 0, 0, (off_t)size)) goto fail;
-    void *p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, c->fd, 0);
-    if (p == MAP_FAILED) goto fail;
+    void *p = map_aligned(c->fd, (size_t)size, PROT_READ | PROT_WRITE);
+    if (!p) goto fail;
     map = p;
     *map_len = (size_t)size;
     *out = c;
