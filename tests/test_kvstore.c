@@ -3,7 +3,7 @@
  *   - rejected and deleted: other tokens, a flipped byte, a truncated file,
  *     a block moved under another model's or another tenant's name
  *   - LRU eviction past max_bytes (a read refreshes a block); reopening
- *     indexes what is there, oldest evicted first
+ *     indexes what is there, oldest evicted first; pinned blocks kept
  *   - put_async + flush; a full queue refuses (IX_FULL, counted)
  *   - a writer killed with SIGKILL mid-write leaves a store whose every
  *     block checks out (and no temporary once reopened)
@@ -219,6 +219,59 @@ static void test_lru_and_reopen(void **state) {
     ix_kvstore_close(s);
 }
 
+/* Pinned blocks (a live session's) outlive the size bound; the least recent
+ * unpinned ones go instead, and once unpinned they are victims again. */
+static void test_pins(void **state) {
+    (void)state;
+    fresh_dir("pins");
+    const uint64_t per = 64 + NT * 4 + BLK;
+    ix_kvstore *s = open_store(4 * per);
+    wait_indexed(s);
+    int32_t toks[NT];
+    uint8_t data[BLK];
+    ix_kvstore_key k1 = {1, 1, 1}, k2 = {1, 1, 2};
+    assert_int_equal(ix_kvstore_pin(s, &k1, true), IX_OK); /* before it is written */
+    assert_int_equal(ix_kvstore_pin(s, &k2, true), IX_OK);
+    assert_int_equal(ix_kvstore_pin(s, &k2, true), IX_OK); /* two sessions share it */
+    for (uint64_t i = 0; i < 10; i++) {
+        fill(i, toks, data);
+        ix_kvstore_key k = {1, 1, i + 1};
+        assert_int_equal(ix_kvstore_put(s, &k, toks, NT, data, BLK), IX_OK);
+    }
+    ix_kvstore_stats st;
+    ix_kvstore_get_stats(s, &st);
+    assert_int_equal(st.n_blocks, 4);
+    assert_true(ix_kvstore_contains(s, &k1) && ix_kvstore_contains(s, &k2));
+    ix_kvstore_key k3 = {1, 1, 3}, k10 = {1, 1, 10};
+    assert_false(ix_kvstore_contains(s, &k3));
+    assert_true(ix_kvstore_contains(s, &k10));
+    /* every block pinned and the bound passed: the store stays over it */
+    ix_kvstore_key k9 = {1, 1, 9};
+    assert_int_equal(ix_kvstore_pin(s, &k9, true), IX_OK);
+    assert_int_equal(ix_kvstore_pin(s, &k10, true), IX_OK);
+    fill(11, toks, data);
+    ix_kvstore_key k11 = {1, 1, 11};
+    assert_int_equal(ix_kvstore_pin(s, &k11, true), IX_OK);
+    assert_int_equal(ix_kvstore_put(s, &k11, toks, NT, data, BLK), IX_OK);
+    ix_kvstore_get_stats(s, &st);
+    assert_int_equal(st.n_blocks, 5);
+    /* unpinned (k2 once of twice: still pinned), the next write evicts k1 */
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(ix_kvstore_pin(s, &k9, false), IX_OK);
+        assert_int_equal(ix_kvstore_pin(s, &k10, false), IX_OK);
+    }
+    assert_int_equal(ix_kvstore_pin(s, &k1, false), IX_OK);
+    assert_int_equal(ix_kvstore_pin(s, &k2, false), IX_OK);
+    fill(12, toks, data);
+    ix_kvstore_key k12 = {1, 1, 12};
+    assert_int_equal(ix_kvstore_put(s, &k12, toks, NT, data, BLK), IX_OK);
+    ix_kvstore_get_stats(s, &st);
+    assert_int_equal(st.n_blocks, 4);
+    assert_false(ix_kvstore_contains(s, &k1));
+    assert_true(ix_kvstore_contains(s, &k2) && ix_kvstore_contains(s, &k11) && ix_kvstore_contains(s, &k12));
+    ix_kvstore_close(s); /* the pins left are freed */
+}
+
 static void test_async(void **state) {
     (void)state;
     fresh_dir("async");
@@ -387,6 +440,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_round_trip, cleanup),
         cmocka_unit_test_teardown(test_rejects, cleanup),
         cmocka_unit_test_teardown(test_lru_and_reopen, cleanup),
+        cmocka_unit_test_teardown(test_pins, cleanup),
         cmocka_unit_test_teardown(test_async, cleanup),
         cmocka_unit_test_teardown(test_kill_mid_write, cleanup),
         cmocka_unit_test_teardown(test_lock_drop_verify_clear, cleanup),

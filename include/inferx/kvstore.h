@@ -84,6 +84,12 @@ ix_status ix_kvstore_drop_tenant(ix_kvstore *s, uint64_t tenant);
 
 /* Deletes one block (IX_ERR_NOT_FOUND when it was not there). */
 ix_status ix_kvstore_remove(ix_kvstore *s, const ix_kvstore_key *k);
+/* Pins (pin true) or unpins a block: the size bound never evicts a pinned
+ * block (a live session's), evicting the least recent unpinned ones instead
+ * (when only pinned blocks are left the store stays over its bound). Pins
+ * count (two sessions sharing a block pin it twice) and may name a block not
+ * written yet. IX_ERR_NOMEM when the pin could not be recorded. */
+ix_status ix_kvstore_pin(ix_kvstore *s, const ix_kvstore_key *k, bool pin);
 /* Read-ahead: asks the kernel to start reading the blocks of keys[0..n)
  * (posix_fadvise WILLNEED) and returns at once; stops at the first key not
  * on disk. Returns how many were asked for. */

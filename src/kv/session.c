@@ -51,6 +51,18 @@ static void unpin_all(ix_kv *kv, kv_session *ss) {
     }
 }
 
+/* A live session's blocks on disk are pinned there too: the store's size
+ * bound evicts anonymous blocks first and never these (pin: true), until
+ * the session expires or is dropped (false). A pin that cannot be recorded
+ * only leaves that block an ordinary LRU victim. */
+static void disk_pin(ix_kv *kv, const kv_session *ss, bool pin) {
+    if (!kv->disk) return;
+    for (int32_t i = 0; i < ss->n_blocks; i++) {
+        ix_kvstore_key k = {kv->disk_fp, ss->ns, ss->key[i]};
+        ix_kvstore_pin(kv->disk, &k, pin);
+    }
+}
+
 static ix_status entries_alloc(kv_session *ss, int32_t n) {
     size_t each = sizeof(int32_t) + 2 * sizeof(uint64_t);
     unsigned char *mem = ix_malloc((size_t)(n ? n : 1) * each);
@@ -89,6 +101,7 @@ static kv_session *add(ix_kv *kv, uint64_t id, uint64_t tenant) {
 
 static void remove_at(ix_kv *kv, kv_session *ss) {
     unpin_all(kv, ss);
+    disk_pin(kv, ss, false);
     ix_free(ss->key);
     *ss = kv->sessions[--kv->n_sessions];
 }
@@ -135,7 +148,9 @@ ix_status ix_kv_session_pin(ix_kv *kv, uint64_t id, uint64_t tenant, int32_t seq
     }
     ss->ns = s->ns;
     ss->expires_ms = expires_ms;
+    disk_pin(kv, ss, true); /* the new set first: shared blocks stay pinned throughout */
     unpin_all(kv, &old);
+    disk_pin(kv, &old, false);
     ix_free(old.key);
     return IX_OK;
 }
@@ -309,6 +324,7 @@ static ix_status load_from(ix_kv *kv, rd *r, int64_t now_ms) {
         for (int32_t i = 0; i < nb[0]; i++) ss->block[i] = KV_NIL, ss->cid[i] = 0;
         ss->ns = head[2];
         ss->expires_ms = expires;
+        disk_pin(kv, ss, true);
     }
     return r->at == r->n ? IX_OK : IX_ERR_FORMAT;
 }

@@ -57,6 +57,8 @@ struct ix_kvstore {
     entry **buckets;
     size_t n_buckets, n_entries;
     entry *lru_head, *lru_tail;
+    struct pin **pins; /* pinned keys (ix_kvstore_pin), n_pin_buckets lists */
+    size_t n_pin_buckets, n_pins;
     bool indexed, stop;
     uint64_t tmp_seq;
     ix_kvstore_stats st;
@@ -207,12 +209,88 @@ static void index_remove(ix_kvstore *s, const ix_kvstore_key *k) {
         }
 }
 
-/* Deletes least recent blocks while over budget (only once indexed: before
- * that the total is not known). Unlinks under mu: one syscall each. */
+/* ---- pins: blocks the size bound keeps (a live session's) ---- */
+
+typedef struct pin {
+    ix_kvstore_key k;
+    uint32_t count;
+    struct pin *next;
+} pin;
+
+static pin **pin_slot(const ix_kvstore *s, const ix_kvstore_key *k) {
+    pin **pp = &s->pins[bucket_in(s->n_pin_buckets, k)];
+    while (*pp && !key_eq(&(*pp)->k, k)) pp = &(*pp)->next;
+    return pp;
+}
+
+static bool pinned(const ix_kvstore *s, const ix_kvstore_key *k) { return s->n_pins && *pin_slot(s, k); }
+
+ix_status ix_kvstore_pin(ix_kvstore *s, const ix_kvstore_key *k, bool on) {
+    if (!s || !k) return IX_ERR_INVALID;
+    ix_status st = IX_OK;
+    pthread_mutex_lock(&s->mu);
+    if (!s->pins && on) {
+        if ((s->pins = ix_calloc(1024, sizeof *s->pins))) s->n_pin_buckets = 1024;
+    }
+    pin **pp = s->pins ? pin_slot(s, k) : NULL;
+    if (!pp) {
+        st = on ? IX_ERR_NOMEM : IX_OK;
+    } else if (*pp) {
+        if (on) {
+            (*pp)->count++;
+        } else if (--(*pp)->count == 0) {
+            pin *p = *pp;
+            *pp = p->next;
+            ix_free(p);
+            s->n_pins--;
+        }
+    } else if (on) {
+        pin *p = ix_malloc(sizeof *p);
+        if (p) {
+            *p = (pin){*k, 1, NULL};
+            *pp = p;
+            s->n_pins++;
+        } else {
+            st = IX_ERR_NOMEM;
+        }
+        if (p && s->n_pins > 2 * s->n_pin_buckets) { /* grow: the lists stay short */
+            size_t nb = s->n_pin_buckets * 2;
+            pin **b = ix_calloc(nb, sizeof *b);
+            for (size_t i = 0; b && i < s->n_pin_buckets; i++)
+                for (pin *q = s->pins[i], *nx; q; q = nx) {
+                    nx = q->next;
+                    size_t j = bucket_in(nb, &q->k);
+                    q->next = b[j];
+                    b[j] = q;
+                }
+            if (b) {
+                ix_free(s->pins);
+                s->pins = b;
+                s->n_pin_buckets = nb;
+            }
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+static void pins_free(ix_kvstore *s) {
+    for (size_t i = 0; i < s->n_pin_buckets; i++)
+        for (pin *q = s->pins[i], *nx; q; q = nx) {
+            nx = q->next;
+            ix_free(q);
+        }
+    ix_free(s->pins);
+}
+
+/* Deletes least recent unpinned blocks while over budget (only once
+ * indexed: before that the total is not known). Unlinks under mu: one
+ * syscall each. */
 static void evict_locked(ix_kvstore *s) {
     if (!s->max_bytes || !s->indexed) return;
-    while (s->st.bytes > s->max_bytes && s->lru_tail) {
-        entry *e = s->lru_tail;
+    for (entry *e = s->lru_tail, *prev; e && s->st.bytes > s->max_bytes; e = prev) {
+        prev = e->prev;
+        if (pinned(s, &e->k)) continue;
         char path[4096];
         block_path(s, &e->k, path, sizeof path);
         unlink(path);
@@ -759,6 +837,7 @@ void ix_kvstore_close(ix_kvstore *s) {
             ix_free(e);
         }
     ix_free(s->buckets);
+    pins_free(s);
     pthread_cond_destroy(&s->cv);
     pthread_cond_destroy(&s->idle_cv);
     pthread_mutex_destroy(&s->mu);
