@@ -14,7 +14,9 @@ CPU time nothing else wants; fuzz_http: see OPTS), its CPU time read from
 /proc (user + system, all threads -- the HTTP targets' server threads count
 -- and reaped children, fork mode's jobs). A target is stopped
 with SIGINT when its total reaches the goal; SIGINT or SIGTERM to this script
-stops them all and records what they used. Crashes are kept as
+stops them all and records what they used. To pause a campaign, stop it and
+run it again later: a SIGSTOP of the fuzzers trips their wall-clock deadlines
+(libFuzzer's -timeout, fuzz_http's 120 s) when they resume. Crashes are kept as
 --work/<target>/crash-* and reported; the run then fails.
 """
 import argparse
@@ -42,7 +44,8 @@ OPTS = {
 }
 NICE_ONLY = {"http"}
 DEFAULT_OPTS = ["-timeout=60", "-malloc_limit_mb=1024"]
-STATUS = re.compile(r"^#(\d+)\s+\S+\s+cov: (\d+) ft: (\d+) corp: (\d+)/")
+# "#N  NEW    cov: C ft: F corp: K/SIZE ..." and fork mode's "#N: cov: C ft: F corp: K ..."
+STATUS = re.compile(r"^#(\d+)(?::|\s+\S+)\s+cov: (\d+) ft: (\d+) corp: (\d+)")
 
 
 def cpu_seconds(pid):
@@ -72,16 +75,20 @@ def save_ledger(path, ledger):
 
 def last_status(log_path):
     """execs, cov, ft, corpus size from the last status line of a log."""
-    best = None
+    best = fork = None  # fork mode: the parent's "#N:" lines, not its jobs' echoed ones
     try:
         with open(log_path, errors="replace") as f:
             for line in f:
                 m = STATUS.match(line)
                 if m:
-                    best = tuple(int(x) for x in m.groups())
+                    st = tuple(int(x) for x in m.groups())
+                    if re.match(r"^#\d+:", line):
+                        fork = st
+                    else:
+                        best = st
     except OSError:
         pass
-    return best
+    return fork or best
 
 
 class Run:
