@@ -139,7 +139,17 @@ static char *exchange(const uint8_t *req, size_t n, bool shut_write, size_t *got
     a.sin_family = AF_INET;
     a.sin_port = htons(g_port);
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+    int rc = connect(fd, (struct sockaddr *)&a, sizeof a);
+    if (rc != 0 && errno == EINTR) { /* a signal (libFuzzer's watchdog): the connect goes on; wait for it */
+        struct pollfd pw = {fd, POLLOUT, 0};
+        int soerr = 0;
+        socklen_t sl = sizeof soerr;
+        while ((rc = poll(&pw, 1, 10000)) < 0 && errno == EINTR) {
+        }
+        rc = rc == 1 && !getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) && soerr == 0 ? 0 : -1;
+        if (soerr) errno = soerr;
+    }
+    if (rc != 0) {
         fprintf(stderr, "fuzz_http: connect: %s\n", strerror(errno));
         abort();
     }
