@@ -43,7 +43,10 @@ OPTS = {
     "request": ["-detect_leaks=0", "-timeout=180"],
 }
 NICE_ONLY = {"http"}
-DEFAULT_OPTS = ["-timeout=60", "-malloc_limit_mb=1024"]
+# libFuzzer's -timeout is wall-clock time, and an idle-class process on a
+# machine loaded by builds can wait over a minute for a core: one input of
+# fuzz_grammar that needs 3.5 CPU s was reported as a 66 s timeout at load 18.
+DEFAULT_OPTS = ["-timeout=300", "-malloc_limit_mb=1024"]
 # "#N  NEW    cov: C ft: F corp: K/SIZE ..." and fork mode's "#N: cov: C ft: F corp: K ..."
 STATUS = re.compile(r"^#(\d+)(?::|\s+\S+)\s+cov: (\d+) ft: (\d+) corp: (\d+)")
 

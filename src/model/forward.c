@@ -29,6 +29,13 @@
 
 #include "model/model_int.h"
 
+/* The feed-forward block runs this many batch rows at a time: its gate and up
+ * rows are the widest activations (2 x n_ff floats a token, 44 KiB for a
+ * TinyLlama shape), so a 512-token step would keep 22 MiB of them resident
+ * for good; at 128 rows the weights are still read from cache-sized tiles
+ * and the extra passes over them cost nothing measurable (docs/model.md). */
+#define FFN_CHUNK ((size_t)128)
+
 struct ix_model_ctx {
     const ix_model *m;
     ix_kv *kv;
@@ -44,15 +51,15 @@ struct ix_model_ctx {
     float *k;    /* (T, n_head_kv * head_dim) */
     float *v;    /* (T, n_head_kv * head_dim) */
     float *att;  /* (T, n_head * head_dim) attention output */
-    float *gate; /* (T, n_ff) */
-    float *up;   /* (T, n_ff) */
+    float *gate; /* (min(T, FFN_CHUNK), n_ff) */
+    float *up;   /* (min(T, FFN_CHUNK), n_ff) */
     float *xo;   /* (T, n_embd) normed rows that produce logits */
     float *ya;   /* (T, n_embd) attention output of a parallel block */
     /* tensor parallelism (docs/distributed.md): q, k, v, att, gate and up
      * hold this rank's heads and FFN rows only (n_q, n_kv, n_ff of the shard);
      * the all-gathers fill these (NULL alone) */
     float *att_full;    /* (T, n_head * head_dim) every rank's attention output */
-    float *ffn_full;    /* (T, n_ff) every rank's FFN activation */
+    float *ffn_full;    /* (min(T, FFN_CHUNK), n_ff) every rank's FFN activation */
     float *part;        /* (T, max(shard n_embd, shard n_vocab)) this rank's columns of a matmul */
     int32_t *copies;    /* (cap_copies, 2) KV block copies since the last pass (rank 0) */
     int32_t n_copies, cap_copies;
@@ -166,12 +173,13 @@ ix_status ix_model_ctx_create(ix_model_ctx **out, const ix_model *m, ix_kv *kv,
     c->k = alloc_f32(T * KVl);
     c->v = alloc_f32(T * KVl);
     c->att = alloc_f32(T * Ql);
-    c->gate = alloc_f32(T * Fl);
-    c->up = alloc_f32(T * Fl);
+    size_t TF = T < FFN_CHUNK ? T : FFN_CHUNK; /* the FFN runs FFN_CHUNK rows at a time */
+    c->gate = alloc_f32(TF * Fl);
+    c->up = alloc_f32(TF * Fl);
     c->xo = alloc_f32(T * E);
     c->ya = alloc_f32(hp->parallel_blocks ? T * E : 0);
     c->att_full = tp ? alloc_f32(T * Q) : NULL;
-    c->ffn_full = tp ? alloc_f32(T * F) : NULL;
+    c->ffn_full = tp ? alloc_f32(TF * F) : NULL;
     size_t part = (size_t)(sh->n_embd > sh->n_vocab ? sh->n_embd : sh->n_vocab);
     c->part = tp ? alloc_f32(T * part) : NULL;
     c->plan_lens = tp ? ix_malloc(T * sizeof *c->plan_lens) : NULL;
@@ -719,26 +727,32 @@ static ix_status forward(ix_model_ctx *c, const ix_batch *b, const ix_model_plan
             if ((s = rows(c, b, ROW_ATTN_RESID, il, NULL, T, E)) != IX_OK) return s;
         }
         lap(hp->parallel_blocks ? &pf->matmul_ns : &pf->rows_ns, &t);
-        /* feed-forward: down(act(gate(xb)) * up(xb)) or down(gelu(up(xb))) */
-        const float *ffn_in;
-        if (l->w_gate.data) {
-            if ((s = matmul_n(c, (const ix__weight *const[]){&l->w_gate, &l->w_up},
-                              (float *const[]){c->gate, c->up}, 2, c->xb, T)) != IX_OK)
-                return s;
-            ffn_in = c->gate;
-        } else {
-            if ((s = matmul(c, &l->w_up, c->xb, T, c->up)) != IX_OK) return s;
-            ffn_in = c->up;
+        /* feed-forward: down(act(gate(xb)) * up(xb)) or down(gelu(up(xb))),
+         * FFN_CHUNK rows at a time; the chunk's output replaces its own rows
+         * of xb, which nothing reads again */
+        for (size_t r0 = 0; r0 < T; r0 += FFN_CHUNK) {
+            size_t n = T - r0 < FFN_CHUNK ? T - r0 : FFN_CHUNK;
+            float *xc = c->xb + r0 * E;
+            const float *ffn_in;
+            if (l->w_gate.data) {
+                if ((s = matmul_n(c, (const ix__weight *const[]){&l->w_gate, &l->w_up},
+                                  (float *const[]){c->gate, c->up}, 2, xc, n)) != IX_OK)
+                    return s;
+                ffn_in = c->gate;
+            } else {
+                if ((s = matmul(c, &l->w_up, xc, n, c->up)) != IX_OK) return s;
+                ffn_in = c->up;
+            }
+            lap(&pf->matmul_ns, &t);
+            if ((s = rows(c, b, ROW_FFN_ACT, il, NULL, n, F)) != IX_OK) return s;
+            lap(&pf->rows_ns, &t);
+            if (m->comm) {
+                if ((s = gather(c, ffn_in, c->ffn_full, n, IX__COLS_FF, false)) != IX_OK) return s;
+                ffn_in = c->ffn_full;
+            }
+            if ((s = matmul_gather(c, &l->w_down, ffn_in, n, xc, IX__COLS_EMBD, false)) != IX_OK) return s;
+            lap(&pf->matmul_ns, &t);
         }
-        lap(&pf->matmul_ns, &t);
-        if ((s = rows(c, b, ROW_FFN_ACT, il, NULL, T, F)) != IX_OK) return s;
-        lap(&pf->rows_ns, &t);
-        if (m->comm) {
-            if ((s = gather(c, ffn_in, c->ffn_full, T, IX__COLS_FF, false)) != IX_OK) return s;
-            ffn_in = c->ffn_full;
-        }
-        if ((s = matmul_gather(c, &l->w_down, ffn_in, T, c->xb, IX__COLS_EMBD, false)) != IX_OK) return s;
-        lap(&pf->matmul_ns, &t);
         /* x += the block's outputs, normed for the next layer (the last
          * layer's residual is needed only in the rows that give logits) */
         if (il + 1 < hp->n_layer && (s = rows(c, b, ROW_FFN_RESID, il, NULL, T, E)) != IX_OK) return s;
