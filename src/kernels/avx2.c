@@ -353,7 +353,6 @@ typedef enum kq_type {
  *   IQ4_XS      as IQ4_NL with a signed scale per 32 (ix__sub_scales);
  *   Q2_K        c = 0, a scale and min per 16: halves apart as Q6_K's;
  *   Q3_K        c = 4 (2 bits | the hmask bit << 2), a signed scale per 16. */
-static const int8_t k_iq4_grid[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 static inline __attribute__((always_inline)) __m256i kq_dp(__m256i acc, __m256i w, __m256i x) {
 #if IX_AVX2_VNNI
@@ -415,7 +414,7 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
     const int c4 = t == KQ_Q5_0 ? 4 : t == KQ_Q6_K ? 8 : t == KQ_Q3_K ? 1 : iq && vnni ? 32 : 0;
     const __m256i nib = _mm256_set1_epi8(0x0f);
     int8_t grid[16];
-    for (int i = 0; i < 16; i++) grid[i] = (int8_t)(k_iq4_grid[i] ^ (vnni ? (int8_t)0x80 : 0)); /* + 128 as u8 */
+    for (int i = 0; i < 16; i++) grid[i] = (int8_t)(ix__iq4_grid[i] ^ (vnni ? (int8_t)0x80 : 0)); /* + 128 as u8 */
     const __m256i vgrid = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)grid));
     __m256 acc[Q_RX];
     for (int i = 0; i < rx; i++) acc[i] = _mm256_setzero_ps();

@@ -558,7 +558,6 @@ typedef enum kq_type {
  *               scale per 16, halves apart.
  * Their sub-block scales (IQ4_XS, Q2_K, Q3_K) are decoded once per
  * super-block for the 8 rows into a table in the reduced layout. */
-static const int8_t k_iq4_grid[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 /* The reduced layout's dword of row r (0..7) is at kq_lane(r) and kq_lane(r) + 2. */
 static inline size_t kq_lane(int r) { return (size_t)(4 * (r % 4) + r / 4); }
@@ -650,7 +649,7 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
     const __m512i nib = _mm512_set1_epi8(0x0f);
     const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
     int8_t grid[16];
-    for (int i = 0; i < 16; i++) grid[i] = (int8_t)(k_iq4_grid[i] ^ (vnni ? (int8_t)0x80 : 0)); /* + 128 as u8 */
+    for (int i = 0; i < 16; i++) grid[i] = (int8_t)(ix__iq4_grid[i] ^ (vnni ? (int8_t)0x80 : 0)); /* + 128 as u8 */
     const __m512i vgrid = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)grid));
     __m512 acc[Q_RX];
     for (int i = 0; i < rx; i++) acc[i] = _mm512_setzero_ps();

@@ -279,6 +279,9 @@ static inline void ix__k4_scales(const uint8_t *sc, uint8_t out[16]) {
     memcpy(out, v, 16);
 }
 
+/* IQ4_NL / IQ4_XS: the value of each 4-bit code (the formats' table; quants.c) */
+extern const int8_t ix__iq4_grid[16];
+
 /* IQ4_XS, Q2_K, Q3_K: block j's (elements 32 j .. 32 j + 31) integer scales
  * sc[0], sc[1] (one per 16) and mins mn[0], mn[1] (Q2_K; else 0) from the
  * super-block at b (layouts in docs/kernels.md). The unpacks and the vector
@@ -326,12 +329,10 @@ IX__MM_DECL(ix__mm_f32_avx512) IX__MM_DECL(ix__mm_f16_avx512) IX__MM_DECL(ix__mm
 #endif
 #if defined(IX_KERNELS_HAVE_NEON)
 IX__MM_DECL(ix__mm_float_neon) /* F32 / F16 / BF16, both NEON tables */
-IX__MM_DECL(ix__mm_q8_0_neon) IX__MM_DECL(ix__mm_q8_0_neondot)
-IX__MM_DECL(ix__mm_q4_0_neon) IX__MM_DECL(ix__mm_q4_0_neondot)
-IX__MM_DECL(ix__mm_q5_0_neon) IX__MM_DECL(ix__mm_q5_0_neondot)
-IX__MM_DECL(ix__mm_q4_k_neon) IX__MM_DECL(ix__mm_q4_k_neondot)
-IX__MM_DECL(ix__mm_q5_k_neon) IX__MM_DECL(ix__mm_q5_k_neondot)
-IX__MM_DECL(ix__mm_q6_k_neon) IX__MM_DECL(ix__mm_q6_k_neondot)
+#define IX__MM_DECL_NEON(t) IX__MM_DECL(ix__mm_##t##_neon) IX__MM_DECL(ix__mm_##t##_neondot)
+IX__MM_DECL_NEON(q8_0) IX__MM_DECL_NEON(q4_0) IX__MM_DECL_NEON(q5_0) IX__MM_DECL_NEON(q4_k) IX__MM_DECL_NEON(q5_k)
+IX__MM_DECL_NEON(q6_k) IX__MM_DECL_NEON(q4_1) IX__MM_DECL_NEON(q5_1) IX__MM_DECL_NEON(iq4_nl) IX__MM_DECL_NEON(iq4_xs)
+IX__MM_DECL_NEON(q2_k) IX__MM_DECL_NEON(q3_k)
 #endif
 
 /* ---- packed weights (ix_kernels_pack) ---------------------------------------

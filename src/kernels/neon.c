@@ -427,7 +427,9 @@ void ix__mm_float_neon(const ix_matmul *mm, size_t n0, size_t n1) {
 /* ---- the other quantized types: block decoders for neon_q.h's kq tiles -------------------
  * A W row's 32-element block decoded in registers into signed codes q (two
  * int8x16), which the signed dots take as they are: no offsets to remove. */
-typedef enum kq_type { KQ_Q5_0, KQ_Q4_K, KQ_Q5_K, KQ_Q6_K } kq_type;
+typedef enum kq_type {
+    KQ_Q5_0, KQ_Q4_K, KQ_Q5_K, KQ_Q6_K, KQ_Q4_1, KQ_Q5_1, KQ_IQ4_NL, KQ_IQ4_XS, KQ_Q2_K, KQ_Q3_K, KQ_N
+} kq_type;
 
 /* v >> n per byte (n a run-time count) */
 static inline __attribute__((always_inline)) uint8x16_t shr_u8(uint8x16_t v, int n) {
@@ -447,12 +449,37 @@ static inline __attribute__((always_inline)) void kq_decode(kq_type t, const uin
     const uint8x16_t nib = vdupq_n_u8(0x0f);
     uint8x16_t l, h;
     int off;
-    if (t == KQ_Q5_0) {
-        uint8x16_t v = vld1q_u8(p + 6);
-        uint32_t qh = ix__load_u32(p + 2);
-        l = vorrq_u8(vandq_u8(v, nib), q5_bits(qh, 0));
-        h = vorrq_u8(vshrq_n_u8(v, 4), q5_bits(qh, 16));
-        off = 16;
+    if (t == KQ_IQ4_NL || t == KQ_IQ4_XS) { /* codes index the grid: the values are signed already */
+        const int8x16_t grid = vld1q_s8(ix__iq4_grid);
+        uint8x16_t v = vld1q_u8(p + (t == KQ_IQ4_NL ? 2 : 8 + 16 * j));
+        *lo = vqtbl1q_s8(grid, vandq_u8(v, nib));
+        *hi = vqtbl1q_s8(grid, vshrq_n_u8(v, 4));
+        return;
+    }
+    if (t == KQ_Q5_0 || t == KQ_Q5_1 || t == KQ_Q4_1) {
+        const size_t qs = t == KQ_Q5_0 ? 6 : t == KQ_Q5_1 ? 8 : 4;
+        uint8x16_t v = vld1q_u8(p + qs);
+        l = vandq_u8(v, nib);
+        h = vshrq_n_u8(v, 4);
+        if (t != KQ_Q4_1) { /* fifth bits: a u32 qh before the codes */
+            uint32_t qh = ix__load_u32(p + qs - 4);
+            l = vorrq_u8(l, q5_bits(qh, 0));
+            h = vorrq_u8(h, q5_bits(qh, 16));
+        }
+        off = t == KQ_Q5_0 ? 16 : 0; /* Q4_1 / Q5_1: unsigned codes, the min term below */
+    } else if (t == KQ_Q2_K || t == KQ_Q3_K) {
+        /* 2-bit planes: element 32 (j % 4) + i of a 128-element half at bits 2 (j % 4) of byte i */
+        const uint8_t *q = p + (t == KQ_Q2_K ? 16 : 32) + 32 * (j / 4);
+        const uint8x16_t three = vdupq_n_u8(3);
+        const int sh = 2 * (int)(j % 4);
+        l = vandq_u8(shr_u8(vld1q_u8(q), sh), three);
+        h = vandq_u8(shr_u8(vld1q_u8(q + 16), sh), three);
+        if (t == KQ_Q3_K) { /* q + 4 = the 2 bits | bit j of hmask[i] << 2 */
+            const uint8x16_t one = vdupq_n_u8(1);
+            l = vorrq_u8(l, vshlq_n_u8(vandq_u8(shr_u8(vld1q_u8(p), (int)j), one), 2));
+            h = vorrq_u8(h, vshlq_n_u8(vandq_u8(shr_u8(vld1q_u8(p + 16), (int)j), one), 2));
+        }
+        off = t == KQ_Q3_K ? 4 : 0;
     } else if (t == KQ_Q4_K || t == KQ_Q5_K) {
         const uint8_t *q = p + (t == KQ_Q5_K ? 48 : 16) + 32 * (j / 2);
         l = vandq_u8(shr_u8(vld1q_u8(q), 4 * (int)(j % 2)), nib);
@@ -521,12 +548,12 @@ static inline float32x4_t rows4_h(const uint8_t *const p[4], size_t o) {
 #else
 /* no sdot build: the dotprod column is never reached (ix__kernels_neon hands
  * out the plain table), but the traits name it */
-void ix__mm_q8_0_neondot(const ix_matmul *mm, size_t n0, size_t n1) { ix__mm_q8_0_neon(mm, n0, n1); }
-void ix__mm_q4_0_neondot(const ix_matmul *mm, size_t n0, size_t n1) { ix__mm_q4_0_neon(mm, n0, n1); }
-void ix__mm_q5_0_neondot(const ix_matmul *mm, size_t n0, size_t n1) { ix__mm_q5_0_neon(mm, n0, n1); }
-void ix__mm_q4_k_neondot(const ix_matmul *mm, size_t n0, size_t n1) { ix__mm_q4_k_neon(mm, n0, n1); }
-void ix__mm_q5_k_neondot(const ix_matmul *mm, size_t n0, size_t n1) { ix__mm_q5_k_neon(mm, n0, n1); }
-void ix__mm_q6_k_neondot(const ix_matmul *mm, size_t n0, size_t n1) { ix__mm_q6_k_neon(mm, n0, n1); }
+#define NEON_DOT_AS_PLAIN(t)                                                                     \
+    void ix__mm_##t##_neondot(const ix_matmul *mm, size_t n0, size_t n1) { ix__mm_##t##_neon(mm, n0, n1); }
+NEON_DOT_AS_PLAIN(q8_0) NEON_DOT_AS_PLAIN(q4_0) NEON_DOT_AS_PLAIN(q5_0) NEON_DOT_AS_PLAIN(q4_k)
+NEON_DOT_AS_PLAIN(q5_k) NEON_DOT_AS_PLAIN(q6_k) NEON_DOT_AS_PLAIN(q4_1) NEON_DOT_AS_PLAIN(q5_1)
+NEON_DOT_AS_PLAIN(iq4_nl) NEON_DOT_AS_PLAIN(iq4_xs) NEON_DOT_AS_PLAIN(q2_k) NEON_DOT_AS_PLAIN(q3_k)
+#undef NEON_DOT_AS_PLAIN
 #endif
 
 /* ---- RoPE (adjacent pairs; NEOX is vecops.h's) --------------------------------------------- */

@@ -104,9 +104,16 @@ static inline __attribute__((always_inline)) int32x4_t NQ(reduce4)(const int32x4
 
 static inline __attribute__((always_inline)) void NQ(kq_run)(const ix__tile *a, kq_type t, int rx) {
     const size_t nb = a->k / IX__QK;
-    const size_t per = t == KQ_Q5_0 ? 1 : 8;
-    const size_t bytes = t == KQ_Q5_0 ? 22 : t == KQ_Q4_K ? 144 : t == KQ_Q5_K ? 176 : 210;
+    const bool blk32 = t == KQ_Q5_0 || t == KQ_Q4_1 || t == KQ_Q5_1 || t == KQ_IQ4_NL; /* 32-element blocks */
+    const size_t per = blk32 ? 1 : 8;
+    const size_t bytes = t == KQ_Q5_0 ? 22 : t == KQ_Q4_K ? 144 : t == KQ_Q5_K ? 176 : t == KQ_Q6_K ? 210
+                         : t == KQ_Q4_1 ? 20 : t == KQ_Q5_1 ? 24 : t == KQ_IQ4_NL ? 18 : t == KQ_IQ4_XS ? 136
+                         : t == KQ_Q2_K ? 84 : 110;
     const bool k4 = t == KQ_Q4_K || t == KQ_Q5_K; /* 6-bit scales and mins per 32 */
+    const bool m1 = t == KQ_Q4_1 || t == KQ_Q5_1; /* min term m * s */
+    const bool tabled = t == KQ_IQ4_XS || t == KQ_Q2_K || t == KQ_Q3_K; /* ix__sub_scales */
+    const bool halves = t == KQ_Q6_K || t == KQ_Q2_K || t == KQ_Q3_K; /* a scale per 16 */
+    const ix_dtype dt = t == KQ_IQ4_XS ? IX_DTYPE_IQ4_XS : t == KQ_Q2_K ? IX_DTYPE_Q2_K : IX_DTYPE_Q3_K;
     float32x4_t acc[NQ_RX];
     for (int i = 0; i < rx; i++) acc[i] = vdupq_n_f32(0.0f);
     uint8_t scm[NQ_RW][16]; /* Q4_K: per row, the super-block's scales and mins */
@@ -115,28 +122,34 @@ static inline __attribute__((always_inline)) void NQ(kq_run)(const ix__tile *a, 
         const size_t j = b % per;
         const uint8_t *p[NQ_RW]; /* the rows' (super-)blocks */
         for (int r = 0; r < NQ_RW; r++) p[r] = a->w + (size_t)r * a->ws + b / per * bytes;
-        if (t == KQ_Q5_0) dw = rows4_h(p, 0);
-        if (j == 0 && t == KQ_Q6_K) dw = rows4_h(p, 208);
-        if (j == 0 && k4) {
-            for (int r = 0; r < NQ_RW; r++) ix__k4_scales(p[r] + 4, scm[r]);
-            dw = rows4_h(p, 0);
-            dm = vnegq_f32(rows4_h(p, 2)); /* -dmin, exactly */
+        if (blk32) dw = rows4_h(p, 0);
+        if (m1) dm = rows4_h(p, 2);
+        if (j == 0 && !blk32) {
+            if (k4)
+                for (int r = 0; r < NQ_RW; r++) ix__k4_scales(p[r] + 4, scm[r]);
+            dw = rows4_h(p, t == KQ_Q6_K ? 208 : t == KQ_Q2_K ? 80 : t == KQ_Q3_K ? 108 : 0);
+            if (k4 || t == KQ_Q2_K) dm = vnegq_f32(rows4_h(p, k4 ? 2 : 82)); /* -dmin, exactly */
         }
         int8x16_t lo[NQ_RW], hi[NQ_RW];
-        int32_t sc0[NQ_RW] = {0}, sc1[NQ_RW] = {0}, mn[NQ_RW] = {0};
+        int32_t sc0[NQ_RW] = {0}, sc1[NQ_RW] = {0}, mn[NQ_RW] = {0}, mn1[NQ_RW] = {0};
         for (int r = 0; r < NQ_RW; r++) {
             kq_decode(t, p[r], j, &lo[r], &hi[r]);
             if (k4) sc0[r] = scm[r][j], mn[r] = scm[r][8 + j];
             if (t == KQ_Q6_K) sc0[r] = (int8_t)p[r][192 + 2 * j], sc1[r] = (int8_t)p[r][193 + 2 * j];
+            if (tabled) {
+                int32_t sc[2], m[2];
+                ix__sub_scales(dt, p[r], j, sc, m);
+                sc0[r] = sc[0], sc1[r] = sc[1], mn[r] = m[0], mn1[r] = m[1];
+            }
         }
-        const int32x4_t vsc0 = vld1q_s32(sc0), vsc1 = vld1q_s32(sc1), vmn = vld1q_s32(mn);
+        const int32x4_t vsc0 = vld1q_s32(sc0), vsc1 = vld1q_s32(sc1), vmn = vld1q_s32(mn), vmn1 = vld1q_s32(mn1);
         for (int i = 0; i < rx; i++) {
             const uint8_t *xr = a->x + (size_t)i * a->xs;
             const int8_t *xq = (const int8_t *)xr + b * IX__QK;
             const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(xr + a->blk_off) + b;
             const int8x16_t x0 = vld1q_s8(xq), x1 = vld1q_s8(xq + 16);
             int32x4_t idot;
-            if (t == KQ_Q6_K) {
+            if (halves) {
                 int32x4_t dl[NQ_RW], dh[NQ_RW];
                 for (int r = 0; r < NQ_RW; r++) {
                     dl[r] = NQ(dot16)(vdupq_n_s32(0), lo[r], x0);
@@ -147,11 +160,19 @@ static inline __attribute__((always_inline)) void NQ(kq_run)(const ix__tile *a, 
                 int32x4_t d[NQ_RW];
                 for (int r = 0; r < NQ_RW; r++) d[r] = NQ(dot16)(NQ(dot16)(vdupq_n_s32(0), lo[r], x0), hi[r], x1);
                 idot = NQ(reduce4)(d);
-                if (k4) idot = vmulq_s32(vsc0, idot);
+                if (k4 || t == KQ_IQ4_XS) idot = vmulq_s32(vsc0, idot);
             }
             acc[i] = vfmaq_f32(acc[i], vcvtq_f32_s32(idot), vmulq_n_f32(dw, xb->d));
-            if (k4)
-                acc[i] = vfmaq_f32(acc[i], vcvtq_f32_s32(vmulq_n_s32(vmn, xb->s)), vmulq_n_f32(dm, xb->d));
+            if (k4 || m1 || t == KQ_Q2_K) {
+                int32x4_t imin;
+                if (t == KQ_Q2_K) { /* a min per 16: the halves' X sums */
+                    const int32_t s0 = vaddlvq_s8(x0), s1 = xb->s - s0;
+                    imin = vmlaq_n_s32(vmulq_n_s32(vmn, s0), vmn1, s1);
+                } else {
+                    imin = k4 ? vmulq_n_s32(vmn, xb->s) : vdupq_n_s32(xb->s);
+                }
+                acc[i] = vfmaq_f32(acc[i], vcvtq_f32_s32(imin), vmulq_n_f32(dm, xb->d));
+            }
         }
     }
     for (int i = 0; i < rx; i++) { /* ncols: NQ_RW, or 1 in the walker's narrow path */
@@ -166,12 +187,18 @@ NQ_KQ(Q5_0, 1) NQ_KQ(Q5_0, 2) NQ_KQ(Q5_0, 3) NQ_KQ(Q5_0, 4)
 NQ_KQ(Q4_K, 1) NQ_KQ(Q4_K, 2) NQ_KQ(Q4_K, 3) NQ_KQ(Q4_K, 4)
 NQ_KQ(Q5_K, 1) NQ_KQ(Q5_K, 2) NQ_KQ(Q5_K, 3) NQ_KQ(Q5_K, 4)
 NQ_KQ(Q6_K, 1) NQ_KQ(Q6_K, 2) NQ_KQ(Q6_K, 3) NQ_KQ(Q6_K, 4)
+NQ_KQ(Q4_1, 1) NQ_KQ(Q4_1, 2) NQ_KQ(Q4_1, 3) NQ_KQ(Q4_1, 4)
+NQ_KQ(Q5_1, 1) NQ_KQ(Q5_1, 2) NQ_KQ(Q5_1, 3) NQ_KQ(Q5_1, 4)
+NQ_KQ(IQ4_NL, 1) NQ_KQ(IQ4_NL, 2) NQ_KQ(IQ4_NL, 3) NQ_KQ(IQ4_NL, 4)
+NQ_KQ(IQ4_XS, 1) NQ_KQ(IQ4_XS, 2) NQ_KQ(IQ4_XS, 3) NQ_KQ(IQ4_XS, 4)
+NQ_KQ(Q2_K, 1) NQ_KQ(Q2_K, 2) NQ_KQ(Q2_K, 3) NQ_KQ(Q2_K, 4)
+NQ_KQ(Q3_K, 1) NQ_KQ(Q3_K, 2) NQ_KQ(Q3_K, 3) NQ_KQ(Q3_K, 4)
 #undef NQ_KQ
-static const ix__tile_fn NQ(k_kqtiles)[4][NQ_RX] = {
-    {NQ(kq_Q5_0_1), NQ(kq_Q5_0_2), NQ(kq_Q5_0_3), NQ(kq_Q5_0_4)},
-    {NQ(kq_Q4_K_1), NQ(kq_Q4_K_2), NQ(kq_Q4_K_3), NQ(kq_Q4_K_4)},
-    {NQ(kq_Q5_K_1), NQ(kq_Q5_K_2), NQ(kq_Q5_K_3), NQ(kq_Q5_K_4)},
-    {NQ(kq_Q6_K_1), NQ(kq_Q6_K_2), NQ(kq_Q6_K_3), NQ(kq_Q6_K_4)}};
+#define NQ_KQ_ROW(T) {NQ(kq_##T##_1), NQ(kq_##T##_2), NQ(kq_##T##_3), NQ(kq_##T##_4)}
+static const ix__tile_fn NQ(k_kqtiles)[KQ_N][NQ_RX] = {
+    NQ_KQ_ROW(Q5_0), NQ_KQ_ROW(Q4_K), NQ_KQ_ROW(Q5_K), NQ_KQ_ROW(Q6_K), NQ_KQ_ROW(Q4_1),
+    NQ_KQ_ROW(Q5_1), NQ_KQ_ROW(IQ4_NL), NQ_KQ_ROW(IQ4_XS), NQ_KQ_ROW(Q2_K), NQ_KQ_ROW(Q3_K)};
+#undef NQ_KQ_ROW
 
 /* ---- packed layout (ix_kernels_pack) -----------------------------------------
  * A 16-byte quarter of a 64-byte plane is 4 W rows ("a quad"), 4 code bytes
@@ -326,18 +353,13 @@ void NQ_MM(q4_0, NQ_PATH)(const ix_matmul *mm, size_t n0, size_t n1) {
     if (mm->w_packed) ix__pk_walk(mm, n0, n1, NQ(k_pk)[1], NQ_PK_RX, NQ_PK_MCHUNK, NULL);
     else ix__matmul_tiles(mm, n0, n1, NQ(k_qtiles)[1], NQ_RX, NQ_RW);
 }
-void NQ_MM(q5_0, NQ_PATH)(const ix_matmul *mm, size_t n0, size_t n1) {
-    ix__matmul_tiles(mm, n0, n1, NQ(k_kqtiles)[KQ_Q5_0], NQ_RX, NQ_RW);
-}
-void NQ_MM(q4_k, NQ_PATH)(const ix_matmul *mm, size_t n0, size_t n1) {
-    ix__matmul_tiles(mm, n0, n1, NQ(k_kqtiles)[KQ_Q4_K], NQ_RX, NQ_RW);
-}
-void NQ_MM(q5_k, NQ_PATH)(const ix_matmul *mm, size_t n0, size_t n1) {
-    ix__matmul_tiles(mm, n0, n1, NQ(k_kqtiles)[KQ_Q5_K], NQ_RX, NQ_RW);
-}
-void NQ_MM(q6_k, NQ_PATH)(const ix_matmul *mm, size_t n0, size_t n1) {
-    ix__matmul_tiles(mm, n0, n1, NQ(k_kqtiles)[KQ_Q6_K], NQ_RX, NQ_RW);
-}
+#define NQ_MM_KQ(t, T)                                                                           \
+    void NQ_MM(t, NQ_PATH)(const ix_matmul *mm, size_t n0, size_t n1) {                          \
+        ix__matmul_tiles(mm, n0, n1, NQ(k_kqtiles)[KQ_##T], NQ_RX, NQ_RW);                       \
+    }
+NQ_MM_KQ(q5_0, Q5_0) NQ_MM_KQ(q4_k, Q4_K) NQ_MM_KQ(q5_k, Q5_K) NQ_MM_KQ(q6_k, Q6_K) NQ_MM_KQ(q4_1, Q4_1)
+NQ_MM_KQ(q5_1, Q5_1) NQ_MM_KQ(iq4_nl, IQ4_NL) NQ_MM_KQ(iq4_xs, IQ4_XS) NQ_MM_KQ(q2_k, Q2_K) NQ_MM_KQ(q3_k, Q3_K)
+#undef NQ_MM_KQ
 #undef NQ_MM
 #undef NQ_MM2
 

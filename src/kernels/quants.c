@@ -385,13 +385,13 @@ static void quantize_q5_1(const float *src, uint8_t *p, size_t n, const float *q
 }
 
 /* ---- IQ4_NL: fp16 d | u8 qs[16]        x[j] = d kv[lo(qs[j])], x[j+16] = d kv[hi] --- */
-static const int8_t k_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+const int8_t ix__iq4_grid[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 static void unpack_iq4_nl(const uint8_t *b, size_t j, ix__q32 *u) {
     (void)j;
     for (int i = 0; i < 16; i++) {
-        u->q[i] = k_iq4nl[b[2 + i] & 15];
-        u->q[i + 16] = k_iq4nl[b[2 + i] >> 4];
+        u->q[i] = ix__iq4_grid[b[2 + i] & 15];
+        u->q[i + 16] = ix__iq4_grid[b[2 + i] >> 4];
     }
     q32_plain(u, ld_h(b));
 }
@@ -400,7 +400,7 @@ static void unpack_iq4_nl(const uint8_t *b, size_t j, ix__q32 *u) {
 static int nearest_iq4(float v) {
     int best = 0;
     for (int i = 1; i < 16; i++)
-        if (fabsf(v - (float)k_iq4nl[i]) < fabsf(v - (float)k_iq4nl[best])) best = i;
+        if (fabsf(v - (float)ix__iq4_grid[i]) < fabsf(v - (float)ix__iq4_grid[best])) best = i;
     return best;
 }
 
@@ -416,9 +416,9 @@ static void pack_iq4_codes(const float *x, float d, uint8_t *qs) {
 static float iq4_scale(const float *x, const float *qw) {
     float vmax = signed_max(x);
     if (!(fabsf(vmax) > 1e-30f)) return 0.0f;
-    float d = vmax / (float)k_iq4nl[0], sqx = 0.0f, sqq = 0.0f;
+    float d = vmax / (float)ix__iq4_grid[0], sqx = 0.0f, sqq = 0.0f;
     for (int j = 0; j < IX__QK; j++) {
-        float q = (float)k_iq4nl[nearest_iq4(x[j] / d)];
+        float q = (float)ix__iq4_grid[nearest_iq4(x[j] / d)];
         float w = qw ? qw[j] : x[j] * x[j];
         sqx += w * q * x[j];
         sqq += w * q * q;
@@ -440,8 +440,8 @@ static void quantize_iq4_nl(const float *src, uint8_t *p, size_t n, const float 
 static void unpack_iq4_xs(const uint8_t *b, size_t j, ix__q32 *u) {
     const uint8_t *qs = b + 8 + 16 * j;
     for (int i = 0; i < 16; i++) {
-        u->q[i] = k_iq4nl[qs[i] & 15];
-        u->q[i + 16] = k_iq4nl[qs[i] >> 4];
+        u->q[i] = ix__iq4_grid[qs[i] & 15];
+        u->q[i + 16] = ix__iq4_grid[qs[i] >> 4];
     }
     q32_plain(u, ld_h(b));
     ix__sub_scales(IX_DTYPE_IQ4_XS, b, j, u->sc, u->mn);
@@ -721,20 +721,26 @@ static const ix__wtype k_wtypes[] = {
     Q_ROW(Q4_0, q4_0, false, IX__PACK_PLANES, 256,
           AVX2(q4_0) AVX512(ix__mm_q4_0_avx512bw, ix__mm_q4_0_avx512vnni)
               NEON(ix__mm_q4_0_neon, ix__mm_q4_0_neondot)),
-    Q_ROW(Q4_1, q4_1, true, IX__PACK_NONE, 0, AVX2(q4_1) AVX512(ix__mm_q4_1_avx512bw, ix__mm_q4_1_avx512vnni)),
+    Q_ROW(Q4_1, q4_1, true, IX__PACK_NONE, 0, AVX2(q4_1) AVX512(ix__mm_q4_1_avx512bw, ix__mm_q4_1_avx512vnni)
+              NEON(ix__mm_q4_1_neon, ix__mm_q4_1_neondot)),
     Q_ROW(Q5_0, q5_0, false, IX__PACK_NONE, 0, AVX2(q5_0) AVX512(ix__mm_q5_0_avx512bw, ix__mm_q5_0_avx512vnni)
               NEON(ix__mm_q5_0_neon, ix__mm_q5_0_neondot)),
-    Q_ROW(Q5_1, q5_1, true, IX__PACK_NONE, 0, AVX2(q5_1) AVX512(ix__mm_q5_1_avx512bw, ix__mm_q5_1_avx512vnni)),
-    Q_ROW(Q2_K, q2_k, true, IX__PACK_NONE, 0, AVX2(q2_k) AVX512(ix__mm_q2_k_avx512bw, ix__mm_q2_k_avx512vnni)),
-    Q_ROW(Q3_K, q3_k, false, IX__PACK_NONE, 0, AVX2(q3_k) AVX512(ix__mm_q3_k_avx512bw, ix__mm_q3_k_avx512vnni)),
+    Q_ROW(Q5_1, q5_1, true, IX__PACK_NONE, 0, AVX2(q5_1) AVX512(ix__mm_q5_1_avx512bw, ix__mm_q5_1_avx512vnni)
+              NEON(ix__mm_q5_1_neon, ix__mm_q5_1_neondot)),
+    Q_ROW(Q2_K, q2_k, true, IX__PACK_NONE, 0, AVX2(q2_k) AVX512(ix__mm_q2_k_avx512bw, ix__mm_q2_k_avx512vnni)
+              NEON(ix__mm_q2_k_neon, ix__mm_q2_k_neondot)),
+    Q_ROW(Q3_K, q3_k, false, IX__PACK_NONE, 0, AVX2(q3_k) AVX512(ix__mm_q3_k_avx512bw, ix__mm_q3_k_avx512vnni)
+              NEON(ix__mm_q3_k_neon, ix__mm_q3_k_neondot)),
     Q_ROW(Q4_K, q4_k, true, IX__PACK_NONE, 0, AVX2(q4_k) AVX512(ix__mm_q4_k_avx512bw, ix__mm_q4_k_avx512vnni)
               NEON(ix__mm_q4_k_neon, ix__mm_q4_k_neondot)),
     Q_ROW(Q5_K, q5_k, true, IX__PACK_NONE, 0,
           AVX2(q5_k) AVX512(ix__mm_q5_k_avx512bw, ix__mm_q5_k_avx512vnni) NEON(ix__mm_q5_k_neon, ix__mm_q5_k_neondot)),
     Q_ROW(Q6_K, q6_k, false, IX__PACK_NONE, 0, AVX2(q6_k) AVX512(ix__mm_q6_k_avx512bw, ix__mm_q6_k_avx512vnni)
               NEON(ix__mm_q6_k_neon, ix__mm_q6_k_neondot)),
-    Q_ROW(IQ4_NL, iq4_nl, false, IX__PACK_NONE, 0, AVX2(iq4_nl) AVX512(ix__mm_iq4_nl_avx512bw, ix__mm_iq4_nl_avx512vnni)),
-    Q_ROW(IQ4_XS, iq4_xs, false, IX__PACK_NONE, 0, AVX2(iq4_xs) AVX512(ix__mm_iq4_xs_avx512bw, ix__mm_iq4_xs_avx512vnni)),
+    Q_ROW(IQ4_NL, iq4_nl, false, IX__PACK_NONE, 0, AVX2(iq4_nl) AVX512(ix__mm_iq4_nl_avx512bw, ix__mm_iq4_nl_avx512vnni)
+              NEON(ix__mm_iq4_nl_neon, ix__mm_iq4_nl_neondot)),
+    Q_ROW(IQ4_XS, iq4_xs, false, IX__PACK_NONE, 0, AVX2(iq4_xs) AVX512(ix__mm_iq4_xs_avx512bw, ix__mm_iq4_xs_avx512vnni)
+              NEON(ix__mm_iq4_xs_neon, ix__mm_iq4_xs_neondot)),
 };
 
 const ix__wtype *ix__wtype_of(ix_dtype t) {

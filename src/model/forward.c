@@ -32,8 +32,9 @@
 /* The feed-forward block runs this many batch rows at a time: its gate and up
  * rows are the widest activations (2 x n_ff floats a token, 44 KiB for a
  * TinyLlama shape), so a 512-token step would keep 22 MiB of them resident
- * for good; at 128 rows the weights are still read from cache-sized tiles
- * and the extra passes over them cost nothing measurable (docs/model.md). */
+ * for good. The matmuls already pass over W once per 128 rows of X (48 for
+ * float weights: IX__MM_MCHUNK, PK_MCHUNK), so the chunks add no weight
+ * traffic (docs/model.md). */
 #define FFN_CHUNK ((size_t)128)
 
 struct ix_model_ctx {
