@@ -32,9 +32,10 @@ static void usage(FILE *f) {
                "              inferx:model_weight_resident_bytes, ...)\n"
                "  --help      this text\n"
                "\n"
-               "KV cache bytes = 2 (K and V) x layers x KV heads x head dim x ctx x batch x\n"
-               "bytes per element (f32 4, f16 2, int8 1; int8 quantization scales are not\n"
-               "counted). Sizes are decimal: 1 MB = 1,000,000 bytes.\n");
+               "KV cache bytes = layers x KV heads x (a K row + a V row) x ctx x batch, a row\n"
+               "of head-dim values in each --kv-cache-dtype (f32 4 bytes a value, f16 and bf16\n"
+               "2, q8_0 and fp8_e4m3 34 bytes per 32 values, q4_0 18: the scales counted).\n"
+               "Sizes are decimal: 1 MB = 1,000,000 bytes.\n");
 }
 
 /* ---- formatting -------------------------------------------------------- */
@@ -273,41 +274,39 @@ static void print_kv_cache(opt_u64 layers, opt_u64 kv_heads, opt_u64 k_dim, opt_
                k_dim.ok ? "" : " head-dim", ctx_ok ? "" : " context-length (give --ctx)");
         return;
     }
-    /* per token and layer: kv_heads x (k_dim + v_dim) elements */
-    uint64_t kv_dim, per_token, total;
-    char f[3][NUM_BUF], t[3][NUM_BUF], g1[NUM_BUF], g2[NUM_BUF];
-    if (ix_add_overflow_u64(k_dim.v, v_dim.v, &kv_dim)) {
-        printf("  not computed: head dims overflow\n");
-        return;
-    }
-    const uint64_t elt[3] = {4, 2, 1};
+    /* per token: layers x kv_heads x (a K row + a V row) of each dtype, the
+     * block types' scales included (ix_kv_dtype_row_bytes) */
+    char g1[NUM_BUF], g2[NUM_BUF];
     if (k_dim.v == v_dim.v)
-        printf("  2 x %" PRIu64 " layers x %" PRIu64 " KV heads x %" PRIu64 " head dim", layers.v, kv_heads.v,
-               k_dim.v);
+        printf("  2 x %" PRIu64 " layers x %" PRIu64 " KV heads x a row of %" PRIu64 " values", layers.v,
+               kv_heads.v, k_dim.v);
     else
-        printf("  %" PRIu64 " layers x %" PRIu64 " KV heads x (%" PRIu64 " K + %" PRIu64 " V head dim)", layers.v,
-               kv_heads.v, k_dim.v, v_dim.v);
-    printf(" x bytes per element (int8: 1 byte, scales not counted)\n");
-    for (int i = 0; i < 3; i++) {
-        uint64_t a[4] = {layers.v, kv_heads.v, kv_dim, elt[i]};
-        uint64_t b[3];
-        if (!mul_all(a, 4, &per_token)) {
+        printf("  %" PRIu64 " layers x %" PRIu64 " KV heads x (a K row of %" PRIu64 " + a V row of %" PRIu64
+               " values)",
+               layers.v, kv_heads.v, k_dim.v, v_dim.v);
+    printf(", by --kv-cache-dtype (block types with their scales)\n");
+    printf("  %-9s  %-22s  ctx %s x batch %s\n", "dtype", "per token", group(g1, sizeof g1, ctx),
+           group(g2, sizeof g2, batch));
+    for (int d = 0; d < IX_KV_DTYPE_COUNT; d++) {
+        char f[NUM_BUF], t[NUM_BUF];
+        size_t kr = ix_kv_dtype_row_bytes((ix_kv_dtype)d, (size_t)k_dim.v),
+               vr = ix_kv_dtype_row_bytes((ix_kv_dtype)d, (size_t)v_dim.v);
+        uint64_t per_token, total, row;
+        uint64_t a[3], b[3] = {0, ctx, batch};
+        if (!kr || !vr || ix_add_overflow_u64(kr, vr, &row)) { /* a block type and this head dim */
+            printf("  %-9s  %s\n", ix_kv_dtype_name((ix_kv_dtype)d), "not available for this head dim");
+            continue;
+        }
+        a[0] = layers.v, a[1] = kv_heads.v, a[2] = row;
+        if (!mul_all(a, 3, &per_token)) {
             printf("  not computed: size overflows\n");
             return;
         }
         b[0] = per_token;
-        b[1] = ctx;
-        b[2] = batch;
-        if (!mul_all(b, 3, &total)) {
-            snprintf(t[i], sizeof t[i], "overflow");
-        } else {
-            bytes_str(t[i], sizeof t[i], total);
-        }
-        bytes_str(f[i], sizeof f[i], per_token);
+        if (!mul_all(b, 3, &total)) snprintf(t, sizeof t, "overflow");
+        else bytes_str(t, sizeof t, total);
+        printf("  %-9s  %-22s  %s\n", ix_kv_dtype_name((ix_kv_dtype)d), bytes_str(f, sizeof f, per_token), t);
     }
-    printf("  per token:     f32 %s, f16 %s, int8 %s\n", f[0], f[1], f[2]);
-    printf("  ctx %s x batch %s:\n", group(g1, sizeof g1, ctx), group(g2, sizeof g2, batch));
-    printf("                 f32 %s, f16 %s, int8 %s\n", t[0], t[1], t[2]);
 }
 
 /* The architecture table's recipe, or why inferx cannot run the file. */
