@@ -24,7 +24,7 @@ int main(int argc, char **argv) {
     }
     ix_errbuf err = {{0}};
     ix_dist *d;
-    if (ix_dist_create(&d, n, &err) != IX_OK) {
+    if (ix_dist_create(&d, n, 1, &err) != IX_OK) {
         fprintf(stderr, "tp_comm_bench: %s\n", err.msg);
         return 1;
     }
