@@ -10,7 +10,8 @@
 #            (the default: one per stage) and 4 micro-batches a step: output tok/s
 # and, from the ranks' --pp reports, the activation bytes a step, stage 1's
 # share of its step time spent waiting (the bubble, transfers included) and
-# rank 0's wait a step. The load average is printed before and after: on a
+# rank 0's wait a step; then one hop's latency and bandwidth for a step's
+# message sizes (tp_comm_bench pp). The load average is printed before and after: on a
 # shared machine the figures are only comparable within one run.
 #   bench/pp_bench.sh [BUILD_DIR] [REPS] [MODEL]
 set -euo pipefail
@@ -67,4 +68,7 @@ awk -v d0="${med[d0]}" -v b0="${med[b0]}" -v d1="${med[d1]}" -v d2="${med[d2]}" 
     printf "batched (median of %d): 1 process x 2 threads %.1f out tok/s; 2 stages x 1 thread: %.1f (%.1f%%) with 1 micro-batch, %.1f (%.1f%%) with 2, %.1f (%.1f%%) with 4\n", n, b1, p1, (b1 > 0 ? 100 * p1 / b1 : 0), p2, (b1 > 0 ? 100 * p2 / b1 : 0), p4, (b1 > 0 ? 100 * p4 / b1 : 0)
     printf "        1 process x 1 thread %.1f out tok/s: 2 stages with 2 micro-batches = %.1f%% of it\n", b0, (b0 > 0 ? 100 * p2 / b0 : 0)
     printf "        with 2 micro-batches: stage 1 idle %.1f%% of its steps; rank 0 waits %.0f us a step; %.2f kB a step between ranks\n", bi, bw, bk }'
+if [ -x "$build/bin/tp_comm_bench" ]; then
+    mpi 2 "$build/bin/tp_comm_bench" 2 200 pp
+fi
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
