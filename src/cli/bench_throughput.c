@@ -355,7 +355,7 @@ int ix_cli_bench_throughput(int argc, char **argv) {
         {"--pp", NULL, "N", "pipeline parallelism over N stages (mpirun -np TP*PP ... --tp TP --pp PP)", IX_CLI_OPT_I32,
          &dopts.pp, 1, 1024, true, NULL},
         {"--micro-batches", NULL, "N", "a pipeline's split of each step (default: one per stage)", IX_CLI_OPT_I32,
-         &dopts.micro_batches, 1, 65536, true, NULL},
+         &dopts.micro_batches, 1, 65536, false, NULL},
     };
     int prc = ix_cli_parse_opts("bench", opts, IX_ARRAY_LEN(opts), argc, argv);
     if (prc == IX_CLI_HELP) usage(stdout, opts, IX_ARRAY_LEN(opts));

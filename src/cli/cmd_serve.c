@@ -367,7 +367,7 @@ int ix_cli_serve(int argc, char **argv) {
          "not with --kv-disk-dir or swap preemption",
          IX_CLI_OPT_I32, &dopts.pp, 1, 1024, true, NULL},
         {"--micro-batches", NULL, "N", "a pipeline's split of each step (default: one per stage)", IX_CLI_OPT_I32,
-         &dopts.micro_batches, 1, 65536, true, NULL},
+         &dopts.micro_batches, 1, 65536, false, NULL},
         IX_CLI_SPEC_OPTS(&ep.spec),
     };
     int prc = ix_cli_parse_opts("serve", opts, IX_ARRAY_LEN(opts), argc, argv);
