@@ -1,9 +1,12 @@
 /*
- * inferx dist: tensor parallelism across processes over MPI (docs/distributed.md).
+ * inferx dist: tensor and pipeline parallelism across processes over MPI
+ * (docs/distributed.md).
  *
  * The only module that includes mpi.h. It implements the model's
  * communication interface (ix_model_comm in model.h): the all-gathers of a
- * sharded forward pass, and the step plans rank 0 ships to the other ranks.
+ * sharded forward pass within a stage's tensor-parallel group, the
+ * point-to-point activations and outputs between pipeline stages, and the
+ * step plans rank 0 ships to the other ranks.
  * Rank 0 runs the engine (scheduler, sampling, KV block tables, HTTP); every
  * other rank loads its shard and calls ix_dist_serve, which runs rank 0's
  * plans until rank 0 stops it.

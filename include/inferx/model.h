@@ -252,7 +252,14 @@ ix_status ix_model_forward(ix_model_ctx *c, const ix_batch *b, float *logits);
  * is set (what embeddings pool). K/V are written as by ix_model_forward. */
 ix_status ix_model_forward_hidden(ix_model_ctx *c, const ix_batch *b, float *hidden);
 
-/* ---- tensor parallelism (docs/distributed.md) -------------------------------
+/* ---- tensor and pipeline parallelism (docs/distributed.md) -------------------
+ * A pipeline stage holds a contiguous range of layers (and their KV); within
+ * a stage, the tensor-parallel split below applies. A step's batch flows
+ * through the stages in micro-batches (ix_model_plan.n_micro): each stage
+ * sends its residual rows to the next (send/recv), the last one the
+ * outputs to the engine, so the logits are the same bits as one process's
+ * for any split (every kernel is batch invariant).
+ *
  * A model shard holds one rank's share of every layer: its query heads and
  * the KV heads they read (whole KV heads; a KV head shared by query heads of
  * two ranks is held by both), its rows of the output projection, of the FFN
