@@ -1,6 +1,6 @@
 # Model shards against the whole model, the ranks being threads joined by a
 # transport of the test's own (no MPI needed; runs under the sanitizers).
-ix_add_test(test_tp SOURCES test_tp.c LIBS ix_model Threads::Threads TIMEOUT 600)
+ix_add_test(test_tp SOURCES test_tp.c LIBS ix_model ix_engine Threads::Threads TIMEOUT 600)
 # Tensor and pipeline parallelism over MPI (docs/distributed.md): 2 and 3
 # ranks (--tp), 2 and 3 stages (--pp) and 2 x 2 (--tp 2 --pp 2) give one
 # process's greedy output on the bundled and the ../shared/arch models, and

@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "inferx/engine.h"
 #include "inferx/model.h"
 
 #define MODEL IX_SOURCE_DIR "/models/target-f16.gguf"
@@ -405,6 +406,22 @@ static void test_refusals(void **state) {
     c.n_stages = 2;
     c.stage = 2;
     refused(&c, NULL);
+    /* an engine over a pipeline stage refuses the swap and disk tiers (they
+     * would move K/V in rank 0's pool only); nothing is started before */
+    c.stage = 0;
+    ix_errbuf err = {{0}};
+    ix_model *m = NULL;
+    assert_int_equal(ix_model_load_shard(&m, MODEL, &c, NULL, NULL, &err), IX_OK);
+    ix_engine_params ep = ix_engine_default_params();
+    ep.sched.preempt = IX_PREEMPT_SWAP;
+    ix_engine *e = NULL;
+    assert_int_equal(ix_engine_create(&e, m, &ep, &err), IX_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "pipeline parallelism"));
+    ep.sched.preempt = IX_PREEMPT_RECOMPUTE;
+    ep.kv_disk_dir = "/nonexistent-kv-dir";
+    assert_int_equal(ix_engine_create(&e, m, &ep, &err), IX_ERR_UNSUPPORTED);
+    assert_null(e);
+    ix_model_destroy(m);
 }
 
 /* A rank checks every plan against its pool: a block outside it, a table
