@@ -121,7 +121,7 @@ start_serve() {
     done
     [ -n "$port" ] || { cat "$log"; echo "FAIL: serve $* did not come up"; exit 1; }
     ready=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/ready")
-    [ "$ready" = 200 ] || { echo "FAIL: /ready says $ready with every rank up"; exit 1; }
+    [ "$ready" = 200 ] || { cat "$log"; echo "FAIL: /ready says $ready with every rank up"; exit 1; }
 }
 
 if [ "$part" = pp ]; then
@@ -134,17 +134,24 @@ if [ "$part" = pp ]; then
     same "$bundled" "It was on this point that she had" 4 "--tp 2 --pp 2"
     INFERX_REPACK=0 same "$bundled" "It was on this point that she had" 2 "--pp 2 --micro-batches 3"
 
-    # bad launches: more stages than layers, --micro-batches without --pp, the disk tier
+    # bad launches: more stages than layers, --micro-batches without --pp, the
+    # disk tier, a missing model (every rank), a rank count unlike TP x PP
     if mpi 7 "$bin" run --pp 7 -p x >/dev/null 2>"$tmp/err"; then echo "FAIL: 7 stages for 6 layers ran"; exit 1; fi
     grep -q "at most one stage per layer" "$tmp/err" || { cat "$tmp/err"; echo "FAIL: no layers error"; exit 1; }
     if "$bin" run --micro-batches 2 -p x >/dev/null 2>"$tmp/err"; then echo "FAIL: lone --micro-batches ran"; exit 1; fi
     grep -q "needs --pp" "$tmp/err" || { cat "$tmp/err"; echo "FAIL: no --micro-batches error"; exit 1; }
     if "$bin" serve --pp 2 --kv-disk-dir "$tmp/kv" >/dev/null 2>"$tmp/err"; then echo "FAIL: disk tier ran"; exit 1; fi
     grep -q "kv-disk-dir" "$tmp/err" || { cat "$tmp/err"; echo "FAIL: no disk tier refusal"; exit 1; }
+    if mpi 4 "$bin" run --tp 2 --pp 2 -m "$tmp/none.gguf" -p x >/dev/null 2>"$tmp/err"; then
+        echo "FAIL: a missing model ran under --tp 2 --pp 2"; exit 1
+    fi
+    grep -q "none.gguf" "$tmp/err" || { cat "$tmp/err"; echo "FAIL: the missing file is not named"; exit 1; }
+    if mpi 2 "$bin" run --tp 2 --pp 2 -p x >/dev/null 2>"$tmp/err"; then echo "FAIL: 2 ranks for 2 x 2 ran"; exit 1; fi
+    grep -q "the MPI job has 2" "$tmp/err" || { cat "$tmp/err"; echo "FAIL: no rank-count error"; exit 1; }
     echo "ok: bad pipeline launches"
 
     # A batch: 6 concurrent greedy requests, prefill in chunks of 16 tokens,
-    # a KV pool too small for all of them (recompute preemption), prefix
+    # a KV pool too small for any two of them (recompute preemption), prefix
     # caching on (two prompts share a prefix): the texts of one process and
     # of --pp 2 and --tp 2 --pp 2 must be the same.
     prompts=("It was on this point that she had" "Emma Woodhouse, handsome, clever, and rich"
@@ -170,15 +177,17 @@ if [ "$part" = pp ]; then
             [ -s "$tmp/$tag.text.$i" ] || { cat "$tmp/$tag.$i" "$tmp/$tag.err"; echo "FAIL: $tag request $i"; exit 1; }
         done
         pre=$(sed -n 's/^inferx:num_preemptions_total{.*mode="recompute"} \([0-9.e+]*\)$/\1/p' "$tmp/$tag.metrics")
-        echo "$tag: ${pre:-?} recompute preemptions"
+        hits=$(sed -n 's/^inferx:prefix_cache_hits_total{.*} \([0-9.e+]*\)$/\1/p' "$tmp/$tag.metrics")
+        echo "$tag: ${pre:-?} recompute preemptions, ${hits:-?} prompt tokens from the prefix cache"
         [ -n "$pre" ] && [ "$pre" != 0 ] || { echo "FAIL: $tag: no preemption (make the KV pool smaller)"; exit 1; }
     }
-    # KV pools of about 10 blocks of 16 tokens on rank 0 (a stage holds half the
-    # layers, a tensor-parallel rank half the KV heads: half the bytes each),
-    # for 6 sequences of up to 4 blocks each
-    batch one 0 --kv-cache-mem 360K
-    batch pp 2 --pp 2 --kv-cache-mem 180K
-    batch tpp 4 --tp 2 --pp 2 --kv-cache-mem 90K
+    # KV pools of 6 blocks of 16 tokens on rank 0 (36 KiB a block for the whole
+    # model; a stage holds half the layers, a tensor-parallel rank half the KV
+    # heads: half the bytes each) for 6 sequences of up to 5 blocks each: any
+    # two that overlap in time cannot both finish without a preemption
+    batch one 0 --kv-cache-mem 220K
+    batch pp 2 --pp 2 --kv-cache-mem 110K
+    batch tpp 4 --tp 2 --pp 2 --kv-cache-mem 55K
     for tag in pp tpp; do
         for i in "${!prompts[@]}"; do
             cmp -s "$tmp/one.text.$i" "$tmp/$tag.text.$i" ||
