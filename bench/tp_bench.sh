@@ -10,19 +10,10 @@
 # machine the figures are only comparable within one run.
 #   bench/tp_bench.sh [BUILD_DIR] [REPS] [MODEL]
 set -euo pipefail
-build=${1:-build} reps=${2:-5}
-bin=$build/bin/inferx
-model=${3:-$(dirname "$0")/../models/target-f16.gguf}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_tcp_if_include=lo
-mpi() { timeout 600 mpirun --oversubscribe --bind-to none -np "$@" </dev/null; }
-prompt="It was on this point that she had"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=bench/dist_lib.sh
+. "$(dirname "$0")/dist_lib.sh" "$@" # build, reps, bin, model, prompt, tmp
 
-median() { sort -g | awk '{v[NR]=$1} END {if (NR == 0) print 0; else if (NR % 2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
-decode_rate() { sed -n 's/.*generated [0-9]* tokens, \([0-9.]*\) tokens\/s.*/\1/p' "$1"; }
 exch_per_step() { sed -n 's/.*exchanges in [0-9.]* ms (\([0-9.]*\) us a step).*/\1/p' "$1"; }
-batched_rate() { awk '$1 == "concurrent" && $2 ~ /^[0-9.]+$/ {print $3}' "$1"; }
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 : >"$tmp/d1"; : >"$tmp/d2"; : >"$tmp/x2"; : >"$tmp/b1"; : >"$tmp/b2"

@@ -1,11 +1,13 @@
-/* Tensor-parallel model shards without MPI: the ranks are threads of this
- * process joined by a transport of their own (shared buffers and a barrier,
- * a real implementation of ix_model_comm, not a stand-in for one), so the
- * sanitizers see every rank. The logits of 2 and 3 shards must be the same
- * bits as the whole model's over the same script of KV operations: a chunked
- * prefill, a fork whose shared partial block is copied on write (the copy
- * hook's replay on the other ranks), decode steps of both sequences in one
- * batch, hidden states. Also: bad plans are refused with a message. */
+/* Tensor- and pipeline-parallel model shards without MPI: the ranks are
+ * threads of this process joined by a transport of their own (shared
+ * buffers, barriers and mailboxes, a real implementation of ix_model_comm,
+ * not a stand-in for one), so the sanitizers see every rank. The logits of 2
+ * and 3 shards, of 2 and 3 pipeline stages (with micro-batches) and of 2 x 2
+ * must be the same bits as the whole model's over the same script of KV
+ * operations: a chunked prefill, a fork whose shared partial block is copied
+ * on write (the copy hook's replay on the other ranks), decode steps of both
+ * sequences in one batch, hidden states. Also: bad plans are refused with a
+ * message. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,18 +18,32 @@
 
 #include <cmocka.h>
 
+#include "inferx/engine.h"
 #include "inferx/model.h"
 
 #define MODEL IX_SOURCE_DIR "/models/target-f16.gguf"
-#define MAX_RANKS 3
+#define MAX_RANKS 4
+#define MAX_MAIL 64 /* messages in flight between two ranks */
 #define N_DECODE 6
 
 /* ---- the thread transport ------------------------------------------------ */
 enum { MSG_START = 1, MSG_STEP, MSG_STOP };
 
+typedef struct mail {
+    float *data;
+    size_t n;
+    int32_t tag;
+} mail;
+
 typedef struct shared {
-    int32_t n_ranks;
-    pthread_barrier_t bar;
+    int32_t n_ranks;       /* tp * pp */
+    int32_t tp, pp;        /* rank r: rank r % tp of stage r / tp */
+    pthread_barrier_t bar; /* every rank: START, STEP, STOP */
+    pthread_barrier_t gbar[MAX_RANKS]; /* each stage's group: the exchanges */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    mail box[MAX_RANKS][MAX_RANKS][MAX_MAIL]; /* [from][to]: in order */
+    int32_t n_box[MAX_RANKS][MAX_RANKS];
     const float *mine[MAX_RANKS]; /* each rank's block of the exchange in progress */
     int msg;
     ix_kv_params kvp;
@@ -43,23 +59,78 @@ typedef struct rank {
     ix_model *m;
 } rank;
 
-static void copy_blocks(const shared *sh, float *out, size_t rows, const int32_t *cols) {
+/* The blocks of the group of ranks g0 .. g0 + tp - 1 side by side. */
+static void copy_blocks(const shared *sh, int32_t g0, float *out, size_t rows, const int32_t *cols) {
     size_t total = 0, col0 = 0;
-    for (int32_t r = 0; r < sh->n_ranks; r++) total += (size_t)cols[r];
-    for (int32_t r = 0; r < sh->n_ranks; r++) {
+    for (int32_t r = 0; r < sh->tp; r++) total += (size_t)cols[r];
+    for (int32_t r = 0; r < sh->tp; r++) {
         for (size_t i = 0; i < rows; i++)
-            memcpy(out + i * total + col0, sh->mine[r] + i * (size_t)cols[r], (size_t)cols[r] * sizeof(float));
+            memcpy(out + i * total + col0, sh->mine[g0 + r] + i * (size_t)cols[r], (size_t)cols[r] * sizeof(float));
         col0 += (size_t)cols[r];
     }
 }
 
-/* out NULL: this rank only contributes (a gather to rank 0). */
+/* Within the stage's group; out NULL: this rank only contributes (a gather
+ * to the group's rank 0). */
 static ix_status t_exchange(void *user, const float *mine, float *out, size_t rows, const int32_t *cols) {
     rank *rk = user;
-    rk->sh->mine[rk->id] = mine;
-    pthread_barrier_wait(&rk->sh->bar);
-    if (out) copy_blocks(rk->sh, out, rows, cols);
-    pthread_barrier_wait(&rk->sh->bar); /* no rank reuses its block before all have read it */
+    shared *sh = rk->sh;
+    int32_t stage = rk->id / sh->tp;
+    sh->mine[rk->id] = mine;
+    pthread_barrier_wait(&sh->gbar[stage]);
+    if (out) copy_blocks(sh, stage * sh->tp, out, rows, cols);
+    pthread_barrier_wait(&sh->gbar[stage]); /* no rank reuses its block before all have read it */
+    return IX_OK;
+}
+
+/* Pipeline: a copy of buf into the mailbox of the same group rank of stage
+ * `stage` (the caller may reuse buf at once: flush has nothing to wait for). */
+static ix_status t_send(void *user, const float *buf, size_t n, int32_t stage, int32_t tag) {
+    rank *rk = user;
+    shared *sh = rk->sh;
+    int32_t to = stage * sh->tp + rk->id % sh->tp;
+    float *copy = malloc((n ? n : 1) * sizeof *copy);
+    if (!copy) return IX_ERR_NOMEM;
+    memcpy(copy, buf, n * sizeof *copy);
+    pthread_mutex_lock(&sh->mu);
+    ix_status s = IX_ERR_INTERNAL;
+    if (sh->n_box[rk->id][to] < MAX_MAIL) {
+        sh->box[rk->id][to][sh->n_box[rk->id][to]++] = (mail){copy, n, tag};
+        copy = NULL;
+        s = IX_OK;
+    }
+    pthread_cond_broadcast(&sh->cv);
+    pthread_mutex_unlock(&sh->mu);
+    free(copy);
+    return s;
+}
+
+/* The first message of this tag from that rank; its size must be n. */
+static ix_status t_recv(void *user, float *buf, size_t n, int32_t stage, int32_t tag) {
+    rank *rk = user;
+    shared *sh = rk->sh;
+    int32_t from = stage * sh->tp + rk->id % sh->tp;
+    pthread_mutex_lock(&sh->mu);
+    for (;;) {
+        mail *box = sh->box[from][rk->id];
+        int32_t nb = sh->n_box[from][rk->id];
+        for (int32_t i = 0; i < nb; i++) {
+            if (box[i].tag != tag) continue;
+            mail got = box[i];
+            memmove(box + i, box + i + 1, (size_t)(nb - i - 1) * sizeof *box);
+            sh->n_box[from][rk->id]--;
+            pthread_mutex_unlock(&sh->mu);
+            ix_status s = got.n == n ? IX_OK : IX_ERR_FORMAT;
+            if (s == IX_OK) memcpy(buf, got.data, n * sizeof *buf);
+            free(got.data);
+            return s;
+        }
+        pthread_cond_wait(&sh->cv, &sh->mu);
+    }
+}
+
+static ix_status t_flush(void *user) {
+    (void)user;
     return IX_OK;
 }
 
@@ -209,22 +280,42 @@ static void run_one(outputs *o) {
     ix_model_destroy(m);
 }
 
-static void run_tp(int32_t n_ranks, outputs *o) {
-    shared sh = {.n_ranks = n_ranks};
-    pthread_barrier_init(&sh.bar, NULL, (unsigned)n_ranks);
+/* tp ranks in each of pp stages (rank r: rank r % tp of stage r / tp);
+ * micro: rank 0's micro-batches a step (0: one per stage). */
+static void run_dist(int32_t tp, int32_t pp, int32_t micro, outputs *o) {
+    shared *shp = calloc(1, sizeof *shp);
+    assert_non_null(shp);
+    shared *sh = shp;
+    int32_t n_ranks = tp * pp;
+    sh->n_ranks = n_ranks;
+    sh->tp = tp;
+    sh->pp = pp;
+    pthread_barrier_init(&sh->bar, NULL, (unsigned)n_ranks);
+    for (int32_t st = 0; st < pp; st++) pthread_barrier_init(&sh->gbar[st], NULL, (unsigned)tp);
+    pthread_mutex_init(&sh->mu, NULL);
+    pthread_cond_init(&sh->cv, NULL);
     rank rk[MAX_RANKS];
     pthread_t th[MAX_RANKS];
     ix_errbuf err = {{0}};
+    int32_t layers = 0;
     for (int32_t r = 0; r < n_ranks; r++) {
-        rk[r] = (rank){.sh = &sh, .id = r};
-        rk[r].comm = (ix_model_comm){.user = &rk[r], .rank = r, .n_ranks = n_ranks, .allgather = t_exchange,
-                                     .gather = t_exchange, .start = t_start, .step = t_step};
+        rk[r] = (rank){.sh = sh, .id = r};
+        rk[r].comm = (ix_model_comm){.user = &rk[r], .rank = r % tp, .n_ranks = tp, .stage = r / tp,
+                                     .n_stages = pp, .micro_batches = micro, .allgather = t_exchange,
+                                     .gather = t_exchange, .start = t_start, .step = t_step, .send = t_send,
+                                     .recv = t_recv, .flush = t_flush};
         assert_int_equal(ix_model_load_shard(&rk[r].m, MODEL, &rk[r].comm, NULL, NULL, &err), IX_OK);
         ix_model_shard_info si;
         ix_model_get_shard(rk[r].m, &si);
-        assert_int_equal(si.rank, r);
-        assert_true(si.n_q > 0 && si.n_kv > 0 && si.n_ff > 0 && si.n_vocab > 0);
+        assert_int_equal(si.rank, r % tp);
+        assert_true(si.n_q > 0 && si.n_kv > 0 && si.n_ff > 0 && si.n_vocab > 0 && si.n_layer > 0);
+        /* the stages' layers: contiguous, in order, all of them */
+        if (r % tp == 0) {
+            assert_int_equal(si.layer0, layers);
+            layers += si.n_layer;
+        }
     }
+    assert_int_equal(layers, ix_model_get_hparams(rk[0].m)->n_layer);
     for (int32_t r = 1; r < n_ranks; r++) assert_int_equal(pthread_create(&th[r], NULL, worker_main, &rk[r]), 0);
     const ix_model_hparams *hp = ix_model_get_hparams(rk[0].m);
     outputs_alloc(o, hp);
@@ -239,16 +330,22 @@ static void run_tp(int32_t n_ranks, outputs *o) {
     assert_int_equal(ix_model_forward_plan(c, &none), IX_ERR_STATE);
     ix_model_ctx_destroy(c);
     ix_kv_destroy(kv);
-    t_stop(&sh);
+    t_stop(sh);
     for (int32_t r = 1; r < n_ranks; r++) pthread_join(th[r], NULL);
     for (int32_t r = 0; r < n_ranks; r++) ix_model_destroy(rk[r].m);
-    pthread_barrier_destroy(&sh.bar);
+    for (int32_t a = 0; a < MAX_RANKS; a++) /* every message was received */
+        for (int32_t b = 0; b < MAX_RANKS; b++) assert_int_equal(sh->n_box[a][b], 0);
+    pthread_barrier_destroy(&sh->bar);
+    for (int32_t st = 0; st < pp; st++) pthread_barrier_destroy(&sh->gbar[st]);
+    pthread_mutex_destroy(&sh->mu);
+    pthread_cond_destroy(&sh->cv);
+    free(shp);
 }
 
-static void check_same(int32_t n_ranks) {
+static void check_same(int32_t n_tp, int32_t n_pp, int32_t micro) {
     outputs one, tp;
     run_one(&one);
-    run_tp(n_ranks, &tp);
+    run_dist(n_tp, n_pp, micro, &tp);
     assert_int_equal(one.n_rows, tp.n_rows);
     ix_model *m = NULL;
     ix_errbuf err = {{0}};
@@ -264,36 +361,74 @@ static void check_same(int32_t n_ranks) {
 
 static void test_two_ranks(void **state) {
     (void)state;
-    check_same(2);
+    check_same(2, 1, 0);
 }
 
 /* 6 heads over 3 ranks: the middle one holds query heads of both KV heads
  * (each KV head held by two ranks). */
 static void test_three_ranks(void **state) {
     (void)state;
-    check_same(3);
+    check_same(3, 1, 0);
 }
 
-/* Too many ranks, a bad rank, a plan on rank 0 of a whole model. */
-static void test_refusals(void **state) {
+/* 2 stages of 3 layers (the 13-token chunk in 2 micro-batches), 3 stages
+ * of 2 in 4 micro-batches (decode steps of 2 tokens: 2), and 2 stages of 2
+ * tensor-parallel ranks. */
+static void test_pipeline(void **state) {
     (void)state;
+    check_same(1, 2, 0);
+    check_same(1, 3, 4);
+    check_same(2, 2, 0);
+}
+
+/* Loading c's shard fails as invalid, saying why (NULL: anything). */
+static void refused(const ix_model_comm *c, const char *why) {
     ix_errbuf err = {{0}};
     ix_model *m = NULL;
+    assert_int_equal(ix_model_load_shard(&m, MODEL, c, NULL, NULL, &err), IX_ERR_INVALID);
+    assert_null(m);
+    if (why && !strstr(err.msg, why)) fail_msg("'%s' does not say '%s'", err.msg, why);
+}
+
+/* Too many ranks, a bad rank, more stages than layers, a bad stage. */
+static void test_refusals(void **state) {
+    (void)state;
     ix_model_comm c = {.rank = 0, .n_ranks = 7, .allgather = t_exchange, .gather = t_exchange, .start = t_start,
                        .step = t_step};
-    assert_int_equal(ix_model_load_shard(&m, MODEL, &c, NULL, NULL, &err), IX_ERR_INVALID);
-    assert_non_null(strstr(err.msg, "at most one rank per head"));
+    refused(&c, "at most one rank per head");
     c.n_ranks = 2;
     c.rank = 2;
-    assert_int_equal(ix_model_load_shard(&m, MODEL, &c, NULL, NULL, &err), IX_ERR_INVALID);
-    assert_null(m);
+    refused(&c, NULL);
+    c.n_ranks = 1;
+    c.rank = 0;
+    c.n_stages = 7;
+    refused(&c, "at most one stage per layer");
+    c.n_stages = 2;
+    c.stage = 2;
+    refused(&c, NULL);
+    /* an engine over a pipeline stage refuses the swap and disk tiers (they
+     * would move K/V in rank 0's pool only); nothing is started before */
+    c.stage = 0;
+    ix_errbuf err = {{0}};
+    ix_model *m = NULL;
+    assert_int_equal(ix_model_load_shard(&m, MODEL, &c, NULL, NULL, &err), IX_OK);
+    ix_engine_params ep = ix_engine_default_params();
+    ep.sched.preempt = IX_PREEMPT_SWAP;
+    ix_engine *e = NULL;
+    assert_int_equal(ix_engine_create(&e, m, &ep, &err), IX_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "pipeline parallelism"));
+    ep.sched.preempt = IX_PREEMPT_RECOMPUTE;
+    ep.kv_disk_dir = "/nonexistent-kv-dir";
+    assert_int_equal(ix_engine_create(&e, m, &ep, &err), IX_ERR_UNSUPPORTED);
+    assert_null(e);
+    ix_model_destroy(m);
 }
 
 /* A rank checks every plan against its pool: a block outside it, a table
  * that does not reach the position, a copy outside the pool. */
 static void test_bad_plans(void **state) {
     (void)state;
-    shared sh = {.n_ranks = 2};
+    shared sh = {.n_ranks = 2, .tp = 2, .pp = 1};
     pthread_barrier_init(&sh.bar, NULL, 1);
     rank rk = {.sh = &sh, .id = 1};
     rk.comm = (ix_model_comm){.user = &rk, .rank = 1, .n_ranks = 2, .allgather = t_exchange, .gather = t_exchange,
@@ -334,6 +469,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_ranks),
         cmocka_unit_test(test_three_ranks),
+        cmocka_unit_test(test_pipeline),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_bad_plans),
     };

@@ -1,9 +1,12 @@
 /*
- * inferx dist: tensor parallelism across processes over MPI (docs/distributed.md).
+ * inferx dist: tensor and pipeline parallelism across processes over MPI
+ * (docs/distributed.md).
  *
  * The only module that includes mpi.h. It implements the model's
  * communication interface (ix_model_comm in model.h): the all-gathers of a
- * sharded forward pass, and the step plans rank 0 ships to the other ranks.
+ * sharded forward pass within a stage's tensor-parallel group, the
+ * point-to-point activations and outputs between pipeline stages, and the
+ * step plans rank 0 ships to the other ranks.
  * Rank 0 runs the engine (scheduler, sampling, KV block tables, HTTP); every
  * other rank loads its shard and calls ix_dist_serve, which runs rank 0's
  * plans until rank 0 stops it.
@@ -26,16 +29,22 @@ typedef struct ix_dist ix_dist;
 
 /* True when this process was started by an MPI launcher (mpirun). Any thread. */
 bool ix_dist_launched(void);
-/* Initialises MPI (once per process) for a job of n_ranks processes: every
- * rank gets the same IX_ERR_INVALID (MPI finalised again) when the job has
- * another number of ranks. IX_ERR_UNSUPPORTED in a build without MPI
- * (INFERX_MPI=OFF). */
-ix_status ix_dist_create(ix_dist **out, int32_t n_ranks, ix_errbuf *err);
+/* Initialises MPI (once per process) for a job of tp * pp processes: pp
+ * pipeline stages of tp tensor-parallel ranks each, rank r being rank r % tp
+ * of stage r / tp (rank 0 runs the engine). Every rank gets the same
+ * IX_ERR_INVALID (MPI finalised again) when the job has another number of
+ * ranks. IX_ERR_UNSUPPORTED in a build without MPI (INFERX_MPI=OFF). */
+ix_status ix_dist_create(ix_dist **out, int32_t tp, int32_t pp, ix_errbuf *err);
 /* Rank 0: tells the other ranks to stop (they return from ix_dist_serve);
  * then finalises MPI. NULL is a no-op. */
 void ix_dist_destroy(ix_dist *d);
 int32_t ix_dist_rank(const ix_dist *d);
 int32_t ix_dist_size(const ix_dist *d);
+int32_t ix_dist_tp(const ix_dist *d);
+int32_t ix_dist_pp(const ix_dist *d);
+/* Rank 0: micro-batches each step is split into under a pipeline (0: one
+ * per stage, at most one per token). */
+void ix_dist_set_micro_batches(ix_dist *d, int32_t n);
 /* The model's communication interface over this job (owned by d). */
 const ix_model_comm *ix_dist_comm(ix_dist *d);
 /* Ends every rank of the job now with exit code code (a rank that cannot go
@@ -62,6 +71,10 @@ typedef struct ix_dist_stats {
     uint64_t exchange_ns;
     uint64_t plan_ns;      /* shipping (rank 0) or receiving (others) the plans, idle waits excluded */
     uint64_t bytes;
+    /* pipeline: point-to-point messages (activations, outputs), their bytes,
+     * the time spent waiting for them (receives and flushed sends: the
+     * bubble, transfers included), and (other ranks) the passes' wall time */
+    uint64_t n_p2p, p2p_bytes, p2p_wait_ns, pass_ns;
 } ix_dist_stats;
 void ix_dist_get_stats(const ix_dist *d, ix_dist_stats *out);
 

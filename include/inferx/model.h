@@ -252,7 +252,14 @@ ix_status ix_model_forward(ix_model_ctx *c, const ix_batch *b, float *logits);
  * is set (what embeddings pool). K/V are written as by ix_model_forward. */
 ix_status ix_model_forward_hidden(ix_model_ctx *c, const ix_batch *b, float *hidden);
 
-/* ---- tensor parallelism (docs/distributed.md) -------------------------------
+/* ---- tensor and pipeline parallelism (docs/distributed.md) -------------------
+ * A pipeline stage holds a contiguous range of layers (and their KV); within
+ * a stage, the tensor-parallel split below applies. A step's batch flows
+ * through the stages in micro-batches (ix_model_plan.n_micro): each stage
+ * sends its residual rows to the next (send/recv), the last one the
+ * outputs to the engine, so the logits are the same bits as one process's
+ * for any split (every kernel is batch invariant).
+ *
  * A model shard holds one rank's share of every layer: its query heads and
  * the KV heads they read (whole KV heads; a KV head shared by query heads of
  * two ranks is held by both), its rows of the output projection, of the FFN
@@ -270,11 +277,19 @@ typedef struct ix_model_plan {
     const int32_t *copies;        /* (n_copies, 2) (dst, src) block copies to make before the pass */
     int32_t n_copies;
     bool hidden;                  /* ix_model_forward_hidden: no output head */
+    int32_t n_micro;              /* pipeline: micro-batches the step is split into (rank 0 picks; 1: none) */
 } ix_model_plan;
 
 typedef struct ix_model_comm {
     void *user;
+    /* This rank's place in its stage's tensor-parallel group (allgather and
+     * gather run within the group). */
     int32_t rank, n_ranks;
+    /* Pipeline parallelism: this rank's stage of n_stages (0 and 0 or 1:
+     * none); a stage holds a contiguous range of layers. The engine runs on
+     * rank 0 of stage 0. micro_batches: rank 0's split of each step (0: one
+     * per stage). */
+    int32_t stage, n_stages, micro_batches;
     /* Every rank: out (rows, sum of cols) = the ranks' (rows, cols[r]) blocks
      * side by side in rank order, mine being this rank's. */
     ix_status (*allgather)(void *user, const float *mine, float *out, size_t rows, const int32_t *cols);
@@ -286,6 +301,13 @@ typedef struct ix_model_comm {
     ix_status (*start)(void *user, const ix_kv_params *kv, int32_t max_tokens, ix_errbuf *err);
     /* Rank 0, at the start of each forward pass, once the batch is checked. */
     ix_status (*step)(void *user, const ix_model_plan *plan);
+    /* Pipeline only (n_stages > 1): n floats to the rank of the same group
+     * rank in stage `stage`, without waiting (buf stays untouched until
+     * flush); recv waits for n floats from that rank. Messages of one tag
+     * between two ranks arrive in order. flush waits for every send. */
+    ix_status (*send)(void *user, const float *buf, size_t n, int32_t stage, int32_t tag);
+    ix_status (*recv)(void *user, float *buf, size_t n, int32_t stage, int32_t tag);
+    ix_status (*flush)(void *user);
 } ix_model_comm;
 
 /* Loads rank comm->rank's shard of the file's model (ranks <= heads; the
@@ -294,9 +316,11 @@ typedef struct ix_model_comm {
 ix_status ix_model_load_shard(ix_model **out, const char *path, const ix_model_comm *comm,
                               ix_load_progress_fn fn, void *user, ix_errbuf *err);
 /* This shard's share: query heads [q0, q0 + n_q), KV heads [kv0, kv0 + n_kv),
- * rows of the FFN, of the embedding width and of the vocabulary. */
+ * rows of the FFN, of the embedding width and of the vocabulary; layers
+ * [layer0, layer0 + n_layer) of its pipeline stage. */
 typedef struct ix_model_shard_info {
     int32_t rank, n_ranks;
+    int32_t layer0, n_layer; /* this stage's layers (all of them without a pipeline) */
     int32_t q0, n_q, kv0, n_kv;
     int64_t ff0, n_ff, embd0, n_embd, vocab0, n_vocab;
 } ix_model_shard_info;

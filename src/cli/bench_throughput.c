@@ -320,7 +320,7 @@ static int kv_compare(ix_model *m, ix_engine_params ep, const ix_kv_dtype *types
 
 int ix_cli_bench_throughput(int argc, char **argv) {
     const char *model = ix_cli_default_model();
-    int32_t tp = 1;
+    ix_cli_dist_opts dopts = {1, 1, 0};
     uint64_t n_prompts = 32, conc = 32, in_len = 128, out_len = 128, threads = 0, seed = 1, max_batched = 512;
     double target_step_ms = ix_sched_default_params().target_step_ms;
     bool json = false, no_sequential = false, throughput = true;
@@ -351,7 +351,11 @@ int ix_cli_bench_throughput(int argc, char **argv) {
          IX_CLI_OPT_SIZE, &kv_mem, 1, 1e18, false, NULL},
         {"--json", NULL, "", "print one JSON object instead of the table", IX_CLI_OPT_FLAG, &json, 0, 0, false, NULL},
         {"--tp", NULL, "N", "tensor parallelism over N processes (mpirun -np N inferx bench --throughput --tp N)",
-         IX_CLI_OPT_I32, &tp, 1, 1024, true, NULL},
+         IX_CLI_OPT_I32, &dopts.tp, 1, 1024, true, NULL},
+        {"--pp", NULL, "N", "pipeline parallelism over N stages (mpirun -np TP*PP ... --tp TP --pp PP)", IX_CLI_OPT_I32,
+         &dopts.pp, 1, 1024, true, NULL},
+        {"--micro-batches", NULL, "N", "a pipeline's split of each step (default: one per stage)", IX_CLI_OPT_I32,
+         &dopts.micro_batches, 1, 65536, false, NULL},
     };
     int prc = ix_cli_parse_opts("bench", opts, IX_ARRAY_LEN(opts), argc, argv);
     if (prc == IX_CLI_HELP) usage(stdout, opts, IX_ARRAY_LEN(opts));
@@ -365,12 +369,12 @@ int ix_cli_bench_throughput(int argc, char **argv) {
         return 2;
     }
     bool sequential = !no_sequential;
-    if (tp > 1 && n_kv_types > 1) {
-        fprintf(stderr, "inferx bench: --tp compares one --kv-cache-dtype at a time\n");
+    if ((dopts.tp > 1 || dopts.pp > 1) && n_kv_types > 1) {
+        fprintf(stderr, "inferx bench: --tp and --pp compare one --kv-cache-dtype at a time\n");
         return 2;
     }
     ix_cli_tp tps;
-    int jrc = ix_cli_tp_join("bench", tp, model, (int32_t)threads, &tps);
+    int jrc = ix_cli_tp_join("bench", &dopts, model, (int32_t)threads, &tps);
     if (jrc >= 0) return jrc; /* a usage error, or a rank other than 0 that has served */
 
     ix_errbuf err = {{0}};

@@ -160,8 +160,8 @@ const char *ix_cli_set_on_off(void *dst, const char *value); /* a bool from "on"
     }
 void ix_cli_spec_resolve(ix_spec_params *sp);
 
-/* ---- --tp N (tp.c, docs/distributed.md) ---------------------------------------
- * ix_cli_tp_join: with tp > 1 (under mpirun -np tp) joins the MPI job. Returns
+/* ---- --tp N, --pp N (tp.c, docs/distributed.md) -------------------------------
+ * ix_cli_tp_join: with tp * pp > 1 (under mpirun -np tp*pp) joins the MPI job. Returns
  * -1 when this process goes on as the command (tp <= 1, or rank 0); an exit
  * code otherwise: a usage error, or a rank other than 0 that has served rank
  * 0's steps and stopped. Rank 0 then loads its shard with ix_cli_tp_load,
@@ -170,7 +170,11 @@ struct ix_dist;
 typedef struct ix_cli_tp {
     struct ix_dist *dist; /* NULL: one process */
 } ix_cli_tp;
-int ix_cli_tp_join(const char *cmd, int32_t tp, const char *model, int32_t n_threads, ix_cli_tp *t);
+/* --tp N, --pp N, --micro-batches N (0 or 1: off; micro_batches 0: one per stage) */
+typedef struct ix_cli_dist_opts {
+    int32_t tp, pp, micro_batches;
+} ix_cli_dist_opts;
+int ix_cli_tp_join(const char *cmd, const ix_cli_dist_opts *o, const char *model, int32_t n_threads, ix_cli_tp *t);
 /* lp: how one process loads (a shard never uses the packed-weight cache). */
 ix_status ix_cli_tp_load(ix_cli_tp *t, const char *path, const ix_model_load_params *lp, ix_model **m,
                          ix_errbuf *err);

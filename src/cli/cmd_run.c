@@ -50,7 +50,11 @@ static void usage(FILE *f) {
             "                       $INFERX_PACK_CACHE, else $XDG_CACHE_HOME/inferx, else ~/.cache/inferx)\n"
             "  --tp N               tensor parallelism over N processes: start it as\n"
             "                       mpirun -np N inferx run --tp N ... (docs/distributed.md); greedy\n"
-            "                       output is the same as one process's (default 1)\n",
+            "                       output is the same as one process's (default 1)\n"
+            "  --pp N               pipeline parallelism over N stages of contiguous layers;\n"
+            "                       with --tp: mpirun -np TP*PP inferx run --tp TP --pp PP ...\n"
+            "                       (rank r: stage r / TP, tensor rank r %% TP; default 1)\n"
+            "  --micro-batches N    a pipeline's split of each step (default: one per stage)\n",
             ix_cli_default_model());
     ix_spec_params spec = ix_spec_default_params();
     const ix_cli_opt spec_opts[] = {IX_CLI_SPEC_OPTS(&spec)};
@@ -122,7 +126,7 @@ int ix_cli_run(int argc, char **argv) {
     bool chat = false;
     const char *stops[8];
     size_t n_stops = 0;
-    uint64_t n_predict = 128, seed = 42, n_ctx = 0, threads = 0, tp = 1;
+    uint64_t n_predict = 128, seed = 42, n_ctx = 0, threads = 0, tp = 1, pp = 1, micro = 0;
     bool ignore_eos = false;
     ix_kv_dtype kv_dtype = IX_KV_F16;
     ix_spec_params spec = ix_spec_default_params();
@@ -198,6 +202,12 @@ int ix_cli_run(int argc, char **argv) {
         } else if (!strcmp(a, "--tp")) {
             ok = ix_cli_parse_u64(a, v, &tp) && tp >= 1 && tp <= 1024;
             if (!ok) fprintf(stderr, "inferx run: --tp takes 1..1024 ranks\n");
+        } else if (!strcmp(a, "--pp")) {
+            ok = ix_cli_parse_u64(a, v, &pp) && pp >= 1 && pp <= 1024;
+            if (!ok) fprintf(stderr, "inferx run: --pp takes 1..1024 stages\n");
+        } else if (!strcmp(a, "--micro-batches")) {
+            ok = ix_cli_parse_u64(a, v, &micro) && micro >= 1 && micro <= 65536;
+            if (!ok) fprintf(stderr, "inferx run: --micro-batches takes 1..65536\n");
         } else if (!strcmp(a, "--kv-cache-dtype")) {
             const char *why = ix_cli_set_kv_dtype(&kv_dtype, v);
             if (why) fprintf(stderr, "inferx run: %s %s, got '%s'\n", a, why, v);
@@ -227,7 +237,8 @@ int ix_cli_run(int argc, char **argv) {
     sp.seed = seed;
 
     ix_cli_tp tps;
-    int rc = ix_cli_tp_join("run", (int32_t)tp, model, (int32_t)threads, &tps);
+    ix_cli_dist_opts dopts = {(int32_t)tp, (int32_t)pp, (int32_t)micro};
+    int rc = ix_cli_tp_join("run", &dopts, model, (int32_t)threads, &tps);
     if (rc >= 0) return rc; /* a usage error, or a rank other than 0 that has served */
     rc = 1;
     ix_errbuf err = {{0}};

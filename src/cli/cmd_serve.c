@@ -227,7 +227,7 @@ int ix_cli_serve(int argc, char **argv) {
     ix_server_params sp = ix_server_default_params();
     ix_engine_params ep = ix_engine_default_params();
     uint64_t shutdown_s = 30;
-    int32_t tp = 1;
+    ix_cli_dist_opts dopts = {1, 1, 0};
     size_t kv_disk_max = 0, pack_cache_max = IX_CLI_PACK_CACHE_MAX_DEFAULT;
     const char *pack_cache = NULL;
     const ix_cli_opt opts[] = {
@@ -359,7 +359,15 @@ int ix_cli_serve(int argc, char **argv) {
          "mpirun -np N inferx serve --tp N ...: rank 0 serves HTTP and runs\n"
          "the engine, every rank holds 1/N of the weights and KV heads\n"
          "(docs/distributed.md); not with --kv-disk-dir or swap preemption",
-         IX_CLI_OPT_I32, &tp, 1, 1024, true, NULL},
+         IX_CLI_OPT_I32, &dopts.tp, 1, 1024, true, NULL},
+        {"--pp", NULL, "N",
+         "pipeline parallelism over N stages of contiguous layers, each\n"
+         "holding its layers' weights and KV; with --tp, mpirun -np TP*PP\n"
+         "... --tp TP --pp PP (rank r: stage r / TP, tensor rank r % TP);\n"
+         "not with --kv-disk-dir or swap preemption",
+         IX_CLI_OPT_I32, &dopts.pp, 1, 1024, true, NULL},
+        {"--micro-batches", NULL, "N", "a pipeline's split of each step (default: one per stage)", IX_CLI_OPT_I32,
+         &dopts.micro_batches, 1, 65536, false, NULL},
         IX_CLI_SPEC_OPTS(&ep.spec),
     };
     int prc = ix_cli_parse_opts("serve", opts, IX_ARRAY_LEN(opts), argc, argv);
@@ -385,14 +393,16 @@ int ix_cli_serve(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    if (tp > 1 && ((ep.kv_disk_dir && *ep.kv_disk_dir) || ep.sched.preempt == IX_PREEMPT_SWAP)) {
+    if ((dopts.tp > 1 || dopts.pp > 1) &&
+        ((ep.kv_disk_dir && *ep.kv_disk_dir) || ep.sched.preempt == IX_PREEMPT_SWAP)) {
         /* both move K/V data inside rank 0's pool only */
-        fprintf(stderr, "inferx serve: --tp does not work with --kv-disk-dir or swap preemption yet\n");
+        fprintf(stderr, "inferx serve: --tp and --pp do not work with --kv-disk-dir or swap preemption yet "
+                        "(recompute preemption, the default, does)\n");
         key_list_free(&keys.list);
         return 2;
     }
     ix_cli_tp tps;
-    int rc = ix_cli_tp_join("serve", tp, model, ep.n_threads, &tps);
+    int rc = ix_cli_tp_join("serve", &dopts, model, ep.n_threads, &tps);
     if (rc >= 0) { /* a usage error, or a rank other than 0 that has served */
         key_list_free(&keys.list);
         return rc;

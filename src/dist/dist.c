@@ -44,9 +44,14 @@ typedef struct dist_reply {
 } dist_reply;
 
 struct ix_dist {
-    int32_t rank, size;
+    int32_t rank, size;   /* in the job (MPI_COMM_WORLD) */
+    int32_t tp, pp;       /* tensor-parallel group size, pipeline stages: size = tp * pp */
+    int32_t grank, pstage; /* rank in the stage's group, stage: rank = pstage * tp + grank */
+    MPI_Comm group;       /* this stage's tensor-parallel group (the all-gathers) */
     ix_model_comm comm;
-    int *counts, *displs; /* (size) of the current collective */
+    int *counts, *displs; /* (tp) of the current collective */
+    MPI_Request *sends;   /* pipeline sends in flight until flush */
+    size_t n_sends, sends_cap;
     float *stage;         /* rows x all columns, rank-major, for multi-row exchanges */
     size_t stage_cap;     /* floats */
     int32_t *msg;         /* a plan's words (rank 0 builds it, others receive it) */
@@ -85,7 +90,7 @@ static bool grow(void **buf, size_t *cap, size_t n, size_t elem) {
 /* counts/displs of a (rows, cols[r]) block per rank; returns the total columns. */
 static size_t layout(ix_dist *d, size_t rows, const int32_t *cols) {
     size_t total = 0, at = 0;
-    for (int32_t r = 0; r < d->size; r++) {
+    for (int32_t r = 0; r < d->tp; r++) {
         d->counts[r] = (int)(rows * (size_t)cols[r]);
         d->displs[r] = (int)at;
         at += (size_t)d->counts[r];
@@ -98,7 +103,7 @@ static size_t layout(ix_dist *d, size_t rows, const int32_t *cols) {
  * goes to columns [sum of cols before r, + cols[r]) of out's row i. */
 static void interleave(const ix_dist *d, float *out, size_t rows, const int32_t *cols, size_t total) {
     size_t col0 = 0;
-    for (int32_t r = 0; r < d->size; r++) {
+    for (int32_t r = 0; r < d->tp; r++) {
         const float *blk = d->stage + d->displs[r];
         for (size_t i = 0; i < rows; i++)
             memcpy(out + i * total + col0, blk + i * (size_t)cols[r], (size_t)cols[r] * sizeof(float));
@@ -126,20 +131,20 @@ static ix_status exchange(void *user, const float *mine, float *out, size_t rows
     ix_dist *d = user;
     size_t total = layout(d, rows, cols);
     bool direct = rows == 1; /* one row: the blocks are already side by side */
-    if (!direct && (!root || d->rank == 0) && !grow((void **)&d->stage, &d->stage_cap, rows * total, sizeof(float)))
+    if (!direct && (!root || d->grank == 0) && !grow((void **)&d->stage, &d->stage_cap, rows * total, sizeof(float)))
         return IX_ERR_NOMEM;
     float *dst = direct ? out : d->stage;
     uint64_t t0 = ix_time_ns();
     MPI_Request req;
-    int rc = root ? MPI_Igatherv(mine, d->counts[d->rank], MPI_FLOAT, dst, d->counts, d->displs, MPI_FLOAT, 0,
-                                 MPI_COMM_WORLD, &req)
-                  : MPI_Iallgatherv(mine, d->counts[d->rank], MPI_FLOAT, dst, d->counts, d->displs, MPI_FLOAT,
-                                    MPI_COMM_WORLD, &req);
+    int rc = root ? MPI_Igatherv(mine, d->counts[d->grank], MPI_FLOAT, dst, d->counts, d->displs, MPI_FLOAT, 0,
+                                 d->group, &req)
+                  : MPI_Iallgatherv(mine, d->counts[d->grank], MPI_FLOAT, dst, d->counts, d->displs, MPI_FLOAT,
+                                    d->group, &req);
     if (rc == MPI_SUCCESS) rc = poll_wait(&req, d->spin_ns, EXCHANGE_SLEEP_NS);
     d->st.exchange_ns += ix_time_ns() - t0;
     d->st.n_exchanges++;
     if (rc != MPI_SUCCESS) return mpi_fail(rc, root ? "gather" : "all-gather");
-    if (!root || d->rank == 0) {
+    if (!root || d->grank == 0) {
         d->st.bytes += rows * total * sizeof(float);
         if (!direct) interleave(d, out, rows, cols, total);
     }
@@ -223,7 +228,7 @@ static ix_status comm_step(void *user, const ix_model_plan *pl) {
         at += (size_t)need;
     }
     if (pl->n_copies) memcpy(cp, pl->copies, 2 * (size_t)pl->n_copies * sizeof(int32_t));
-    int32_t hdr[HDR_LEN] = {MSG_STEP, T, (int32_t)n_pool, pl->n_copies, pl->hidden, 0};
+    int32_t hdr[HDR_LEN] = {MSG_STEP, T, (int32_t)n_pool, pl->n_copies, pl->hidden, pl->n_micro};
     ix_status s = bcast_header(hdr);
     int rc = s == IX_OK ? MPI_Bcast(d->msg, (int)n_words, MPI_INT32_T, 0, MPI_COMM_WORLD) : MPI_SUCCESS;
     if (s == IX_OK && rc != MPI_SUCCESS) s = mpi_fail(rc, "broadcast");
@@ -232,7 +237,49 @@ static ix_status comm_step(void *user, const ix_model_plan *pl) {
     return s;
 }
 
-ix_status ix_dist_create(ix_dist **out, int32_t n_ranks, ix_errbuf *err) {
+/* ---- pipeline: point to point between the same group rank of two stages ------- */
+
+static ix_status comm_send(void *user, const float *buf, size_t n, int32_t stage, int32_t tag) {
+    ix_dist *d = user;
+    if (stage < 0 || stage >= d->pp || n > INT32_MAX) return IX_ERR_INVALID;
+    if (!grow((void **)&d->sends, &d->sends_cap, d->n_sends + 1, sizeof *d->sends)) return IX_ERR_NOMEM;
+    int rc = MPI_Isend(buf, (int)n, MPI_FLOAT, stage * d->tp + d->grank, tag, MPI_COMM_WORLD, &d->sends[d->n_sends]);
+    if (rc != MPI_SUCCESS) return mpi_fail(rc, "send");
+    d->n_sends++;
+    d->st.n_p2p++;
+    d->st.p2p_bytes += n * sizeof(float);
+    return IX_OK;
+}
+
+/* Waits polling (then sleeping between polls) as the exchanges do: the wait
+ * is the pipeline's bubble on this rank, counted in p2p_wait_ns. */
+static ix_status comm_recv(void *user, float *buf, size_t n, int32_t stage, int32_t tag) {
+    ix_dist *d = user;
+    if (stage < 0 || stage >= d->pp || n > INT32_MAX) return IX_ERR_INVALID;
+    uint64_t t0 = ix_time_ns();
+    MPI_Request req;
+    int rc = MPI_Irecv(buf, (int)n, MPI_FLOAT, stage * d->tp + d->grank, tag, MPI_COMM_WORLD, &req);
+    if (rc == MPI_SUCCESS) rc = poll_wait(&req, d->spin_ns, EXCHANGE_SLEEP_NS);
+    d->st.p2p_wait_ns += ix_time_ns() - t0;
+    if (rc != MPI_SUCCESS) return mpi_fail(rc, "receive");
+    d->st.n_p2p++;
+    d->st.p2p_bytes += n * sizeof(float);
+    return IX_OK;
+}
+
+static ix_status comm_flush(void *user) {
+    ix_dist *d = user;
+    uint64_t t0 = ix_time_ns();
+    int rc = MPI_SUCCESS;
+    for (size_t i = 0; i < d->n_sends && rc == MPI_SUCCESS; i++)
+        rc = poll_wait(&d->sends[i], d->spin_ns, EXCHANGE_SLEEP_NS);
+    d->n_sends = 0;
+    d->st.p2p_wait_ns += ix_time_ns() - t0;
+    return rc == MPI_SUCCESS ? IX_OK : mpi_fail(rc, "send");
+}
+
+ix_status ix_dist_create(ix_dist **out, int32_t tp, int32_t pp, ix_errbuf *err) {
+    int32_t n_ranks = tp * pp;
     *out = NULL;
     if (g_initialised) return ix_errf(err, IX_ERR_STATE, "MPI is initialised once per process");
     /* Open MPI's ranks busy-poll while they wait in an exchange; with more
@@ -261,8 +308,8 @@ ix_status ix_dist_create(ix_dist **out, int32_t n_ranks, ix_errbuf *err) {
                        (int)n_ranks, size, (int)n_ranks);
     }
     if (d) {
-        d->counts = ix_calloc((size_t)size, sizeof *d->counts);
-        d->displs = ix_calloc((size_t)size, sizeof *d->displs);
+        d->counts = ix_calloc((size_t)tp, sizeof *d->counts);
+        d->displs = ix_calloc((size_t)tp, sizeof *d->displs);
     }
     if (!d || !d->counts || !d->displs) {
         if (d) {
@@ -277,10 +324,24 @@ ix_status ix_dist_create(ix_dist **out, int32_t n_ranks, ix_errbuf *err) {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     d->rank = rank;
     d->size = size;
+    d->tp = tp;
+    d->pp = pp;
+    d->pstage = rank / tp;
+    d->grank = rank % tp;
+    /* the stage's group: ranks stage * tp .. stage * tp + tp - 1, in order */
+    if (MPI_Comm_split(MPI_COMM_WORLD, d->pstage, d->grank, &d->group) != MPI_SUCCESS) {
+        ix_free(d->counts);
+        ix_free(d->displs);
+        ix_free(d);
+        MPI_Finalize();
+        return ix_errf(err, IX_ERR_IO, "MPI_Comm_split failed");
+    }
+    MPI_Comm_set_errhandler(d->group, MPI_ERRORS_RETURN);
     const char *spin = getenv("INFERX_TP_SPIN_US");
     d->spin_ns = spin && *spin ? strtoull(spin, NULL, 10) * 1000ull : EXCHANGE_SPIN_NS;
-    d->comm = (ix_model_comm){.user = d, .rank = rank, .n_ranks = size, .allgather = comm_allgather,
-                              .gather = comm_gather, .start = comm_start, .step = comm_step};
+    d->comm = (ix_model_comm){.user = d, .rank = d->grank, .n_ranks = tp, .stage = d->pstage, .n_stages = pp,
+                              .allgather = comm_allgather, .gather = comm_gather, .start = comm_start,
+                              .step = comm_step, .send = comm_send, .recv = comm_recv, .flush = comm_flush};
     *out = d;
     return IX_OK;
 }
@@ -291,7 +352,9 @@ void ix_dist_destroy(ix_dist *d) {
         int32_t hdr[HDR_LEN] = {MSG_STOP, 0, 0, 0, 0, 0};
         bcast_header(hdr);
     }
+    MPI_Comm_free(&d->group);
     MPI_Finalize();
+    ix_free(d->sends);
     ix_free(d->counts);
     ix_free(d->displs);
     ix_free(d->stage);
@@ -301,6 +364,9 @@ void ix_dist_destroy(ix_dist *d) {
 
 int32_t ix_dist_rank(const ix_dist *d) { return d->rank; }
 int32_t ix_dist_size(const ix_dist *d) { return d->size; }
+int32_t ix_dist_tp(const ix_dist *d) { return d->tp; }
+int32_t ix_dist_pp(const ix_dist *d) { return d->pp; }
+void ix_dist_set_micro_batches(ix_dist *d, int32_t n) { d->comm.micro_batches = n; }
 const ix_model_comm *ix_dist_comm(ix_dist *d) { return &d->comm; }
 void ix_dist_get_stats(const ix_dist *d, ix_dist_stats *out) { *out = d->st; }
 bool ix_dist_stopped(const ix_dist *d) { return d->stopped; }
@@ -337,7 +403,7 @@ static bool unpack_plan(ix_dist *d, const int32_t *hdr, int32_t max_tokens, int3
     }
     *pl = (ix_model_plan){.batch = {.n_tokens = T, .tokens = tok, .pos = pos, .seq = seq, .output = outf},
                           .tables = tables, .n_blocks = len, .copies = pool + n_pool, .n_copies = n_copies,
-                          .hidden = hdr[HDR_D] != 0};
+                          .hidden = hdr[HDR_D] != 0, .n_micro = hdr[HDR_E]};
     return true;
 }
 
@@ -425,7 +491,9 @@ ix_status ix_dist_serve(ix_dist *d, const ix_model *m, int32_t n_threads, const 
             break;
         }
         d->st.n_steps++;
-        if ((s = ix_model_forward_plan(ctx, &pl)) != IX_OK) {
+        s = ix_model_forward_plan(ctx, &pl);
+        d->st.pass_ns += ix_time_ns() - t0;
+        if (s != IX_OK) {
             ix_errf(err, s, "rank %d: forward pass failed: %s", (int)d->rank, ix_model_ctx_errmsg(ctx));
             break;
         }

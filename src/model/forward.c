@@ -66,6 +66,12 @@ struct ix_model_ctx {
     int32_t n_copies, cap_copies;
     bool copies_lost;   /* more copies than cap_copies: the next pass fails */
     int32_t *plan_lens; /* (T) table entries each token reads (rank 0's plans) */
+    /* pipeline parallelism: the outputs a stage ships (last stage: logits or
+     * hidden rows of the whole step, each micro-batch's rows kept until the
+     * sends are flushed) */
+    float *pp_out;
+    size_t pp_out_cap; /* floats */
+    int32_t *mb_out;   /* (T) output rows of the current micro-batch */
     void *scratch; /* quantized activations for the int8 matmuls */
     const int32_t **tables; /* (T) each token's block table, for this forward */
     int32_t *out_rows;      /* (T) batch rows with logits */
@@ -83,6 +89,13 @@ static void lap(uint64_t *acc, uint64_t *t) {
     *acc += now - *t;
     *t = now;
 }
+
+/* Tensor parallelism: this shard holds part of every layer's heads and rows. */
+static bool is_tp(const ix_model *m) { return m->comm && m->shard.n_ranks > 1; }
+/* Pipeline stages (1: none). */
+static int32_t n_stages(const ix_model *m) { return m->comm && m->comm->n_stages > 1 ? m->comm->n_stages : 1; }
+/* The rank that runs the engine: rank 0 of stage 0 (or the one process). */
+static bool is_engine(const ix_model *m) { return !m->comm || (m->comm->rank == 0 && m->comm->stage == 0); }
 
 ix_model_ctx_params ix_model_ctx_default_params(void) {
     return (ix_model_ctx_params){.max_batch_tokens = 512, .n_threads = 0, .pool = NULL};
@@ -102,6 +115,8 @@ void ix_model_ctx_destroy(ix_model_ctx *c) {
     ix_free(c->out_rows);
     ix_free(c->copies);
     ix_free(c->plan_lens);
+    ix_free(c->mb_out);
+    ix_aligned_free(c->pp_out);
     ix_free(c);
 }
 
@@ -147,10 +162,10 @@ ix_status ix_model_ctx_create(ix_model_ctx **out, const ix_model *m, ix_kv *kv,
     ix_kv_layout lay;
     ix_kv_get_layout(kv, &lay);
     const ix_model_shard_info *sh = &m->shard;
-    if (lay.n_layer != hp->n_layer || lay.n_kv_head != sh->n_kv || lay.head_dim != hp->head_dim)
+    if (lay.n_layer != sh->n_layer || lay.n_kv_head != sh->n_kv || lay.head_dim != hp->head_dim)
         return ix_errf(err, IX_ERR_INVALID,
                        "KV cache shape (%d layers, %d heads, dim %d) does not match the model (%d, %d, %d)",
-                       lay.n_layer, lay.n_kv_head, lay.head_dim, hp->n_layer, sh->n_kv, hp->head_dim);
+                       lay.n_layer, lay.n_kv_head, lay.head_dim, sh->n_layer, sh->n_kv, hp->head_dim);
     if (ix_kv_dtype_block(lay.dtype) > 1 && hp->head_dim > 1024)
         return ix_errf(err, IX_ERR_UNSUPPORTED,
                        "KV cache type %s: attention takes head_dim up to 1024, the model has %d",
@@ -167,7 +182,7 @@ ix_status ix_model_ctx_create(ix_model_ctx **out, const ix_model *m, ix_kv *kv,
     size_t T = (size_t)p->max_batch_tokens, E = (size_t)hp->n_embd, hd = (size_t)hp->head_dim,
            Q = (size_t)hp->n_head * hd, F = (size_t)hp->n_ff, Ql = (size_t)sh->n_q * hd,
            KVl = (size_t)sh->n_kv * hd, Fl = (size_t)sh->n_ff;
-    bool tp = m->comm != NULL;
+    bool tp = is_tp(m);
     c->x = alloc_f32(T * E);
     c->xb = alloc_f32(T * E);
     c->q = alloc_f32(T * Ql);
@@ -183,7 +198,8 @@ ix_status ix_model_ctx_create(ix_model_ctx **out, const ix_model *m, ix_kv *kv,
     c->ffn_full = tp ? alloc_f32(TF * F) : NULL;
     size_t part = (size_t)(sh->n_embd > sh->n_vocab ? sh->n_embd : sh->n_vocab);
     c->part = tp ? alloc_f32(T * part) : NULL;
-    c->plan_lens = tp ? ix_malloc(T * sizeof *c->plan_lens) : NULL;
+    c->plan_lens = m->comm ? ix_malloc(T * sizeof *c->plan_lens) : NULL;
+    c->mb_out = ix_malloc(T * sizeof *c->mb_out);
     c->tables = ix_malloc(T * sizeof *c->tables);
     c->out_rows = ix_malloc(T * sizeof *c->out_rows);
     /* Scratch for the widest quantized input of any weight type present. */
@@ -197,8 +213,8 @@ ix_status ix_model_ctx_create(ix_model_ctx **out, const ix_model *m, ix_kv *kv,
     }
     c->scratch = sb ? ix_aligned_alloc(64, sb) : NULL;
     if (!c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->xo || !c->ya ||
-        !c->tables || !c->out_rows || (sb && !c->scratch) ||
-        (tp && (!c->att_full || !c->ffn_full || !c->part || !c->plan_lens))) {
+        !c->tables || !c->out_rows || !c->mb_out || (sb && !c->scratch) || (m->comm && !c->plan_lens) ||
+        (tp && (!c->att_full || !c->ffn_full || !c->part))) {
         ix_model_ctx_destroy(c);
         return ix_errf(err, IX_ERR_NOMEM, "out of memory for activations of %d tokens", p->max_batch_tokens);
     }
@@ -210,7 +226,7 @@ ix_status ix_model_ctx_create(ix_model_ctx **out, const ix_model *m, ix_kv *kv,
         ix_model_ctx_destroy(c);
         return ix_errf(err, s, "cannot start %d worker threads", p->n_threads);
     }
-    if (tp && sh->rank == 0 && (s = start_shards(c, err)) != IX_OK) {
+    if (m->comm && is_engine(m) && (s = start_shards(c, err)) != IX_OK) {
         ix_model_ctx_destroy(c);
         return s;
     }
@@ -254,7 +270,7 @@ static ix_status matmul(ix_model_ctx *c, const ix__weight *w, const float *x, si
  * or only rank 0 with to_root. One process: part is y already. */
 static ix_status gather(ix_model_ctx *c, const float *part, float *y, size_t M, ix__cols which, bool to_root) {
     const ix_model_comm *comm = c->m->comm;
-    if (!comm) return IX_OK;
+    if (!is_tp(c->m)) return IX_OK;
     const int32_t *cols = c->m->cols[which];
     ix_status s = to_root ? comm->gather(comm->user, part, comm->rank == 0 ? y : NULL, M, cols)
                           : comm->allgather(comm->user, part, y, M, cols);
@@ -266,7 +282,7 @@ static ix_status gather(ix_model_ctx *c, const float *part, float *y, size_t M, 
  * columns over the full reduction dimension, then the ranks exchange them. */
 static ix_status matmul_gather(ix_model_ctx *c, const ix__weight *w, const float *x, size_t M, float *y,
                                ix__cols which, bool to_root) {
-    if (!c->m->comm) return matmul(c, w, x, M, y);
+    if (!is_tp(c->m)) return matmul(c, w, x, M, y);
     ix_status s = matmul(c, w, x, M, c->part);
     return s != IX_OK ? s : gather(c, c->part, y, M, which, to_root);
 }
@@ -275,6 +291,7 @@ static ix_status matmul_gather(ix_model_ctx *c, const ix__weight *w, const float
 static inline unsigned char *kv_addr(const ix_model_ctx *c, unsigned char *base, int32_t layer,
                                      int32_t block, int32_t head, int32_t slot, bool v) {
     const ix_kv_layout *l = &c->lay;
+    layer -= c->m->shard.layer0; /* a pipeline stage's pool holds its layers only */
     return base + (size_t)block * l->block_stride_bytes + (size_t)layer * l->layer_stride_bytes +
            (v ? l->v_offset_bytes : 0) + (size_t)head * l->head_stride_bytes +
            (size_t)slot * l->token_stride_bytes;
@@ -294,6 +311,7 @@ typedef enum row_op {
     ROW_FFN_ACT,    /* gate = act(gate) * up, or up = gelu(up + b_up) */
     ROW_FFN_RESID,  /* x += post_norm(xb + b_down) (+ ya + bo when parallel); xb = next attn_norm(x) */
     ROW_OUT_NORM,   /* last layer's ROW_FFN_RESID on out rows r, then xo[i] = out_norm(x[r]) */
+    ROW_STAGE_IN,   /* a pipeline stage's first layer: xb = attn_norm(x) of the x it received */
 } row_op;
 
 typedef struct row_job {
@@ -443,6 +461,9 @@ static void rows_run(row_job *j, size_t r0, size_t r1) {
         }
         break;
     }
+    case ROW_STAGE_IN:
+        for (size_t t = r0; t < r1; t++) norm_row(hp, c->xb + t * E, c->x + t * E, l->attn_norm, l->attn_norm_b, E);
+        break;
     case ROW_OUT_NORM:
         for (size_t i = r0; i < r1; i++) {
             size_t r = (size_t)c->out_rows[i];
@@ -639,7 +660,7 @@ static ix_status check_plan(ix_model_ctx *c, const ix_model_plan *pl, int32_t *n
 
 /* Rank 0: the step's plan to the other ranks, with the pool's copies since
  * the last one. */
-static ix_status send_plan(ix_model_ctx *c, const ix_batch *b, bool hidden) {
+static ix_status send_plan(ix_model_ctx *c, const ix_batch *b, bool hidden, int32_t n_micro) {
     if (c->copies_lost) {
         c->copies_lost = false;
         c->n_copies = 0;
@@ -648,7 +669,7 @@ static ix_status send_plan(ix_model_ctx *c, const ix_batch *b, bool hidden) {
     int32_t bs = c->lay.block_size;
     for (int32_t t = 0; t < b->n_tokens; t++) c->plan_lens[t] = b->pos[t] / bs + 1;
     ix_model_plan pl = {.batch = *b, .tables = c->tables, .n_blocks = c->plan_lens, .copies = c->copies,
-                        .n_copies = c->n_copies, .hidden = hidden};
+                        .n_copies = c->n_copies, .hidden = hidden, .n_micro = n_micro};
     const ix_model_comm *comm = c->m->comm;
     ix_status s = comm->step(comm->user, &pl);
     c->n_copies = 0;
@@ -658,10 +679,8 @@ static ix_status send_plan(ix_model_ctx *c, const ix_batch *b, bool hidden) {
 
 /* ---- the pass ------------------------------------------------------------------- */
 
-/* The pass; the output rows end either as logits or, for embeddings, as
- * the final norm's hidden states (exactly one of the two is non-NULL). */
 /* Makes a plan's block copies in this rank's pool (the K/V of this rank's
- * heads, as rank 0's pool made them in its own). */
+ * heads and layers, as rank 0's pool made them in its own). */
 static void apply_copies(ix_model_ctx *c, const ix_model_plan *pl) {
     unsigned char *base = ix_kv_data(c->kv);
     size_t stride = c->lay.block_stride_bytes;
@@ -671,52 +690,29 @@ static void apply_copies(ix_model_ctx *c, const ix_model_plan *pl) {
     }
 }
 
-/* The pass over b (rank 0 or one process: checked against the KV cache; the
- * other ranks: plan, checked against the pool). Rank 0 ends with the logits
- * or, with want_hidden, the final norm's hidden states; the other ranks with
- * neither (logits and hidden NULL). */
-static ix_status forward(ix_model_ctx *c, const ix_batch *b, const ix_model_plan *plan, float *logits,
-                         float *hidden, bool want_hidden) {
+/* This shard's layers over batch b, xb holding the first one's normed input;
+ * the last layer of the model leaves its residual to ROW_OUT_NORM. */
+static ix_status run_layers(ix_model_ctx *c, const ix_batch *b, const ix_rope_params *rp, uint64_t *t) {
     const ix_model *m = c->m;
     const ix_model_hparams *hp = &m->hp;
     const ix_model_shard_info *sh = &m->shard;
-    if (!plan && m->comm && m->comm->rank != 0)
-        return ix_errf(&c->err, IX_ERR_STATE, "tensor-parallel rank %d runs rank 0's plans only", m->comm->rank);
-    int32_t n_out;
-    ix_status s = plan ? check_plan(c, plan, &n_out) : check_batch(c, b, &n_out);
-    if (s != IX_OK) return s;
-    if (plan) apply_copies(c, plan);
-    else if (m->comm && (s = send_plan(c, b, want_hidden)) != IX_OK) return s;
+    ix_model_profile *pf = &c->prof;
     size_t T = (size_t)b->n_tokens, E = (size_t)hp->n_embd, hd = (size_t)hp->head_dim,
            Q = (size_t)sh->n_q * hd, KV = (size_t)sh->n_kv * hd, F = (size_t)sh->n_ff;
-    float *att = m->comm ? c->att_full : c->att; /* (T, n_head * hd): every head's output */
-
-    ix_rope_params rp = {
-        .mode = hp->rope_mode, .head_dim = (uint32_t)hd, .n_rot = (uint32_t)hp->n_rot,
-        .freq_base = hp->rope_freq_base, .freq_scale = hp->rope_freq_scale,
-        .freq_factors = m->rope_factors, .attn_factor = hp->rope_attn_factor,
-        .ext_factor = hp->rope_scaling == IX_ROPE_SCALING_YARN ? 1.0f : 0.0f,
-        .beta_fast = 32.0f, .beta_slow = 1.0f, .n_ctx_orig = (uint32_t)hp->rope_orig_ctx,
-    };
-    ix_model_profile *pf = &c->prof;
-    pf->n_forward++;
-    pf->n_tokens += T;
-    pf->n_logits += (uint64_t)n_out;
-    uint64_t t = ix_time_ns();
-    /* x (T, E) = embeddings; xb = layer 0's attention norm of x */
-    if ((s = rows(c, b, ROW_EMBED, 0, NULL, T, E)) != IX_OK) return s;
-    lap(&pf->rows_ns, &t);
-    for (int32_t il = 0; il < hp->n_layer; il++) {
+    bool tp = is_tp(m);
+    float *att = tp ? c->att_full : c->att; /* (T, n_head * hd): every head's output */
+    ix_status s;
+    for (int32_t il = sh->layer0; il < sh->layer0 + sh->n_layer; il++) {
         const ix__layer *l = &m->layers[il];
         /* attention; xb holds the normed residual */
         if ((s = matmul_n(c, (const ix__weight *const[]){&l->wq, &l->wk, &l->wv},
                           (float *const[]){c->q, c->k, c->v}, 3, c->xb, T)) != IX_OK)
             return s;
-        lap(&pf->matmul_ns, &t);
-        if ((s = rows(c, b, ROW_QKV, il, &rp, T, 2 * (Q + 2 * KV))) != IX_OK) return s;
-        lap(&pf->rows_ns, &t);
+        lap(&pf->matmul_ns, t);
+        if ((s = rows(c, b, ROW_QKV, il, rp, T, 2 * (Q + 2 * KV))) != IX_OK) return s;
+        lap(&pf->rows_ns, t);
         attention(c, b, il);
-        lap(&pf->attention_ns, &t);
+        lap(&pf->attention_ns, t);
         if ((s = gather(c, c->att, att, T, IX__COLS_Q, false)) != IX_OK) return s;
         /* sequential: x += attention output, xb = ffn_norm(x); parallel: the
          * FFN reads the same xb and the attention output waits in ya */
@@ -724,10 +720,10 @@ static ix_status forward(ix_model_ctx *c, const ix_batch *b, const ix_model_plan
             if ((s = matmul_gather(c, &l->wo, att, T, c->ya, IX__COLS_EMBD, false)) != IX_OK) return s;
         } else {
             if ((s = matmul_gather(c, &l->wo, att, T, c->xb, IX__COLS_EMBD, false)) != IX_OK) return s;
-            lap(&pf->matmul_ns, &t);
+            lap(&pf->matmul_ns, t);
             if ((s = rows(c, b, ROW_ATTN_RESID, il, NULL, T, E)) != IX_OK) return s;
         }
-        lap(hp->parallel_blocks ? &pf->matmul_ns : &pf->rows_ns, &t);
+        lap(hp->parallel_blocks ? &pf->matmul_ns : &pf->rows_ns, t);
         /* feed-forward: down(act(gate(xb)) * up(xb)) or down(gelu(up(xb))),
          * FFN_CHUNK rows at a time; the chunk's output replaces its own rows
          * of xb, which nothing reads again */
@@ -744,37 +740,212 @@ static ix_status forward(ix_model_ctx *c, const ix_batch *b, const ix_model_plan
                 if ((s = matmul(c, &l->w_up, xc, n, c->up)) != IX_OK) return s;
                 ffn_in = c->up;
             }
-            lap(&pf->matmul_ns, &t);
+            lap(&pf->matmul_ns, t);
             if ((s = rows(c, b, ROW_FFN_ACT, il, NULL, n, F)) != IX_OK) return s;
-            lap(&pf->rows_ns, &t);
-            if (m->comm) {
+            lap(&pf->rows_ns, t);
+            if (tp) {
                 if ((s = gather(c, ffn_in, c->ffn_full, n, IX__COLS_FF, false)) != IX_OK) return s;
                 ffn_in = c->ffn_full;
             }
             if ((s = matmul_gather(c, &l->w_down, ffn_in, n, xc, IX__COLS_EMBD, false)) != IX_OK) return s;
-            lap(&pf->matmul_ns, &t);
+            lap(&pf->matmul_ns, t);
         }
         /* x += the block's outputs, normed for the next layer (the last
          * layer's residual is needed only in the rows that give logits) */
         if (il + 1 < hp->n_layer && (s = rows(c, b, ROW_FFN_RESID, il, NULL, T, E)) != IX_OK) return s;
-        lap(&pf->rows_ns, &t);
+        lap(&pf->rows_ns, t);
     }
+    return IX_OK;
+}
 
-    if (n_out == 0) return IX_OK;
-    if ((s = rows(c, b, ROW_OUT_NORM, hp->n_layer - 1, NULL, (size_t)n_out, E)) != IX_OK) return s;
-    if (want_hidden) {
-        if (hidden) memcpy(hidden, c->xo, (size_t)n_out * E * sizeof *hidden);
+enum { PP_TAG_ACT = 1, PP_TAG_OUT = 2 };
+
+static ix_status pp_fail(ix_model_ctx *c, ix_status s, const char *what) {
+    return ix_errf(&c->err, s, "pipeline stage %d: %s failed", c->m->comm->stage, what);
+}
+
+/* One micro-batch b through this rank's stage (S stages, this one st): the
+ * embeddings on stage 0, or the residual rows from stage st - 1; the stage's
+ * layers; then the rows on to stage st + 1, or, on the last stage, the
+ * outputs of its n_out rows (c->out_rows) into out: logits (gathered to the
+ * group's rank 0 under tensor parallelism) or hidden states, which the last
+ * stage of a pipeline ships to the engine. */
+static ix_status stage_pass(ix_model_ctx *c, const ix_batch *b, int32_t n_out, float *out, bool want_hidden,
+                            const ix_rope_params *rp, uint64_t *t) {
+    const ix_model *m = c->m;
+    const ix_model_comm *comm = m->comm;
+    const ix_model_hparams *hp = &m->hp;
+    int32_t S = n_stages(m), st = S > 1 ? comm->stage : 0;
+    size_t T = (size_t)b->n_tokens, E = (size_t)hp->n_embd;
+    ix_status s;
+    if (st == 0) {
+        /* x (T, E) = embeddings; xb = layer 0's attention norm of x */
+        if ((s = rows(c, b, ROW_EMBED, 0, NULL, T, E)) != IX_OK) return s;
+    } else {
+        if ((s = comm->recv(comm->user, c->x, T * E, st - 1, PP_TAG_ACT)) != IX_OK)
+            return pp_fail(c, s, "receiving activations");
+        if ((s = rows(c, b, ROW_STAGE_IN, m->shard.layer0, NULL, T, E)) != IX_OK) return s;
+    }
+    lap(&c->prof.rows_ns, t);
+    if ((s = run_layers(c, b, rp, t)) != IX_OK) return s;
+    if (st + 1 < S) {
+        if ((s = comm->send(comm->user, c->x, T * E, st + 1, PP_TAG_ACT)) != IX_OK)
+            return pp_fail(c, s, "sending activations");
         return IX_OK;
     }
-    /* (n_out, n_vocab): each rank's vocabulary rows, gathered to rank 0 */
-    if ((s = matmul_gather(c, &m->output, c->xo, (size_t)n_out, logits, IX__COLS_VOCAB, true)) != IX_OK) return s;
-    size_t V = (size_t)hp->n_vocab;
-    for (int32_t i = 0; logits && i < n_out && (m->output_b || hp->final_softcap > 0); i++) {
+    if (n_out == 0) return IX_OK;
+    if ((s = rows(c, b, ROW_OUT_NORM, hp->n_layer - 1, NULL, (size_t)n_out, E)) != IX_OK) return s;
+    size_t width = want_hidden ? E : (size_t)hp->n_vocab;
+    if (want_hidden) {
+        if (out) memcpy(out, c->xo, (size_t)n_out * E * sizeof *out);
+    } else if ((s = matmul_gather(c, &m->output, c->xo, (size_t)n_out, out, IX__COLS_VOCAB, true)) != IX_OK) {
+        return s;
+    }
+    lap(&c->prof.output_ns, t);
+    if (S > 1 && comm->rank == 0 && (s = comm->send(comm->user, out, (size_t)n_out * width, 0, PP_TAG_OUT)) != IX_OK)
+        return pp_fail(c, s, "sending outputs");
+    return IX_OK;
+}
+
+/* Micro-batch mb of M over T tokens: rows [a, e). */
+static void micro_range(int32_t T, int32_t M, int32_t mb, int32_t *a, int32_t *e) {
+    *a = (int32_t)((int64_t)T * mb / M);
+    *e = (int32_t)((int64_t)T * (mb + 1) / M);
+}
+
+/* The output rows (c->out_rows, ascending) from *k on that fall in [a, e),
+ * relative to a, into mb_out; returns how many. */
+static int32_t micro_outputs(ix_model_ctx *c, const int32_t *out_rows, int32_t n_out, int32_t *k, int32_t a,
+                             int32_t e) {
+    int32_t n = 0;
+    while (*k < n_out && out_rows[*k] < e) c->mb_out[n++] = out_rows[(*k)++] - a;
+    return n;
+}
+
+/* The engine's micro-batches per step: one per stage unless told, at most
+ * one per token; 1 without a pipeline. */
+static int32_t micro_count(const ix_model_ctx *c, int32_t T) {
+    int32_t S = n_stages(c->m);
+    if (S == 1) return 1;
+    int32_t M = c->m->comm->micro_batches > 0 ? c->m->comm->micro_batches : S;
+    return M < T ? M : T;
+}
+
+/* Grows the last stage's output buffer to n floats. */
+static bool pp_out_reserve(ix_model_ctx *c, size_t n) {
+    if (n <= c->pp_out_cap) return true;
+    float *p = alloc_f32(n);
+    if (!p) return false;
+    ix_aligned_free(c->pp_out);
+    c->pp_out = p;
+    c->pp_out_cap = n;
+    return true;
+}
+
+/* The pass over b (rank 0 or one process: checked against the KV cache; the
+ * other ranks: plan, checked against the pool). Rank 0 ends with the logits
+ * or, with want_hidden, the final norm's hidden states; the other ranks with
+ * neither (logits and hidden NULL).
+ *
+ * Pipeline parallelism (docs/distributed.md): the batch goes through in
+ * micro-batches of contiguous tokens; each stage runs its layers on
+ * micro-batch mb and sends its residual rows on without waiting, so stage
+ * s + 1 works on mb while stage s works on mb + 1. A token's result does not
+ * depend on the split (every kernel is batch invariant, and a sequence's
+ * tokens in a later micro-batch read the K/V its earlier ones wrote, as a
+ * chunked prefill does). x, xb, the tables and the output rows are pointed
+ * at the micro-batch's rows while it runs. */
+static ix_status forward(ix_model_ctx *c, const ix_batch *b, const ix_model_plan *plan, float *logits,
+                         float *hidden, bool want_hidden) {
+    const ix_model *m = c->m;
+    const ix_model_hparams *hp = &m->hp;
+    const ix_model_comm *comm = m->comm;
+    if (!plan && !is_engine(m))
+        return ix_errf(&c->err, IX_ERR_STATE, "rank %d of pipeline stage %d runs rank 0's plans only", comm->rank,
+                       comm->stage);
+    int32_t n_out;
+    ix_status s = plan ? check_plan(c, plan, &n_out) : check_batch(c, b, &n_out);
+    if (s != IX_OK) return s;
+    int32_t T = b->n_tokens, M = plan ? plan->n_micro : micro_count(c, T);
+    if (M < 1 || M > T || (M > 1 && n_stages(m) == 1))
+        return ix_errf(&c->err, IX_ERR_RANGE, "plan of %d tokens in %d micro-batches", T, M);
+    if (plan) apply_copies(c, plan);
+    else if (comm && (s = send_plan(c, b, want_hidden, M)) != IX_OK) return s;
+    int32_t S = n_stages(m), st = S > 1 ? comm->stage : 0;
+    size_t E = (size_t)hp->n_embd, V = (size_t)hp->n_vocab, width = want_hidden ? E : V;
+
+    ix_rope_params rp = {
+        .mode = hp->rope_mode, .head_dim = (uint32_t)hp->head_dim, .n_rot = (uint32_t)hp->n_rot,
+        .freq_base = hp->rope_freq_base, .freq_scale = hp->rope_freq_scale,
+        .freq_factors = m->rope_factors, .attn_factor = hp->rope_attn_factor,
+        .ext_factor = hp->rope_scaling == IX_ROPE_SCALING_YARN ? 1.0f : 0.0f,
+        .beta_fast = 32.0f, .beta_slow = 1.0f, .n_ctx_orig = (uint32_t)hp->rope_orig_ctx,
+    };
+    ix_model_profile *pf = &c->prof;
+    pf->n_forward++;
+    pf->n_tokens += (uint64_t)T;
+    pf->n_logits += (uint64_t)n_out;
+    uint64_t t = ix_time_ns();
+    /* where the outputs go: the engine's buffer in one process (or a stage
+     * that is both first and last); the last stage of a pipeline keeps the
+     * step's outputs until its sends are flushed */
+    float *dst = want_hidden ? hidden : logits, *out = dst;
+    if (S > 1 && st == S - 1) {
+        out = NULL;
+        if (comm->rank == 0 && n_out) {
+            if (!pp_out_reserve(c, (size_t)n_out * width)) return ix_errf(&c->err, IX_ERR_NOMEM, "out of memory");
+            out = c->pp_out;
+        }
+    }
+    float *x0 = c->x, *xb0 = c->xb;
+    const int32_t **tab0 = c->tables;
+    int32_t *out0 = c->out_rows;
+    int32_t k = 0, o_at = 0;
+    for (int32_t mb = 0; mb < M && s == IX_OK; mb++) {
+        int32_t a, e;
+        micro_range(T, M, mb, &a, &e);
+        int32_t n_mo = M == 1 ? n_out : micro_outputs(c, out0, n_out, &k, a, e);
+        ix_batch sb = {.n_tokens = e - a, .tokens = b->tokens + a, .pos = b->pos + a, .seq = b->seq + a,
+                       .output = b->output + a};
+        c->x = x0 + (size_t)a * E;
+        c->xb = xb0 + (size_t)a * E;
+        c->tables = tab0 + a;
+        c->out_rows = M == 1 ? out0 : c->mb_out;
+        s = stage_pass(c, M == 1 ? b : &sb, n_mo, out ? out + (size_t)o_at * width : NULL, want_hidden, &rp, &t);
+        o_at += n_mo;
+    }
+    c->x = x0;
+    c->xb = xb0;
+    c->tables = tab0;
+    c->out_rows = out0;
+    if (s != IX_OK) return s;
+    if (S > 1) {
+        if ((s = comm->flush(comm->user)) != IX_OK) return pp_fail(c, s, "sending");
+        /* the engine: each micro-batch's outputs from the last stage */
+        if (is_engine(m) && n_out) {
+            if (!dst) {
+                if (!pp_out_reserve(c, (size_t)n_out * width)) return ix_errf(&c->err, IX_ERR_NOMEM, "out of memory");
+                dst = c->pp_out;
+            }
+            k = o_at = 0;
+            for (int32_t mb = 0; mb < M; mb++) {
+                int32_t a, e;
+                micro_range(T, M, mb, &a, &e);
+                int32_t n_mo = micro_outputs(c, out0, n_out, &k, a, e);
+                if (n_mo && (s = comm->recv(comm->user, dst + (size_t)o_at * width, (size_t)n_mo * width, S - 1,
+                                            PP_TAG_OUT)) != IX_OK)
+                    return pp_fail(c, s, "receiving outputs");
+                o_at += n_mo;
+            }
+            lap(&pf->output_ns, &t);
+        }
+    }
+    if (want_hidden || !logits || !is_engine(m)) return IX_OK;
+    for (int32_t i = 0; i < n_out && (m->output_b || hp->final_softcap > 0); i++) {
         float *row = logits + (size_t)i * V;
         if (m->output_b) ix_kernels_add(row, row, m->output_b, V);
         if (hp->final_softcap > 0) ix_kernels_softcap(row, V, hp->final_softcap);
     }
-    lap(&pf->output_ns, &t);
     return IX_OK;
 }
 
@@ -787,7 +958,7 @@ ix_status ix_model_forward_hidden(ix_model_ctx *c, const ix_batch *b, float *hid
 }
 
 ix_status ix_model_forward_plan(ix_model_ctx *c, const ix_model_plan *plan) {
-    if (!c->m->comm || c->m->comm->rank == 0)
-        return ix_errf(&c->err, IX_ERR_STATE, "a plan runs on a tensor-parallel rank other than 0");
+    if (!c->m->comm || is_engine(c->m))
+        return ix_errf(&c->err, IX_ERR_STATE, "a plan runs on a rank other than the engine's");
     return forward(c, &plan->batch, plan, NULL, NULL, plan->hidden);
 }

@@ -238,7 +238,7 @@ static size_t matmul_weights(ix_model *m, ix__weight **ws) {
         for (size_t k = 0; k < IX_ARRAY_LEN(lw); k++)
             if (lw[k]->data) ws[n++] = lw[k];
     }
-    if (!m->hp.tied_embeddings) ws[n++] = &m->output;
+    if (!m->hp.tied_embeddings && m->output.data) ws[n++] = &m->output;
     return n;
 }
 
@@ -462,14 +462,50 @@ static ix_status shard_view(loader *L, ix__weight *w, int64_t row0, int64_t n) {
     return IX_OK;
 }
 
+/* A pipeline stage: the matmul weights of layers outside [l0, l1), and the
+ * output head unless last, are dropped before anything reads or packs them
+ * (their pages of the mapping are never touched). Norms stay: a stage's last
+ * layer norms the next layer's input as one process does. */
+static void drop_other_stages(ix_model *m, int32_t l0, int32_t l1, bool last) {
+    for (int32_t il = 0; il < m->hp.n_layer; il++) {
+        if (il >= l0 && il < l1) continue;
+        ix__layer *l = &m->layers[il];
+        ix__weight *ws[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
+        for (size_t k = 0; k < IX_ARRAY_LEN(ws); k++) {
+            ws[k]->data = NULL;
+            ws[k]->n_bytes = 0;
+        }
+    }
+    if (!last) {
+        m->output.data = NULL;
+        m->output.n_bytes = 0;
+    }
+}
+
+/* The matmul bytes one decode step of this shard reads. */
+static uint64_t stage_decode_bytes(const ix_model *m) {
+    uint64_t n = m->output.n_bytes;
+    for (int32_t il = 0; il < m->hp.n_layer; il++) {
+        const ix__layer *l = &m->layers[il];
+        const ix__weight *ws[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
+        for (size_t k = 0; k < IX_ARRAY_LEN(ws); k++) n += ws[k]->n_bytes;
+    }
+    return n;
+}
+
 /* This rank's share of every matmul weight and bias, and every rank's
  * columns of the all-gathers. */
 static ix_status shard_weights(loader *L, const ix_model_comm *comm) {
     ix_model *m = L->m;
     const ix_model_hparams *hp = &m->hp;
     int32_t R = comm ? comm->n_ranks : 1, rank = comm ? comm->rank : 0;
+    int32_t S = comm && comm->n_stages > 1 ? comm->n_stages : 1, st = S > 1 ? comm->stage : 0;
     if (R < 1 || rank < 0 || rank >= R)
         return ix_errf(L->err, IX_ERR_INVALID, "rank %d of %d ranks", rank, R);
+    if (st < 0 || st >= S) return ix_errf(L->err, IX_ERR_INVALID, "pipeline stage %d of %d stages", st, S);
+    if (S > hp->n_layer)
+        return ix_errf(L->err, IX_ERR_INVALID, "%d pipeline stages: the model has %d layers, at most one stage per "
+                       "layer", S, hp->n_layer);
     if (R > hp->n_head)
         return ix_errf(L->err, IX_ERR_INVALID, "%d tensor-parallel ranks: the model has %d attention heads, at most "
                        "one rank per head", R, hp->n_head);
@@ -484,8 +520,17 @@ static ix_status shard_weights(loader *L, const ix_model_comm *comm) {
     sh->n_ff = split_at(F, rank + 1, R) - sh->ff0;
     sh->n_embd = split_at(E, rank + 1, R) - sh->embd0;
     sh->n_vocab = split_at(V, rank + 1, R) - sh->vocab0;
-    if (!comm || R == 1) return IX_OK; /* one rank: the whole model, no exchanges */
+    /* a stage's layers: a balanced contiguous range (the embeddings are read
+     * in place on stage 0 only, the output head is the last stage's) */
+    sh->layer0 = (int32_t)((int64_t)hp->n_layer * st / S);
+    sh->n_layer = (int32_t)((int64_t)hp->n_layer * (st + 1) / S) - sh->layer0;
+    if (!comm || (R == 1 && S == 1)) return IX_OK; /* one rank: the whole model, no exchanges */
     m->comm = comm;
+    if (S > 1) drop_other_stages(m, sh->layer0, sh->layer0 + sh->n_layer, st == S - 1);
+    if (R == 1) {
+        m->decode_bytes = stage_decode_bytes(m);
+        return IX_OK;
+    }
     for (int i = 0; i < IX__COLS_COUNT; i++)
         if (!(m->cols[i] = ix_calloc((size_t)R, sizeof(int32_t))))
             return ix_errf(L->err, IX_ERR_NOMEM, "out of memory");
@@ -498,8 +543,7 @@ static ix_status shard_weights(loader *L, const ix_model_comm *comm) {
         m->cols[IX__COLS_VOCAB][r] = (int32_t)(split_at(V, r + 1, R) - split_at(V, r, R));
     }
     ix_status s;
-    m->decode_bytes = 0;
-    for (int32_t il = 0; il < hp->n_layer; il++) {
+    for (int32_t il = sh->layer0; il < sh->layer0 + sh->n_layer; il++) {
         ix__layer *l = &m->layers[il];
         if ((s = shard_view(L, &l->wq, q0 * hd, (q1 - q0) * hd)) != IX_OK ||
             (s = shard_view(L, &l->wk, k0 * hd, (k1 - k0) * hd)) != IX_OK ||
@@ -513,11 +557,9 @@ static ix_status shard_weights(loader *L, const ix_model_comm *comm) {
         if (l->bk) l->bk += k0 * hd;
         if (l->bv) l->bv += k0 * hd;
         if (l->b_up) l->b_up += sh->ff0;
-        const ix__weight *ws[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
-        for (size_t k = 0; k < IX_ARRAY_LEN(ws); k++) m->decode_bytes += ws[k]->n_bytes;
     }
     if ((s = shard_view(L, &m->output, sh->vocab0, sh->n_vocab)) != IX_OK) return s;
-    m->decode_bytes += m->output.n_bytes;
+    m->decode_bytes = stage_decode_bytes(m);
     return IX_OK;
 }
 
@@ -609,7 +651,7 @@ uint64_t ix_model_weight_resident_bytes(const ix_model *m) {
 }
 
 void ix_model_kv_params(const ix_model *m, ix_kv_params *p) {
-    p->n_layer = m->hp.n_layer;
+    p->n_layer = m->shard.n_layer; /* a pipeline stage holds only its layers' K/V */
     p->n_kv_head = m->shard.n_kv; /* a shard holds only its KV heads */
     p->head_dim = m->hp.head_dim;
     /* the cache may drop blocks behind the window only when no layer reads them */
