@@ -649,8 +649,6 @@ static ix_status send_plan(ix_model_ctx *c, const ix_batch *b, bool hidden) {
 
 /* ---- the pass ------------------------------------------------------------------- */
 
-/* The pass; the output rows end either as logits or, for embeddings, as
- * the final norm's hidden states (exactly one of the two is non-NULL). */
 /* Makes a plan's block copies in this rank's pool (the K/V of this rank's
  * heads, as rank 0's pool made them in its own). */
 static void apply_copies(ix_model_ctx *c, const ix_model_plan *pl) {
@@ -663,9 +661,10 @@ static void apply_copies(ix_model_ctx *c, const ix_model_plan *pl) {
 }
 
 /* The pass over b (rank 0 or one process: checked against the KV cache; the
- * other ranks: plan, checked against the pool). Rank 0 ends with the logits
- * or, with want_hidden, the final norm's hidden states; the other ranks with
- * neither (logits and hidden NULL). */
+ * other ranks: plan, checked against the pool). Rank 0 ends with the final
+ * norm's hidden states of the output rows in hidden (when not NULL) and,
+ * unless want_hidden (embeddings: no output head), the logits; the other
+ * ranks with neither (logits and hidden NULL). */
 static ix_status forward(ix_model_ctx *c, const ix_batch *b, const ix_model_plan *plan, float *logits,
                          float *hidden, bool want_hidden) {
     const ix_model *m = c->m;
@@ -747,10 +746,8 @@ static ix_status forward(ix_model_ctx *c, const ix_batch *b, const ix_model_plan
 
     if (n_out == 0) return IX_OK;
     if ((s = rows(c, b, ROW_OUT_NORM, hp->n_layer - 1, NULL, (size_t)n_out, E)) != IX_OK) return s;
-    if (want_hidden) {
-        if (hidden) memcpy(hidden, c->xo, (size_t)n_out * E * sizeof *hidden);
-        return IX_OK;
-    }
+    if (hidden) memcpy(hidden, c->xo, (size_t)n_out * E * sizeof *hidden);
+    if (want_hidden) return IX_OK;
     /* (n_out, n_vocab): each rank's vocabulary rows, gathered to rank 0 */
     if ((s = matmul_gather(c, &m->output, c->xo, (size_t)n_out, logits, IX__COLS_VOCAB, true)) != IX_OK) return s;
     size_t V = (size_t)hp->n_vocab;
@@ -769,6 +766,34 @@ ix_status ix_model_forward(ix_model_ctx *c, const ix_batch *b, float *logits) {
 
 ix_status ix_model_forward_hidden(ix_model_ctx *c, const ix_batch *b, float *hidden) {
     return forward(c, b, NULL, NULL, hidden, true);
+}
+
+ix_status ix_model_forward_out(ix_model_ctx *c, const ix_batch *b, float *logits, float *hidden) {
+    return forward(c, b, NULL, logits, hidden, false);
+}
+
+ix_status ix_model_output_head(const ix_model *m, ix_pool *pool, const float *x, size_t M, float *logits,
+                               ix_errbuf *err) {
+    const ix_model_hparams *hp = &m->hp;
+    if (m->comm && m->comm->n_ranks > 1)
+        return ix_errf(err, IX_ERR_UNSUPPORTED, "the output head of a tensor-parallel shard is a slice of it");
+    if (M == 0) return IX_OK;
+    const ix__weight *w = &m->output;
+    size_t sb = ix_kernels_matmul_scratch_bytes(w->type, M, (size_t)w->ne0);
+    void *scratch = sb ? ix_aligned_alloc(64, sb) : NULL;
+    if (sb && !scratch) return ix_errf(err, IX_ERR_NOMEM, "out of memory for the output head's activations");
+    ix_matmul mm = {.w_type = w->type, .w = w->data, .x = x, .y = logits, .M = M, .N = (size_t)w->ne1,
+                    .K = (size_t)w->ne0, .scratch = scratch, .w_packed = w->packed};
+    ix_status s = ix_kernels_matmul(&mm, pool);
+    ix_aligned_free(scratch);
+    if (s != IX_OK) return ix_errf(err, s, "output head matmul (%s) failed", ix_dtype_name(w->type));
+    size_t V = (size_t)hp->n_vocab;
+    for (size_t i = 0; i < M && (m->output_b || hp->final_softcap > 0); i++) {
+        float *row = logits + i * V;
+        if (m->output_b) ix_kernels_add(row, row, m->output_b, V);
+        if (hp->final_softcap > 0) ix_kernels_softcap(row, V, hp->final_softcap);
+    }
+    return IX_OK;
 }
 
 ix_status ix_model_forward_plan(ix_model_ctx *c, const ix_model_plan *plan) {

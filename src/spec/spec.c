@@ -35,7 +35,8 @@ ix_spec_params ix_spec_default_params(void) {
     return p;
 }
 
-static const ix_proposer_ops *const k_proposers[] = {&ix__proposer_ngram, &ix__proposer_draft};
+static const ix_proposer_ops *const k_proposers[] = {&ix__proposer_ngram, &ix__proposer_draft,
+                                                     &ix__proposer_medusa};
 
 static const ix_proposer_ops *find_ops(ix_spec_kind k) {
     for (size_t i = 0; i < IX_ARRAY_LEN(k_proposers); i++)
@@ -58,6 +59,9 @@ ix_status ix_spec_params_check(const ix_spec_params *p, ix_errbuf *err) {
                        p->ngram_max);
     if (p->kind == IX_SPEC_DRAFT && (!p->draft_model || !*p->draft_model))
         return ix_errf(err, IX_ERR_INVALID, "speculation with 'draft' needs a draft model (--draft-model FILE)");
+    if (p->kind == IX_SPEC_MEDUSA && (!p->medusa_heads || !*p->medusa_heads))
+        return ix_errf(err, IX_ERR_INVALID,
+                       "speculation with 'medusa' needs a heads file (--medusa HEADS.gguf, from inferx medusa-train)");
     return IX_OK;
 }
 
@@ -97,6 +101,11 @@ ix_status ix_proposer_propose(ix_proposer *pr, ix_spec_seq *seqs, int32_t n) {
 
 void ix_proposer_release(ix_proposer *pr, uint64_t key) {
     if (pr && pr->ops->release) pr->ops->release(pr->self, key);
+}
+
+int32_t ix_proposer_max_k(const ix_proposer *pr) {
+    int32_t k = pr && pr->ops->max_k ? pr->ops->max_k(pr->self) : IX_SPEC_MAX_K;
+    return k < IX_SPEC_MAX_K ? k : IX_SPEC_MAX_K;
 }
 
 void ix_proposer_get_stats(const ix_proposer *pr, ix_spec_stats *out) {

@@ -1,0 +1,194 @@
+/*
+ * The Medusa proposer: heads on the target's last hidden state (a heads
+ * file of `inferx medusa-train`, inferx/medusa.h) guess the tokens after
+ * the one the target just produced. The engine hands each speculating
+ * sequence the final-norm hidden state h of the row whose logits gave its
+ * last token -- position t, kept from the same forward pass (wants_hidden)
+ * -- and head i's top-1 token is the guess for position t + 2 + i: the
+ * top-1 chain of heads 0..k-1, verified like any other proposer's guesses
+ * (one token per place, q one-hot: spec.h). A sequence without a hidden
+ * state for its current last token (none kept yet) guesses nothing.
+ *
+ * One propose call runs the heads as matmuls over all of the step's
+ * sequences at once, on the engine's worker pool: per head i, over the rows
+ * whose k > i,
+ *     Z = X W_i^T,  A = X + SiLU(Z + b_i),  L = A U_i^T,  guess = argmax L
+ * where U_i is the head's own output matrix (F32) or, for a shared-output
+ * file, the target's own output head in its own weight type
+ * (ix_model_output_head: a quantized head goes through the quantized
+ * matmul, as the target's logits do).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "inferx/medusa.h"
+#include "spec/spec_int.h"
+
+typedef struct medusa {
+    ix_medusa *heads;
+    const ix_model *target;
+    ix_pool *pool;
+    int32_t n_heads, n, V;
+    bool shared;
+    /* one call's rows: (cap, n) inputs, pre-activations, head states;
+     * (cap, V) logits; (cap) the query of each row */
+    float *x, *z, *a, *logits;
+    int32_t *q;
+    int32_t cap;
+    ix_spec_stats st;
+} medusa;
+
+static void medusa_destroy(void *self) {
+    medusa *m = self;
+    if (!m) return;
+    ix_medusa_destroy(m->heads);
+    ix_free(m->x);
+    ix_free(m->z);
+    ix_free(m->a);
+    ix_free(m->logits);
+    ix_free(m->q);
+    ix_free(m);
+}
+
+static ix_status medusa_create(void **self, const ix_spec_params *p, const ix_spec_env *env, ix_errbuf *err) {
+    *self = NULL;
+    if (!env || !env->target)
+        return ix_errf(err, IX_ERR_INVALID, "the medusa proposer needs the target model (ix_spec_env.target)");
+    ix_model_shard_info sh;
+    ix_model_get_shard(env->target, &sh);
+    if (sh.n_ranks > 1)
+        return ix_errf(err, IX_ERR_UNSUPPORTED,
+                       "speculation with 'medusa' does not run tensor-parallel (--tp): use ngram or draft there");
+    medusa *m = ix_calloc(1, sizeof *m);
+    if (!m) return ix_errf(err, IX_ERR_NOMEM, "out of memory");
+    ix_status s = ix_medusa_load(&m->heads, p->medusa_heads, err);
+    if (s != IX_OK) {
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err ? err->msg : "");
+        medusa_destroy(m);
+        return ix_errf(err, s, "medusa heads %s: %s", p->medusa_heads, msg);
+    }
+    const ix_model_hparams *hp = ix_model_get_hparams(env->target);
+    m->n_heads = ix_medusa_n_heads(m->heads);
+    m->n = ix_medusa_n_embd(m->heads);
+    m->V = ix_medusa_n_vocab(m->heads);
+    m->shared = ix_medusa_shared_output(m->heads);
+    if (m->n != hp->n_embd || m->V != hp->n_vocab) {
+        ix_errf(err, IX_ERR_INVALID,
+                "medusa heads %s are for a model of n_embd %d and %d logits; the target has n_embd %d and %d "
+                "logits: train heads for this model (inferx medusa-train -m MODEL)",
+                p->medusa_heads, m->n, m->V, hp->n_embd, hp->n_vocab);
+        medusa_destroy(m);
+        return IX_ERR_INVALID;
+    }
+    m->target = env->target;
+    m->pool = env->pool;
+    IX_LOGI("spec: medusa heads %s (%d heads, %s output head)", p->medusa_heads, m->n_heads,
+            m->shared ? "the target's" : "their own");
+    *self = m;
+    return IX_OK;
+}
+
+static int32_t medusa_max_k(const void *self) { return ((const medusa *)self)->n_heads; }
+
+static bool reserve_rows(medusa *m, int32_t rows) {
+    if (rows <= m->cap) return true;
+    size_t n = (size_t)m->n, r = (size_t)rows;
+    float *x = ix_realloc(m->x, r * n * sizeof *x);
+    if (x) m->x = x;
+    float *z = ix_realloc(m->z, r * n * sizeof *z);
+    if (z) m->z = z;
+    float *a = ix_realloc(m->a, r * n * sizeof *a);
+    if (a) m->a = a;
+    float *l = ix_realloc(m->logits, r * (size_t)m->V * sizeof *l);
+    if (l) m->logits = l;
+    int32_t *q = ix_realloc(m->q, r * sizeof *q);
+    if (q) m->q = q;
+    if (!x || !z || !a || !l || !q) return false;
+    m->cap = rows;
+    return true;
+}
+
+static ix_status matmul_f32(medusa *m, const float *w, const float *x, size_t M, size_t N, float *y) {
+    ix_matmul mm = {.w_type = IX_DTYPE_F32, .w = w, .x = x, .y = y, .M = M, .N = N, .K = (size_t)m->n};
+    return ix_kernels_matmul(&mm, m->pool);
+}
+
+/* Head i over the first M rows of m->x (the rows whose k > i, in order):
+ * writes each row's top-1 token into its query's out[i]. */
+static ix_status run_head(medusa *m, int32_t i, ix_spec_seq *seqs, int32_t M) {
+    const float *w, *b, *u;
+    ix_medusa_head(m->heads, i, &w, &b, &u);
+    size_t n = (size_t)m->n;
+    ix_status s = matmul_f32(m, w, m->x, (size_t)M, n, m->z);
+    if (s != IX_OK) return s;
+    for (int32_t r = 0; r < M; r++) {
+        const float *xr = m->x + (size_t)r * n, *zr = m->z + (size_t)r * n;
+        float *ar = m->a + (size_t)r * n;
+        for (size_t c = 0; c < n; c++) {
+            float zc = zr[c] + b[c];
+            ar[c] = xr[c] + zc / (1.0f + expf(-zc));
+        }
+    }
+    if (m->shared) s = ix_model_output_head(m->target, m->pool, m->a, (size_t)M, m->logits, NULL);
+    else s = matmul_f32(m, u, m->a, (size_t)M, (size_t)m->V, m->logits);
+    if (s != IX_OK) return s;
+    for (int32_t r = 0; r < M; r++) {
+        const float *row = m->logits + (size_t)r * (size_t)m->V;
+        int32_t best = 0;
+        for (int32_t v = 1; v < m->V; v++)
+            if (row[v] > row[best]) best = v;
+        ix_spec_seq *x = &seqs[m->q[r]];
+        x->out[i] = best;
+        x->n_out = i + 1;
+    }
+    return IX_OK;
+}
+
+static ix_status medusa_propose(void *self, ix_spec_seq *seqs, int32_t n) {
+    medusa *m = self;
+    uint64_t t0 = ix_time_ns();
+    if (!reserve_rows(m, n)) return IX_ERR_NOMEM;
+    int32_t k_most = 0, rows = 0;
+    for (int32_t q = 0; q < n; q++)
+        if (seqs[q].hidden && seqs[q].k > 0) {
+            int32_t k = seqs[q].k < m->n_heads ? seqs[q].k : m->n_heads;
+            if (k > k_most) k_most = k;
+            rows++;
+        }
+    ix_status s = IX_OK;
+    for (int32_t i = 0; i < k_most && s == IX_OK; i++) {
+        /* the rows still guessing at head i, packed at the top of x */
+        int32_t M = 0;
+        for (int32_t q = 0; q < n; q++) {
+            const ix_spec_seq *x = &seqs[q];
+            if (!x->hidden || x->k <= i || i >= m->n_heads) continue;
+            memcpy(m->x + (size_t)M * (size_t)m->n, x->hidden, (size_t)m->n * sizeof *m->x);
+            m->q[M++] = q;
+        }
+        s = run_head(m, i, seqs, M);
+        m->st.n_tokens += (uint64_t)M;
+    }
+    if (s != IX_OK)
+        for (int32_t q = 0; q < n; q++) seqs[q].n_out = 0;
+    if (rows > 0) {
+        m->st.n_forward++;
+        m->st.forward_ns += ix_time_ns() - t0;
+    }
+    return s;
+}
+
+static void medusa_get_stats(const void *self, ix_spec_stats *out) { *out = ((const medusa *)self)->st; }
+
+const ix_proposer_ops ix__proposer_medusa = {
+    .name = "medusa",
+    .kind = IX_SPEC_MEDUSA,
+    .wants_hidden = true,
+    .create = medusa_create,
+    .destroy = medusa_destroy,
+    .propose = medusa_propose,
+    .release = NULL,
+    .get_stats = medusa_get_stats,
+    .max_k = medusa_max_k,
+};
