@@ -10,9 +10,10 @@
  * state for its current last token (none kept yet) guesses nothing.
  *
  * One propose call runs the heads as matmuls over all of the step's
- * sequences at once, on the engine's worker pool: per head i, over the rows
- * whose k > i,
- *     Z = X W_i^T,  A = X + SiLU(Z + b_i),  L = A U_i^T,  guess = argmax L
+ * sequences at once, on the engine's worker pool: the residual matmuls of
+ * every head in one pool run (they share their input X, the rows' hidden
+ * states), then per head i, over the rows whose k > i,
+ *     Z_i = X W_i^T,  A = X + SiLU(Z_i + b_i),  L = A U_i^T,  guess = argmax L
  * where U_i is the head's own output matrix (F32) or, for a shared-output
  * file, the target's own output head in its own weight type
  * (ix_model_output_head: a quantized head goes through the quantized
@@ -31,10 +32,11 @@ typedef struct medusa {
     ix_pool *pool;
     int32_t n_heads, n, V;
     bool shared;
-    /* one call's rows: (cap, n) inputs, pre-activations, head states;
-     * (cap, V) logits; (cap) the query of each row */
+    /* one call's rows: (cap, n) inputs and head states; (n_heads, cap, n)
+     * pre-activations; (cap, V) logits; (cap) the query of each row and
+     * the query of each row of a head's pass */
     float *x, *z, *a, *logits;
-    int32_t *q;
+    int32_t *q, *qa;
     int32_t cap;
     ix_spec_stats st;
 } medusa;
@@ -48,6 +50,7 @@ static void medusa_destroy(void *self) {
     ix_free(m->a);
     ix_free(m->logits);
     ix_free(m->q);
+    ix_free(m->qa);
     ix_free(m);
 }
 
@@ -97,7 +100,7 @@ static bool reserve_rows(medusa *m, int32_t rows) {
     size_t n = (size_t)m->n, r = (size_t)rows;
     float *x = ix_realloc(m->x, r * n * sizeof *x);
     if (x) m->x = x;
-    float *z = ix_realloc(m->z, r * n * sizeof *z);
+    float *z = ix_realloc(m->z, (size_t)m->n_heads * r * n * sizeof *z);
     if (z) m->z = z;
     float *a = ix_realloc(m->a, r * n * sizeof *a);
     if (a) m->a = a;
@@ -105,44 +108,73 @@ static bool reserve_rows(medusa *m, int32_t rows) {
     if (l) m->logits = l;
     int32_t *q = ix_realloc(m->q, r * sizeof *q);
     if (q) m->q = q;
-    if (!x || !z || !a || !l || !q) return false;
+    int32_t *qa = ix_realloc(m->qa, r * sizeof *qa);
+    if (qa) m->qa = qa;
+    if (!x || !z || !a || !l || !q || !qa) return false;
     m->cap = rows;
     return true;
 }
 
-static ix_status matmul_f32(medusa *m, const float *w, const float *x, size_t M, size_t N, float *y) {
-    ix_matmul mm = {.w_type = IX_DTYPE_F32, .w = w, .x = x, .y = y, .M = M, .N = N, .K = (size_t)m->n};
-    return ix_kernels_matmul(&mm, m->pool);
+static ix_matmul f32_matmul(const medusa *m, const float *w, const float *x, size_t M, size_t N, float *y) {
+    return (ix_matmul){.w_type = IX_DTYPE_F32, .w = w, .x = x, .y = y, .M = M, .N = N, .K = (size_t)m->n};
 }
 
-/* Head i over the first M rows of m->x (the rows whose k > i, in order):
- * writes each row's top-1 token into its query's out[i]. */
-static ix_status run_head(medusa *m, int32_t i, ix_spec_seq *seqs, int32_t M) {
+/* Z_i = X W_i^T for heads 0..n_h-1 over the M rows of x: up to
+ * IX_KERNELS_MATMUL_MAX heads per pool run (one meeting of the threads). */
+static ix_status residual_matmuls(medusa *m, int32_t n_h, int32_t M) {
+    size_t zs = (size_t)m->cap * (size_t)m->n;
+    for (int32_t i0 = 0; i0 < n_h; i0 += IX_KERNELS_MATMUL_MAX) {
+        ix_matmul mms[IX_KERNELS_MATMUL_MAX];
+        int32_t cnt = n_h - i0 < IX_KERNELS_MATMUL_MAX ? n_h - i0 : IX_KERNELS_MATMUL_MAX;
+        for (int32_t j = 0; j < cnt; j++) {
+            const float *w, *b, *u;
+            ix_medusa_head(m->heads, i0 + j, &w, &b, &u);
+            mms[j] = f32_matmul(m, w, m->x, (size_t)M, (size_t)m->n, m->z + (size_t)(i0 + j) * zs);
+        }
+        ix_status s = ix_kernels_matmul_n(mms, (size_t)cnt, m->pool);
+        if (s != IX_OK) return s;
+    }
+    return IX_OK;
+}
+
+/* Head i over the rows of x whose query wants more than i guesses (kq):
+ * A = X + SiLU(Z_i + b_i) packed, its logits, and each row's top-1 token
+ * into its query's out[i]. */
+static ix_status run_head(medusa *m, int32_t i, ix_spec_seq *seqs, const int32_t *kq, int32_t M) {
     const float *w, *b, *u;
     ix_medusa_head(m->heads, i, &w, &b, &u);
     size_t n = (size_t)m->n;
-    ix_status s = matmul_f32(m, w, m->x, (size_t)M, n, m->z);
-    if (s != IX_OK) return s;
+    const float *z = m->z + (size_t)i * (size_t)m->cap * n;
+    int32_t Ma = 0;
     for (int32_t r = 0; r < M; r++) {
-        const float *xr = m->x + (size_t)r * n, *zr = m->z + (size_t)r * n;
-        float *ar = m->a + (size_t)r * n;
+        if (kq[m->q[r]] <= i) continue;
+        const float *xr = m->x + (size_t)r * n, *zr = z + (size_t)r * n;
+        float *ar = m->a + (size_t)Ma * n;
         for (size_t c = 0; c < n; c++) {
             float zc = zr[c] + b[c];
             ar[c] = xr[c] + zc / (1.0f + expf(-zc));
         }
+        m->qa[Ma++] = m->q[r];
     }
-    if (m->shared) s = ix_model_output_head(m->target, m->pool, m->a, (size_t)M, m->logits, NULL);
-    else s = matmul_f32(m, u, m->a, (size_t)M, (size_t)m->V, m->logits);
+    if (Ma == 0) return IX_OK;
+    ix_status s;
+    if (m->shared) {
+        s = ix_model_output_head(m->target, m->pool, m->a, (size_t)Ma, m->logits, NULL);
+    } else {
+        ix_matmul mm = f32_matmul(m, u, m->a, (size_t)Ma, (size_t)m->V, m->logits);
+        s = ix_kernels_matmul(&mm, m->pool);
+    }
     if (s != IX_OK) return s;
-    for (int32_t r = 0; r < M; r++) {
+    for (int32_t r = 0; r < Ma; r++) {
         const float *row = m->logits + (size_t)r * (size_t)m->V;
         int32_t best = 0;
         for (int32_t v = 1; v < m->V; v++)
             if (row[v] > row[best]) best = v;
-        ix_spec_seq *x = &seqs[m->q[r]];
+        ix_spec_seq *x = &seqs[m->qa[r]];
         x->out[i] = best;
         x->n_out = i + 1;
     }
+    m->st.n_tokens += (uint64_t)Ma;
     return IX_OK;
 }
 
@@ -150,29 +182,24 @@ static ix_status medusa_propose(void *self, ix_spec_seq *seqs, int32_t n) {
     medusa *m = self;
     uint64_t t0 = ix_time_ns();
     if (!reserve_rows(m, n)) return IX_ERR_NOMEM;
-    int32_t k_most = 0, rows = 0;
-    for (int32_t q = 0; q < n; q++)
-        if (seqs[q].hidden && seqs[q].k > 0) {
-            int32_t k = seqs[q].k < m->n_heads ? seqs[q].k : m->n_heads;
-            if (k > k_most) k_most = k;
-            rows++;
-        }
-    ix_status s = IX_OK;
-    for (int32_t i = 0; i < k_most && s == IX_OK; i++) {
-        /* the rows still guessing at head i, packed at the top of x */
-        int32_t M = 0;
-        for (int32_t q = 0; q < n; q++) {
-            const ix_spec_seq *x = &seqs[q];
-            if (!x->hidden || x->k <= i || i >= m->n_heads) continue;
-            memcpy(m->x + (size_t)M * (size_t)m->n, x->hidden, (size_t)m->n * sizeof *m->x);
-            m->q[M++] = q;
-        }
-        s = run_head(m, i, seqs, M);
-        m->st.n_tokens += (uint64_t)M;
+    /* the rows: every query with a hidden state, in order; kq: its guesses */
+    int32_t k_most = 0, M = 0, kq_local[64];
+    int32_t *kq = n <= 64 ? kq_local : ix_malloc((size_t)n * sizeof *kq);
+    if (!kq) return IX_ERR_NOMEM;
+    for (int32_t q = 0; q < n; q++) {
+        const ix_spec_seq *x = &seqs[q];
+        kq[q] = x->hidden ? (x->k < m->n_heads ? x->k : m->n_heads) : 0;
+        if (kq[q] <= 0) continue;
+        if (kq[q] > k_most) k_most = kq[q];
+        memcpy(m->x + (size_t)M * (size_t)m->n, x->hidden, (size_t)m->n * sizeof *m->x);
+        m->q[M++] = q;
     }
+    ix_status s = M > 0 ? residual_matmuls(m, k_most, M) : IX_OK;
+    for (int32_t i = 0; i < k_most && s == IX_OK; i++) s = run_head(m, i, seqs, kq, M);
+    if (kq != kq_local) ix_free(kq);
     if (s != IX_OK)
         for (int32_t q = 0; q < n; q++) seqs[q].n_out = 0;
-    if (rows > 0) {
+    if (M > 0) {
         m->st.n_forward++;
         m->st.forward_ns += ix_time_ns() - t0;
     }
