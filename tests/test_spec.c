@@ -21,7 +21,8 @@
  *     model's own greedy continuations; shared and own output heads):
  *     greedy identity at batches of 1..32 and k 1..n_heads, chunked prefill
  *     beside speculating decodes, preemption by recompute and by swap,
- *     n = 3; the first decode after a prefill guesses from the prefill's
+ *     n = 3; seeded sampling and the opt-out as for ngram; the first decode
+ *     after a prefill guesses from the prefill's
  *     hidden state; the distribution test; heads files that are not heads,
  *     are truncated or are for another model refused with a message */
 #include <unistd.h>
@@ -411,9 +412,10 @@ static void test_sampling_identity(void **state) {
     }
     ix_engine_stats st;
     ix_generation *ref = run(spec_params(0), reqs, N, NULL);
-    for (int32_t k = 2; k <= 6; k += 4) {
-        ix_generation *g = run(spec_params(k), reqs, N, &st);
-        assert_same(ref, g, N, "seeded sampling");
+    for (int32_t k = 2; k <= 10; k += 4) { /* ngram k 2 and 6, medusa k 3 */
+        ix_engine_params p = k > 6 ? kind_params(IX_SPEC_MEDUSA, 3) : spec_params(k);
+        ix_generation *g = run(p, reqs, N, &st);
+        assert_same(ref, g, N, k > 6 ? "seeded sampling, medusa" : "seeded sampling");
         assert_true(st.spec_n_accepted_tokens > 0);
         free_gens(g, N);
     }
@@ -427,6 +429,9 @@ static void test_sampling_identity(void **state) {
     /* Opt-out: the same tokens, and no guesses at all. */
     for (int i = 0; i < N; i++) reqs[i].no_spec = true;
     ref = run(spec_params(4), reqs, N, &st);
+    assert_int_equal(st.spec_n_drafts, 0);
+    free_gens(ref, N);
+    ref = run(kind_params(IX_SPEC_MEDUSA, 3), reqs, N, &st);
     assert_int_equal(st.spec_n_drafts, 0);
     free_gens(ref, N);
 }
