@@ -14,7 +14,10 @@
  * every head in one pool run (they share their input X, the rows' hidden
  * states), then per head i, over the rows whose k > i,
  *     Z_i = X W_i^T,  A = X + SiLU(Z_i + b_i),  L = A U_i^T,  guess = argmax L
- * where U_i is the head's own output matrix (F32) or, for a shared-output
+ * where U_i is the head's own output matrix (converted to F16 and packed at
+ * load, as the loader packs a target's F16 weights: half the bytes of F32
+ * and the packed kernel; a guess's logits move by F16 rounding, which can
+ * change a guess, never the output) or, for a shared-output
  * file, the target's own output head in its own weight type
  * (ix_model_output_head: a quantized head goes through the quantized
  * matmul, as the target's logits do).
@@ -32,6 +35,7 @@ typedef struct medusa {
     ix_pool *pool;
     int32_t n_heads, n, V;
     bool shared;
+    void *u16[IX_MEDUSA_MAX_HEADS]; /* own output heads, F16 packed; NULL: run as F32 */
     /* one call's rows: (cap, n) inputs and head states; (n_heads, cap, n)
      * pre-activations; (cap, V) logits; (cap) the query of each row and
      * the query of each row of a head's pass */
@@ -45,6 +49,7 @@ static void medusa_destroy(void *self) {
     medusa *m = self;
     if (!m) return;
     ix_medusa_destroy(m->heads);
+    for (int i = 0; i < IX_MEDUSA_MAX_HEADS; i++) ix_aligned_free(m->u16[i]);
     ix_free(m->x);
     ix_free(m->z);
     ix_free(m->a);
@@ -52,6 +57,26 @@ static void medusa_destroy(void *self) {
     ix_free(m->q);
     ix_free(m->qa);
     ix_free(m);
+}
+
+/* Own output heads as packed F16 (when the kernels pack that shape). */
+static ix_status pack_heads(medusa *m, ix_errbuf *err) {
+    size_t V = (size_t)m->V, n = (size_t)m->n;
+    if (!ix_kernels_packable(IX_DTYPE_F16, V, n)) return IX_OK;
+    uint16_t *h16 = ix_malloc(V * n * sizeof *h16);
+    if (!h16) return ix_errf(err, IX_ERR_NOMEM, "out of memory for the medusa output heads");
+    ix_status s = IX_OK;
+    for (int32_t i = 0; i < m->n_heads && s == IX_OK; i++) {
+        const float *w, *b, *u;
+        ix_medusa_head(m->heads, i, &w, &b, &u);
+        ix_kernels_fp32_to_fp16(u, h16, V * n);
+        if (!(m->u16[i] = ix_aligned_alloc(64, ix_kernels_packed_bytes(IX_DTYPE_F16, V, n))))
+            s = ix_errf(err, IX_ERR_NOMEM, "out of memory for the medusa output heads");
+        else if ((s = ix_kernels_pack(IX_DTYPE_F16, h16, 0, V, n, 0, V, m->u16[i])) != IX_OK)
+            ix_errf(err, s, "packing medusa output head %d failed", i);
+    }
+    ix_free(h16);
+    return s;
 }
 
 static ix_status medusa_create(void **self, const ix_spec_params *p, const ix_spec_env *env, ix_errbuf *err) {
@@ -87,6 +112,10 @@ static ix_status medusa_create(void **self, const ix_spec_params *p, const ix_sp
     }
     m->target = env->target;
     m->pool = env->pool;
+    if (!m->shared && (s = pack_heads(m, err)) != IX_OK) {
+        medusa_destroy(m);
+        return s;
+    }
     IX_LOGI("spec: medusa heads %s (%d heads, %s output head)", p->medusa_heads, m->n_heads,
             m->shared ? "the target's" : "their own");
     *self = m;
@@ -162,6 +191,7 @@ static ix_status run_head(medusa *m, int32_t i, ix_spec_seq *seqs, const int32_t
         s = ix_model_output_head(m->target, m->pool, m->a, (size_t)Ma, m->logits, NULL);
     } else {
         ix_matmul mm = f32_matmul(m, u, m->a, (size_t)Ma, (size_t)m->V, m->logits);
+        if (m->u16[i]) mm.w_type = IX_DTYPE_F16, mm.w = m->u16[i], mm.w_packed = true;
         s = ix_kernels_matmul(&mm, m->pool);
     }
     if (s != IX_OK) return s;
