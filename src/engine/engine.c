@@ -47,13 +47,17 @@ typedef struct gentry {
 
 #define GCACHE_SLOTS 16
 
-/* Speculation: a choice's acceptance estimate starts here, moves by
- * SPEC_ALPHA_RATE towards each draft token's outcome (accepted 1, rejected
- * 0), and, while the choice does not speculate, drifts back towards the
- * prior by SPEC_ALPHA_DRIFT per step -- so a choice that stopped
+/* Speculation: a choice's acceptance estimate starts at the engine's
+ * running acceptance over every verified guess (SPEC_ALPHA_PRIOR before
+ * any; it follows each outcome by SPEC_ALPHA_RUN_RATE, so short requests of
+ * a proposer that keeps failing do not each probe afresh), moves by
+ * SPEC_ALPHA_RATE towards each of its own guesses' outcomes (accepted 1,
+ * rejected 0), and, while the choice does not speculate, drifts towards
+ * SPEC_ALPHA_PRIOR by SPEC_ALPHA_DRIFT per step -- so a choice that stopped
  * speculating because its guesses failed tries again later. */
 #define SPEC_ALPHA_PRIOR 0.5f
 #define SPEC_ALPHA_RATE 0.2f
+#define SPEC_ALPHA_RUN_RATE 0.05f
 #define SPEC_ALPHA_DRIFT 0.05f
 
 /* A proposer's key for choice c of request id. */
@@ -81,7 +85,7 @@ typedef struct req {
     /* speculation, per choice: the next decode's tokens (its own last
      * token, then it->n_draft[c] guesses) and the acceptance estimate */
     ix_token draft[IX_SCHED_MAX_SEQS][IX_SPEC_MAX_K + 1];
-    float alpha[IX_SCHED_MAX_SEQS];
+    float alpha[IX_SCHED_MAX_SEQS]; /* < 0: not set yet (the engine thread sets it) */
     /* a proposer that reads the target's hidden state (Medusa): per choice,
      * the final-norm state of the row whose logits gave its last token
      * (n_embd floats at hid + c * n_embd, made on first use), valid while
@@ -137,6 +141,7 @@ struct ix_engine {
     ix_proposer *prop;    /* NULL: no speculation */
     ix_spec_seq *spec_q;  /* (max_num_seqs) one step's proposal queries */
     double guess_ms;      /* what a guess costs the proposer (a draft's passes), running mean */
+    float alpha_run;      /* acceptance over every verified guess, running: a new choice's estimate */
     ix_buf text;     /* a token's text, on its way to on_token */
     uint32_t *mask;  /* (mask_words) a constrained choice's allowed tokens */
     size_t mask_words;
@@ -396,7 +401,7 @@ static ix_status req_build(ix_engine *e, const ix_request_params *rp, req **out,
         if (ix_sampler_add_prompt(r->smp[c], rp->prompt, rp->n_prompt) != IX_OK) goto oom;
         if (ix__text_stream_create(&r->text[c], tok, (const char *const *)r->stops, r->n_stops) != IX_OK)
             goto oom;
-        r->alpha[c] = SPEC_ALPHA_PRIOR;
+        r->alpha[c] = -1.0f;
         for (size_t i = 0; i < rp->n_prompt; i++)
             if (ix_token_vec_push(&r->toks[c], rp->prompt[i]) != IX_OK) goto oom;
     }
@@ -769,6 +774,7 @@ static void spec_propose(ix_engine *e) {
         ix_sched_item *it = &r->it;
         for (int32_t c = 0; c < it->n_seqs; c++) {
             if (!choice_decoding(r, c)) continue;
+            if (r->alpha[c] < 0) r->alpha[c] = e->alpha_run;
             int32_t k = r->no_spec ? 0
                         : sp->adaptive ? ix_spec_choose_k_cost(r->alpha[c], sp->k, ss.cost_a_ms, ss.cost_b_ms,
                                                                e->guess_ms, n_decode)
@@ -825,6 +831,7 @@ static void spec_verify(ix_engine *e, req *r, int32_t c, int32_t d, const float 
         if (it->finished[c] || r->toks[c].n == before || j == d) break;
         bool hit = r->toks[c].ids[before] == r->draft[c][1 + j];
         r->alpha[c] += SPEC_ALPHA_RATE * ((hit ? 1.0f : 0.0f) - r->alpha[c]);
+        e->alpha_run += SPEC_ALPHA_RUN_RATE * ((hit ? 1.0f : 0.0f) - e->alpha_run);
         if (!hit) break;
         e->stats.spec_accepted_per_pos[j]++;
         acc++;
@@ -1253,6 +1260,7 @@ ix_status ix_engine_create(ix_engine **out, const ix_model *m, const ix_engine_p
     pthread_mutex_init(&e->gmu, NULL);
     e->m = m;
     e->p = *p;
+    e->alpha_run = SPEC_ALPHA_PRIOR;
     const ix_model_hparams *hp = ix_model_get_hparams(m);
     e->n_vocab = hp->n_vocab;
     e->n_ctx = p->n_ctx > 0 && p->n_ctx < hp->n_ctx_train ? p->n_ctx : hp->n_ctx_train;
