@@ -49,7 +49,7 @@ ix_status ix_spec_params_check(const ix_spec_params *p, ix_errbuf *err) {
         return ix_errf(err, IX_ERR_INVALID, "speculation kind %d is not one of ix_spec_kind", (int)p->kind);
     if (p->kind == IX_SPEC_NONE) return IX_OK;
     if (!find_ops(p->kind))
-        return ix_errf(err, IX_ERR_UNSUPPORTED, "speculation with '%s' is not implemented yet (use ngram or draft)",
+        return ix_errf(err, IX_ERR_UNSUPPORTED, "speculation with '%s' has no proposer in this build",
                        ix_spec_kind_name(p->kind));
     if (p->k < 1 || p->k > IX_SPEC_MAX_K)
         return ix_errf(err, IX_ERR_INVALID, "spec k = %d: must be 1..%d", p->k, IX_SPEC_MAX_K);
