@@ -17,6 +17,8 @@
  *     batches of 1..32 with preemption and a draft pool small enough to
  *     evict, the distribution test, a draft with another vocabulary
  *     refused, its KV back to zero after finish and cancel
+ *   - the hidden rows beside the logits (ix_model_forward_out) give the
+ *     same logits through the output head alone (ix_model_output_head)
  *   - the medusa proposer (heads trained here, in seconds, on the bundled
  *     model's own greedy continuations; shared and own output heads):
  *     greedy identity at batches of 1..32 and k 1..n_heads, chunked prefill
@@ -801,6 +803,53 @@ static const char *medusa_heads(bool trained) {
     return path;
 }
 
+/* The hidden rows the proposer reads: ix_model_forward_out gives the logits
+ * ix_model_forward gives and, beside them, rows that the output head alone
+ * (ix_model_output_head) turns into the same logits, bit for bit. */
+static void test_forward_out(void **state) {
+    (void)state;
+    const ix_model_hparams *hp = ix_model_get_hparams(g_model);
+    ix_kv_params kp = ix_kv_default_params();
+    ix_model_kv_params(g_model, &kp);
+    kp.n_blocks = 16;
+    kp.enable_prefix_cache = false;
+    ix_kv *kv;
+    ix_model_ctx *ctx;
+    ix_model_ctx_params cp = ix_model_ctx_default_params();
+    cp.n_threads = 2;
+    assert_int_equal(ix_kv_create(&kp, &kv, NULL), IX_OK);
+    assert_int_equal(ix_model_ctx_create(&ctx, g_model, kv, &cp, NULL), IX_OK);
+    const ix_token_vec *pr = &g_prompts[1];
+    int32_t L = (int32_t)pr->n, pos[64], sq[64];
+    uint8_t want[64];
+    assert_true(L <= 64);
+    size_t V = (size_t)hp->n_vocab, E = (size_t)hp->n_embd, rows = 0;
+    float *l0 = malloc(3 * V * sizeof(float)), *l1 = malloc(3 * V * sizeof(float)), *l2 = malloc(3 * V * sizeof(float));
+    float *hid = malloc(3 * E * sizeof(float));
+    assert_true(l0 && l1 && l2 && hid);
+    for (int pass = 0; pass < 2; pass++) {
+        int32_t s;
+        assert_int_equal(ix_kv_seq_create(kv, 0, &s), IX_OK);
+        assert_int_equal(ix_kv_seq_append(kv, s, L, pr->ids), IX_OK);
+        rows = 0;
+        for (int32_t t = 0; t < L; t++) {
+            pos[t] = t, sq[t] = s, want[t] = t >= L - 3;
+            rows += want[t];
+        }
+        ix_batch b = {L, pr->ids, pos, sq, want};
+        if (pass == 0) assert_int_equal(ix_model_forward(ctx, &b, l0), IX_OK);
+        else assert_int_equal(ix_model_forward_out(ctx, &b, l1, hid), IX_OK);
+        ix_kv_seq_free(kv, s);
+    }
+    assert_memory_equal(l0, l1, rows * V * sizeof(float));
+    ix_errbuf err = {{0}};
+    assert_int_equal(ix_model_output_head(g_model, ix_model_ctx_pool(ctx), hid, rows, l2, &err), IX_OK);
+    assert_memory_equal(l1, l2, rows * V * sizeof(float));
+    free(l0), free(l1), free(l2), free(hid);
+    ix_model_ctx_destroy(ctx);
+    ix_kv_destroy(kv);
+}
+
 /* Greedy identity with Medusa heads guessing: k 1..3 (the file's heads) at
  * batches of 1, 8 and 32 (prefill chunked beside speculating decodes), a k
  * above the heads capped, preemption by recompute and by swap in a 10-block
@@ -964,7 +1013,8 @@ int main(void) {
         cmocka_unit_test(test_sampling_identity), cmocka_unit_test(test_distribution),
         cmocka_unit_test(test_draft_refused),    cmocka_unit_test(test_draft_kv_cancel),
         cmocka_unit_test(test_draft_greedy_identity), cmocka_unit_test(test_draft_distribution),
-        cmocka_unit_test(test_medusa_refused),   cmocka_unit_test(test_medusa_prefill_hidden),
+        cmocka_unit_test(test_forward_out),      cmocka_unit_test(test_medusa_refused),
+        cmocka_unit_test(test_medusa_prefill_hidden),
         cmocka_unit_test(test_medusa_greedy_identity), cmocka_unit_test(test_medusa_distribution),
     };
     if (getenv("IX_TEST_FILTER")) cmocka_set_test_filter(getenv("IX_TEST_FILTER")); /* e.g. "test_draft*" */
