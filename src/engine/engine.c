@@ -696,6 +696,9 @@ static void take_token(ix_engine *e, req *r, int32_t c, const float *logits, uin
         snprintf(r->errmsg, sizeof r->errmsg, "out of memory");
         return;
     }
+    /* the push may have moved choice 0's tokens, whose head is the prompt
+     * the scheduler matches against the prefix cache when it (re)admits */
+    if (c == 0) it->prompt = r->toks[0].ids;
     it->n_generated[c]++;
     e->stats.n_generated_tokens++;
     if (!r->t_first) r->t_first = now;
