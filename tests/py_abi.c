@@ -47,7 +47,7 @@ int main(void) {
         F(ix_request_params, session_expires_ms), E();
     S(ix_spec_params), F(ix_spec_params, kind), F(ix_spec_params, k), F(ix_spec_params, ngram_max),
         F(ix_spec_params, ngram_min), F(ix_spec_params, adaptive), F(ix_spec_params, draft_model),
-        F(ix_spec_params, draft_kv_mem_bytes), E();
+        F(ix_spec_params, draft_kv_mem_bytes), F(ix_spec_params, medusa_heads), E();
     S(ix_sched_params), F(ix_sched_params, policy), F(ix_sched_params, preempt), F(ix_sched_params, max_num_seqs),
         F(ix_sched_params, max_num_batched_tokens), F(ix_sched_params, target_step_ms), E();
     S(ix_model_profile), F(ix_model_profile, n_forward), F(ix_model_profile, n_tokens), F(ix_model_profile, n_logits),

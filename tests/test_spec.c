@@ -16,7 +16,17 @@
  *   - the draft proposer (the bundled draft model): greedy identity at
  *     batches of 1..32 with preemption and a draft pool small enough to
  *     evict, the distribution test, a draft with another vocabulary
- *     refused, its KV back to zero after finish and cancel */
+ *     refused, its KV back to zero after finish and cancel
+ *   - the hidden rows beside the logits (ix_model_forward_out) give the
+ *     same logits through the output head alone (ix_model_output_head)
+ *   - the medusa proposer (heads trained here, in seconds, on the bundled
+ *     model's own greedy continuations; shared and own output heads):
+ *     greedy identity at batches of 1..32 and k 1..n_heads, chunked prefill
+ *     beside speculating decodes, preemption by recompute and by swap,
+ *     n = 3; seeded sampling and the opt-out as for ngram; the first decode
+ *     after a prefill guesses from the prefill's
+ *     hidden state; the distribution test; heads files that are not heads,
+ *     are truncated or are for another model refused with a message */
 #include <unistd.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -30,6 +40,8 @@
 
 #include "inferx/engine.h"
 #include "inferx/gguf.h"
+#include "inferx/kernels.h"
+#include "inferx/medusa.h"
 #include "inferx/spec.h"
 #include "gguf_copy_util.h"
 
@@ -40,6 +52,9 @@
 
 static ix_model *g_model;
 static ix_token_vec g_prompts[N_PROMPT];
+/* Medusa heads files made on first use (test_medusa_*): [0] trained, with
+ * the target's output head shared; [1] untrained (W = 0), own output heads */
+static char g_heads[2][32];
 
 /* Prose, and prompts whose continuation is in the prompt (where prompt
  * lookup pays). */
@@ -69,6 +84,8 @@ static int setup(void **state) {
 static int teardown(void **state) {
     (void)state;
     for (int i = 0; i < N_PROMPT; i++) ix_token_vec_free(&g_prompts[i]);
+    for (int i = 0; i < 2; i++)
+        if (g_heads[i][0]) unlink(g_heads[i]);
     ix_model_destroy(g_model);
     return 0;
 }
@@ -103,9 +120,9 @@ static void test_params_and_table(void **state) {
     p.kind = IX_SPEC_DRAFT; /* without a file */
     assert_int_equal(ix_spec_params_check(&p, &err), IX_ERR_INVALID);
     assert_non_null(strstr(err.msg, "--draft-model"));
-    p.kind = IX_SPEC_MEDUSA;
-    assert_int_equal(ix_spec_params_check(&p, &err), IX_ERR_UNSUPPORTED);
-    assert_non_null(strstr(err.msg, "medusa"));
+    p.kind = IX_SPEC_MEDUSA; /* without a heads file */
+    assert_int_equal(ix_spec_params_check(&p, &err), IX_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "--medusa"));
     p.kind = (ix_spec_kind)42;
     assert_int_equal(ix_spec_params_check(&p, &err), IX_ERR_INVALID);
 
@@ -203,6 +220,8 @@ static ix_engine *mk_engine(ix_engine_params p) {
     return e;
 }
 
+static const char *medusa_heads(bool trained);
+
 /* Speculation of kind with k guesses per decode (k 0: off). */
 static ix_engine_params kind_params(ix_spec_kind kind, int32_t k) {
     ix_engine_params p = ix_engine_default_params();
@@ -210,6 +229,7 @@ static ix_engine_params kind_params(ix_spec_kind kind, int32_t k) {
     p.spec.k = k > 0 ? k : 4;
     p.spec.adaptive = false; /* every decode speculates: the hardest case */
     if (kind == IX_SPEC_DRAFT) p.spec.draft_model = DRAFT;
+    if (kind == IX_SPEC_MEDUSA && k > 0) p.spec.medusa_heads = medusa_heads(true);
     return p;
 }
 
@@ -276,6 +296,26 @@ static void assert_same(const ix_generation *a, const ix_generation *b, int n, c
     }
 }
 
+/* Acceptance by position adds up to the accepted tokens and never grows
+ * with the position (a later guess needs every one before it). */
+static void assert_per_pos(const ix_engine_stats *st) {
+    uint64_t per_pos = 0;
+    for (int j = 0; j < IX_SPEC_MAX_K; j++) per_pos += st->spec_accepted_per_pos[j];
+    assert_int_equal(per_pos, st->spec_n_accepted_tokens);
+    for (int j = 1; j < IX_SPEC_MAX_K; j++)
+        assert_true(st->spec_accepted_per_pos[j] <= st->spec_accepted_per_pos[j - 1]);
+}
+
+/* n = 3 choices fork prompt i; each speculates on its own sequence. */
+static void assert_n3_same(ix_spec_kind kind, int32_t k, int i, const char *what) {
+    ix_request_params r = req_for(i, NULL);
+    r.n = 3;
+    ix_generation *g0 = run(spec_params(0), &r, 1, NULL), *g1 = run(kind_params(kind, k), &r, 1, NULL);
+    assert_same(g0, g1, 1, what);
+    free_gens(g0, 1);
+    free_gens(g1, 1);
+}
+
 static void test_greedy_identity(void **state) {
     (void)state;
     enum { MAXB = 32 };
@@ -306,11 +346,7 @@ static void test_greedy_identity(void **state) {
             assert_same(ref, g, n, what);
             assert_true(st.spec_n_draft_tokens > 0);
             assert_true(st.spec_n_accepted_tokens <= st.spec_n_draft_tokens);
-            uint64_t per_pos = 0;
-            for (int j = 0; j < IX_SPEC_MAX_K; j++) per_pos += st.spec_accepted_per_pos[j];
-            assert_int_equal(per_pos, st.spec_n_accepted_tokens);
-            for (int j = 1; j < IX_SPEC_MAX_K; j++) /* a later position needs every one before */
-                assert_true(st.spec_accepted_per_pos[j] <= st.spec_accepted_per_pos[j - 1]);
+            assert_per_pos(&st);
             fprintf(stderr, "  %s: %llu drafts, %llu of %llu guesses accepted, %llu steps\n", what,
                     (unsigned long long)st.spec_n_drafts, (unsigned long long)st.spec_n_accepted_tokens,
                     (unsigned long long)st.spec_n_draft_tokens, (unsigned long long)st.n_steps);
@@ -336,13 +372,7 @@ static void test_greedy_identity(void **state) {
     }
     free_gens(ref, MAXB);
 
-    /* n = 3 choices fork the prompt; each speculates on its own sequence. */
-    ix_request_params r = req_for(2, NULL);
-    r.n = 3;
-    ix_generation *g0 = run(spec_params(0), &r, 1, NULL), *g1 = run(spec_params(4), &r, 1, NULL);
-    assert_same(g0, g1, 1, "n = 3");
-    free_gens(g0, 1);
-    free_gens(g1, 1);
+    assert_n3_same(IX_SPEC_NGRAM, 4, 2, "n = 3");
 }
 
 /* Seeded sampling with every transform; stops cutting the output. */
@@ -384,9 +414,10 @@ static void test_sampling_identity(void **state) {
     }
     ix_engine_stats st;
     ix_generation *ref = run(spec_params(0), reqs, N, NULL);
-    for (int32_t k = 2; k <= 6; k += 4) {
-        ix_generation *g = run(spec_params(k), reqs, N, &st);
-        assert_same(ref, g, N, "seeded sampling");
+    for (int32_t k = 2; k <= 10; k += 4) { /* ngram k 2 and 6, medusa k 3 */
+        ix_engine_params p = k > 6 ? kind_params(IX_SPEC_MEDUSA, 3) : spec_params(k);
+        ix_generation *g = run(p, reqs, N, &st);
+        assert_same(ref, g, N, k > 6 ? "seeded sampling, medusa" : "seeded sampling");
         assert_true(st.spec_n_accepted_tokens > 0);
         free_gens(g, N);
     }
@@ -400,6 +431,9 @@ static void test_sampling_identity(void **state) {
     /* Opt-out: the same tokens, and no guesses at all. */
     for (int i = 0; i < N; i++) reqs[i].no_spec = true;
     ref = run(spec_params(4), reqs, N, &st);
+    assert_int_equal(st.spec_n_drafts, 0);
+    free_gens(ref, N);
+    ref = run(kind_params(IX_SPEC_MEDUSA, 3), reqs, N, &st);
     assert_int_equal(st.spec_n_drafts, 0);
     free_gens(ref, N);
 }
@@ -547,13 +581,7 @@ static void test_draft_greedy_identity(void **state) {
     }
     free_gens(ref, MAXB);
 
-    /* n = 3 choices: each guesses on its own draft sequence */
-    ix_request_params r = req_for(1, NULL);
-    r.n = 3;
-    ix_generation *g0 = run(spec_params(0), &r, 1, NULL), *g1 = run(kind_params(IX_SPEC_DRAFT, 4), &r, 1, NULL);
-    assert_same(g0, g1, 1, "draft, n = 3");
-    free_gens(g0, 1);
-    free_gens(g1, 1);
+    assert_n3_same(IX_SPEC_DRAFT, 4, 1, "draft, n = 3"); /* each choice on its own draft sequence */
 }
 
 static void test_draft_distribution(void **state) {
@@ -661,6 +689,317 @@ static void test_draft_kv_cancel(void **state) {
     ix_engine_destroy(e);
 }
 
+/* ---- the medusa proposer ----------------------------------------------------------- */
+
+/* A temporary file's name in out (the caller unlinks it). */
+static void tmp_name(char *out, size_t cap) {
+    snprintf(out, cap, "/tmp/ix_test_medusa_XXXXXX");
+    int fd = mkstemp(out);
+    assert_true(fd >= 0);
+    close(fd);
+}
+
+/* The target's output head as F32 rows (n_vocab x n_embd); caller frees. */
+static float *output_rows(void) {
+    const ix_model_hparams *hp = ix_model_get_hparams(g_model);
+    const ix_gguf_tensor *t = ix_gguf_find_tensor(ix_model_gguf(g_model), "output.weight");
+    if (!t) t = ix_gguf_find_tensor(ix_model_gguf(g_model), "token_embd.weight");
+    assert_non_null(t);
+    assert_int_equal(t->ne[0], hp->n_embd);
+    float *u = malloc((size_t)hp->n_vocab * (size_t)hp->n_embd * sizeof *u);
+    assert_non_null(u);
+    size_t row_bytes = (size_t)t->n_bytes / (size_t)t->ne[1];
+    for (int32_t v = 0; v < hp->n_vocab; v++)
+        assert_int_equal(ix_kernels_dequant_row(t->type, (const char *)t->data + (size_t)v * row_bytes,
+                                                u + (size_t)v * (size_t)hp->n_embd, (size_t)hp->n_embd),
+                         IX_OK);
+    return u;
+}
+
+/* Self-distillation data, as inferx medusa-train makes it: the target's
+ * greedy continuation of each test prompt, and one pass over prompt +
+ * continuation for the hidden state of every position from the prompt's
+ * last token on; head i at position t learns token t + 2 + i. Returns the
+ * number of positions (hid: (n, n_embd), lab: (n, H), caller frees). */
+static size_t distill(int32_t H, float **hid_out, ix_token **lab_out) {
+    ix_request_params reqs[N_PROMPT];
+    for (int i = 0; i < N_PROMPT; i++) reqs[i] = req_for(i, NULL);
+    ix_generation *ref = run(spec_params(0), reqs, N_PROMPT, NULL);
+    const int32_t E = ix_model_get_hparams(g_model)->n_embd;
+    size_t cap = (size_t)N_PROMPT * (N_NEW + 1), n = 0;
+    float *hid = malloc(cap * (size_t)E * sizeof *hid);
+    ix_token *lab = malloc(cap * (size_t)H * sizeof *lab);
+    assert_true(hid && lab);
+    ix_kv_params kp = ix_kv_default_params();
+    ix_model_kv_params(g_model, &kp);
+    kp.n_blocks = 64;
+    kp.enable_prefix_cache = false;
+    ix_kv *kv;
+    ix_model_ctx *ctx;
+    assert_int_equal(ix_kv_create(&kp, &kv, NULL), IX_OK);
+    ix_model_ctx_params cp = ix_model_ctx_default_params();
+    cp.max_batch_tokens = 256;
+    cp.n_threads = 2;
+    assert_int_equal(ix_model_ctx_create(&ctx, g_model, kv, &cp, NULL), IX_OK);
+    for (int i = 0; i < N_PROMPT; i++) {
+        ix_token seq[256];
+        int32_t pos[256], sq[256], P = (int32_t)g_prompts[i].n, L = P + (int32_t)ref[i].tokens[0].n, s;
+        uint8_t want[256];
+        assert_true(L <= 256);
+        memcpy(seq, g_prompts[i].ids, (size_t)P * sizeof *seq);
+        memcpy(seq + P, ref[i].tokens[0].ids, ref[i].tokens[0].n * sizeof *seq);
+        assert_int_equal(ix_kv_seq_create(kv, 0, &s), IX_OK);
+        assert_int_equal(ix_kv_seq_append(kv, s, L, seq), IX_OK);
+        for (int32_t t = 0; t < L; t++) pos[t] = t, sq[t] = s, want[t] = t >= P - 1;
+        ix_batch b = {L, seq, pos, sq, want};
+        assert_int_equal(ix_model_forward_hidden(ctx, &b, hid + n * (size_t)E), IX_OK);
+        for (int32_t t = P - 1; t < L; t++, n++)
+            for (int32_t h = 0; h < H; h++) lab[n * (size_t)H + (size_t)h] = t + 2 + h < L ? seq[t + 2 + h] : -1;
+        ix_kv_seq_free(kv, s);
+    }
+    ix_model_ctx_destroy(ctx);
+    ix_kv_destroy(kv);
+    free_gens(ref, N_PROMPT);
+    *hid_out = hid;
+    *lab_out = lab;
+    return n;
+}
+
+/* The heads file for the bundled model: trained (3 heads, a few epochs of
+ * Adam on distill's positions, the target's output head shared, so the
+ * proposer runs it through the model's own matmul) or untrained (2 heads,
+ * W = 0, own F32 output heads: each guesses the target's next token). */
+static const char *medusa_heads(bool trained) {
+    char *path = g_heads[trained ? 0 : 1];
+    if (path[0]) return path;
+    const ix_model_hparams *hp = ix_model_get_hparams(g_model);
+    float *u = output_rows();
+    ix_medusa *md;
+    int32_t H = trained ? 3 : 2;
+    assert_int_equal(ix_medusa_create(&md, H, hp->n_embd, hp->n_vocab, u, trained, NULL), IX_OK);
+    if (trained) {
+        float *hid;
+        ix_token *lab;
+        size_t n = distill(H, &hid, &lab);
+        float loss0[IX_MEDUSA_MAX_HEADS] = {0}, loss[IX_MEDUSA_MAX_HEADS] = {0};
+        for (int ep = 0; ep < 6; ep++)
+            for (size_t at = 0; at < n; at += 32) {
+                int32_t B = (int32_t)(n - at < 32 ? n - at : 32);
+                assert_int_equal(ix_medusa_train_step(md, hid + at * (size_t)hp->n_embd, lab + at * (size_t)H, B,
+                                                      1e-2f, loss),
+                                 IX_OK);
+                if (ep == 0 && at == 0) memcpy(loss0, loss, sizeof loss);
+            }
+        fprintf(stderr, "  medusa heads trained on %zu positions: loss of head 1 %.2f -> %.2f\n", n, loss0[0],
+                loss[0]);
+        free(hid);
+        free(lab);
+    }
+    tmp_name(path, sizeof g_heads[0]);
+    ix_errbuf err = {{0}};
+    if (ix_medusa_save(md, path, "test", &err) != IX_OK) fail_msg("%s", err.msg);
+    ix_medusa_destroy(md);
+    free(u);
+    return path;
+}
+
+/* The hidden rows the proposer reads: ix_model_forward_out gives the logits
+ * ix_model_forward gives and, beside them, rows that the output head alone
+ * (ix_model_output_head) turns into the same logits, bit for bit. */
+static void test_forward_out(void **state) {
+    (void)state;
+    const ix_model_hparams *hp = ix_model_get_hparams(g_model);
+    ix_kv_params kp = ix_kv_default_params();
+    ix_model_kv_params(g_model, &kp);
+    kp.n_blocks = 16;
+    kp.enable_prefix_cache = false;
+    ix_kv *kv;
+    ix_model_ctx *ctx;
+    ix_model_ctx_params cp = ix_model_ctx_default_params();
+    cp.n_threads = 2;
+    assert_int_equal(ix_kv_create(&kp, &kv, NULL), IX_OK);
+    assert_int_equal(ix_model_ctx_create(&ctx, g_model, kv, &cp, NULL), IX_OK);
+    const ix_token_vec *pr = &g_prompts[1];
+    int32_t L = (int32_t)pr->n, pos[64], sq[64];
+    uint8_t want[64];
+    assert_true(L <= 64);
+    size_t V = (size_t)hp->n_vocab, E = (size_t)hp->n_embd, rows = 0;
+    float *l0 = malloc(3 * V * sizeof(float)), *l1 = malloc(3 * V * sizeof(float)), *l2 = malloc(3 * V * sizeof(float));
+    float *hid = malloc(3 * E * sizeof(float));
+    assert_true(l0 && l1 && l2 && hid);
+    for (int pass = 0; pass < 2; pass++) {
+        int32_t s;
+        assert_int_equal(ix_kv_seq_create(kv, 0, &s), IX_OK);
+        assert_int_equal(ix_kv_seq_append(kv, s, L, pr->ids), IX_OK);
+        rows = 0;
+        for (int32_t t = 0; t < L; t++) {
+            pos[t] = t, sq[t] = s, want[t] = t >= L - 3;
+            rows += want[t];
+        }
+        ix_batch b = {L, pr->ids, pos, sq, want};
+        if (pass == 0) assert_int_equal(ix_model_forward(ctx, &b, l0), IX_OK);
+        else assert_int_equal(ix_model_forward_out(ctx, &b, l1, hid), IX_OK);
+        ix_kv_seq_free(kv, s);
+    }
+    assert_memory_equal(l0, l1, rows * V * sizeof(float));
+    ix_errbuf err = {{0}};
+    assert_int_equal(ix_model_output_head(g_model, ix_model_ctx_pool(ctx), hid, rows, l2, &err), IX_OK);
+    assert_memory_equal(l1, l2, rows * V * sizeof(float));
+    free(l0), free(l1), free(l2), free(hid);
+    ix_model_ctx_destroy(ctx);
+    ix_kv_destroy(kv);
+}
+
+/* Greedy identity with Medusa heads guessing: k 1..3 (the file's heads) at
+ * batches of 1, 8 and 32 (prefill chunked beside speculating decodes), a k
+ * above the heads capped, preemption by recompute and by swap in a 10-block
+ * pool, n = 3 choices, and untrained heads with their own output heads. */
+static void test_medusa_greedy_identity(void **state) {
+    (void)state;
+    enum { MAXB = 32 };
+    ix_request_params reqs[MAXB];
+    for (int i = 0; i < MAXB; i++) reqs[i] = req_for(i, NULL);
+    ix_generation *ref = run(spec_params(0), reqs, MAXB, NULL);
+    static const int batches[] = {1, 8, 32};
+    uint64_t accepted = 0, drafted = 0;
+    for (int32_t k = 1; k <= 3; k++)
+        for (size_t bi = 0; bi < IX_ARRAY_LEN(batches); bi++) {
+            int n = batches[bi];
+            ix_engine_params p = kind_params(IX_SPEC_MEDUSA, k);
+            if (n > 1) p.sched.max_num_batched_tokens = 64;
+            ix_engine_stats st;
+            char what[64];
+            snprintf(what, sizeof what, "medusa, k %d, batch %d", k, n);
+            for (int i = 0; i < (n == 1 ? N_PROMPT : 1); i++) { /* batch 1: each alone */
+                ix_generation *g = run(p, &reqs[i], n == 1 ? 1 : n, &st);
+                assert_same(&ref[i], g, n == 1 ? 1 : n, what);
+                assert_true(st.spec_n_draft_tokens > 0);
+                assert_per_pos(&st);
+                for (int j = k; j < IX_SPEC_MAX_K; j++) assert_int_equal(st.spec_accepted_per_pos[j], 0);
+                accepted += st.spec_n_accepted_tokens;
+                drafted += st.spec_n_draft_tokens;
+                free_gens(g, n == 1 ? 1 : n);
+            }
+            fprintf(stderr, "  %s: %llu of %llu guesses accepted so far\n", what, (unsigned long long)accepted,
+                    (unsigned long long)drafted);
+        }
+    assert_true(accepted > 0 && accepted < drafted); /* the heads learned something, not everything */
+
+    /* k above the file's heads: capped at them */
+    ix_engine *e = mk_engine(kind_params(IX_SPEC_MEDUSA, 8));
+    assert_int_equal(ix_engine_get_params(e).spec.k, 3);
+    ix_engine_destroy(e);
+
+    for (int mode = 0; mode < 3; mode++) {
+        ix_engine_params p = kind_params(IX_SPEC_MEDUSA, 3);
+        const char *what = "medusa, untrained own output heads";
+        if (mode < 2) {
+            p.kv_blocks = 10;
+            p.kv_block_size = 16;
+            p.kv_swap_blocks = 64;
+            p.sched.preempt = mode ? IX_PREEMPT_SWAP : IX_PREEMPT_RECOMPUTE;
+            what = mode ? "medusa, swap preemption" : "medusa, recompute preemption";
+        } else {
+            p.spec.medusa_heads = medusa_heads(false);
+            p.spec.k = 2;
+        }
+        ix_engine_stats st;
+        ix_generation *g = run(p, reqs, 12, &st);
+        assert_same(ref, g, 12, what);
+        if (mode < 2) assert_true(st.n_preempt_recompute + st.n_preempt_swap > 0);
+        assert_true(st.spec_n_draft_tokens > 0);
+        assert_per_pos(&st);
+        fprintf(stderr, "  %s: %llu of %llu guesses accepted\n", what, (unsigned long long)st.spec_n_accepted_tokens,
+                (unsigned long long)st.spec_n_draft_tokens);
+        free_gens(g, 12);
+    }
+    free_gens(ref, MAXB);
+
+    assert_n3_same(IX_SPEC_MEDUSA, 3, 4, "medusa, n = 3"); /* each choice keeps its own hidden state */
+}
+
+/* The first decode after a prefill guesses: the prefill's last row kept
+ * its hidden state. With max_tokens 3 and k 1 that decode is the only one
+ * that may guess, so every request makes exactly one draft. */
+static void test_medusa_prefill_hidden(void **state) {
+    (void)state;
+    ix_request_params reqs[N_PROMPT];
+    for (int i = 0; i < N_PROMPT; i++) {
+        reqs[i] = req_for(i, NULL);
+        reqs[i].max_tokens = 3;
+    }
+    ix_engine_stats st;
+    ix_generation *ref = run(spec_params(0), reqs, N_PROMPT, NULL);
+    ix_generation *g = run(kind_params(IX_SPEC_MEDUSA, 1), reqs, N_PROMPT, &st);
+    assert_same(ref, g, N_PROMPT, "medusa, first decodes");
+    assert_int_equal(st.spec_n_drafts, N_PROMPT);
+    assert_int_equal(st.spec_n_draft_tokens, N_PROMPT);
+    free_gens(ref, N_PROMPT);
+    free_gens(g, N_PROMPT);
+}
+
+static void test_medusa_distribution(void **state) {
+    (void)state;
+    distribution(IX_SPEC_MEDUSA);
+}
+
+/* Heads files a medusa proposer refuses at engine create, each with a
+ * message that says why. */
+static void test_medusa_refused(void **state) {
+    (void)state;
+    ix_errbuf err = {{0}};
+    ix_engine *e = (ix_engine *)1;
+    ix_engine_params p = kind_params(IX_SPEC_MEDUSA, 3);
+    typedef struct refusal {
+        const char *path, *says;
+        ix_status s;
+    } refusal;
+    refusal cases[5] = {
+        {NULL, "--medusa", IX_ERR_INVALID},
+        {"/nonexistent/heads.gguf", "medusa heads", IX_OK},
+        {MODEL, "not a Medusa heads file", IX_ERR_FORMAT},
+    };
+    /* heads for another model: n_embd 64 and 100 logits */
+    char other[32], cut[32];
+    tmp_name(other, sizeof other);
+    float *u = calloc(100 * 64, sizeof *u);
+    ix_medusa *md;
+    assert_int_equal(ix_medusa_create(&md, 2, 64, 100, u, false, NULL), IX_OK);
+    assert_int_equal(ix_medusa_save(md, other, "other", NULL), IX_OK);
+    ix_medusa_destroy(md);
+    free(u);
+    cases[3] = (refusal){other, "n_embd 64", IX_ERR_INVALID};
+    /* the trained file cut in half */
+    tmp_name(cut, sizeof cut);
+    FILE *in = fopen(medusa_heads(true), "rb"), *out = fopen(cut, "wb");
+    assert_true(in && out);
+    fseek(in, 0, SEEK_END);
+    long half = ftell(in) / 2;
+    fseek(in, 0, SEEK_SET);
+    char buf[4096];
+    for (long done = 0; done < half;) {
+        size_t want = (size_t)(half - done < (long)sizeof buf ? half - done : (long)sizeof buf);
+        size_t got = fread(buf, 1, want, in);
+        assert_true(got > 0);
+        assert_int_equal(fwrite(buf, 1, got, out), got);
+        done += (long)got;
+    }
+    fclose(in);
+    fclose(out);
+    cases[4] = (refusal){cut, "medusa heads", IX_OK};
+    for (int i = 0; i < 5; i++) {
+        p.spec.medusa_heads = cases[i].path;
+        ix_status s = ix_engine_create(&e, g_model, &p, &err);
+        fprintf(stderr, "  %s: %s\n", cases[i].path ? cases[i].path : "(none)", err.msg);
+        if (cases[i].s != IX_OK) assert_int_equal(s, cases[i].s);
+        else assert_int_not_equal(s, IX_OK);
+        assert_null(e);
+        assert_non_null(strstr(err.msg, cases[i].says));
+    }
+    unlink(other);
+    unlink(cut);
+}
+
 int main(void) {
     FILE *f = fopen(MODEL, "rb");
     if (!f) {
@@ -674,6 +1013,9 @@ int main(void) {
         cmocka_unit_test(test_sampling_identity), cmocka_unit_test(test_distribution),
         cmocka_unit_test(test_draft_refused),    cmocka_unit_test(test_draft_kv_cancel),
         cmocka_unit_test(test_draft_greedy_identity), cmocka_unit_test(test_draft_distribution),
+        cmocka_unit_test(test_forward_out),      cmocka_unit_test(test_medusa_refused),
+        cmocka_unit_test(test_medusa_prefill_hidden),
+        cmocka_unit_test(test_medusa_greedy_identity), cmocka_unit_test(test_medusa_distribution),
     };
     if (getenv("IX_TEST_FILTER")) cmocka_set_test_filter(getenv("IX_TEST_FILTER")); /* e.g. "test_draft*" */
     return cmocka_run_group_tests(tests, setup, teardown);

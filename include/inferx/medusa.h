@@ -55,6 +55,12 @@ bool ix_medusa_shared_output(const ix_medusa *m);
  * shared-output file. */
 void ix_medusa_set_shared_output(ix_medusa *m, const float *out_head);
 
+/* Head i's tensors, borrowed (for callers that run the heads as batched
+ * matmuls, the speculative proposer): w (n_embd rows of n_embd), b
+ * (n_embd), u (n_vocab rows of n_embd; the shared output head, or NULL when
+ * shared and none was set). */
+void ix_medusa_head(const ix_medusa *m, int32_t i, const float **w, const float **b, const float **u);
+
 /* Head i's logits for one hidden state (n_embd): logits has room for
  * n_vocab + n_embd floats (the tail is scratch). */
 void ix_medusa_logits(const ix_medusa *m, int32_t head, const float *hidden, float *logits);

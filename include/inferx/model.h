@@ -251,6 +251,20 @@ ix_status ix_model_forward(ix_model_ctx *c, const ix_batch *b, float *logits);
  * n_embd) floats, the final norm's output for each token whose output flag
  * is set (what embeddings pool). K/V are written as by ix_model_forward. */
 ix_status ix_model_forward_hidden(ix_model_ctx *c, const ix_batch *b, float *hidden);
+/* Both from one pass: logits as ix_model_forward and, when hidden is not
+ * NULL, the final norm's output of the same rows ((rows, n_embd) floats:
+ * the state the output head turned into each logits row; what Medusa heads
+ * read). hidden NULL is ix_model_forward, at its cost. On a tensor-parallel
+ * rank 0 the hidden rows are whole (every rank holds the full residual). */
+ix_status ix_model_forward_out(ix_model_ctx *c, const ix_batch *b, float *logits, float *hidden);
+/* The output head alone: logits (M, n_vocab) = x (M, n_embd final-norm
+ * hidden states) through the model's output weight in its own type (a
+ * quantized head through the quantized matmul), its bias and final softcap,
+ * on pool (NULL: the calling thread). The same bits as the logits of
+ * ix_model_forward_out for its hidden rows. IX_ERR_UNSUPPORTED on a
+ * tensor-parallel shard (it holds a slice of the vocabulary only). */
+ix_status ix_model_output_head(const ix_model *m, ix_pool *pool, const float *x, size_t M, float *logits,
+                               ix_errbuf *err);
 
 /* ---- tensor and pipeline parallelism (docs/distributed.md) -------------------
  * A pipeline stage holds a contiguous range of layers (and their KV); within

@@ -36,7 +36,7 @@ typedef enum ix_spec_kind {
     IX_SPEC_NONE = 0,
     IX_SPEC_NGRAM = 1,  /* prompt lookup: the last n tokens matched earlier in the sequence */
     IX_SPEC_DRAFT = 2,  /* a second GGUF model with the target's vocabulary, its own paged KV */
-    IX_SPEC_MEDUSA = 3, /* heads on the target's last hidden state (not yet built) */
+    IX_SPEC_MEDUSA = 3, /* heads on the target's last hidden state (a heads file of inferx medusa-train) */
 } ix_spec_kind;
 
 /* "none", "ngram", "draft", "medusa". parse: IX_ERR_INVALID for other names. */
@@ -58,6 +58,9 @@ typedef struct ix_spec_params {
     /* IX_SPEC_DRAFT: bytes of the draft's own KV pool; 0 (default): room
      * for as many tokens as the target's pool holds (ix_spec_env) */
     size_t draft_kv_mem_bytes;
+    /* IX_SPEC_MEDUSA: the heads file (inferx medusa-train) for this target;
+     * k is capped at its number of heads */
+    const char *medusa_heads;
 } ix_spec_params;
 
 ix_spec_params ix_spec_default_params(void);
@@ -72,7 +75,11 @@ typedef struct ix_spec_seq {
     uint64_t ns;            /* its prefix-cache namespace (a proposer's own cache keeps tenants apart) */
     const ix_token *tokens; /* (n_tokens) prompt + generated so far */
     int32_t n_tokens, n_prompt;
-    const float *hidden;    /* (n_embd) the target's last hidden state; NULL unless wanted */
+    /* (n_embd) the target's final-norm hidden state of the row whose logits
+     * gave tokens[n_tokens - 1]; NULL unless the proposer wants it and the
+     * engine kept one for this token (the first decode after a preemption
+     * by recompute may have none) */
+    const float *hidden;
     int32_t k;              /* guesses wanted, 1..IX_SPEC_MAX_K */
     ix_token *out;          /* (k) written by the proposer */
     int32_t n_out;          /* guesses written, 0..k */
@@ -114,6 +121,9 @@ typedef struct ix_proposer_ops {
     ix_status (*propose)(void *self, ix_spec_seq *seqs, int32_t n);
     void (*release)(void *self, uint64_t key);
     void (*get_stats)(const void *self, ix_spec_stats *out); /* optional */
+    /* optional: the most guesses it can make per sequence (Medusa: its
+     * number of heads); the engine caps k there. NULL: IX_SPEC_MAX_K */
+    int32_t (*max_k)(const void *self);
 } ix_proposer_ops;
 
 typedef struct ix_proposer ix_proposer;
@@ -127,6 +137,8 @@ void ix_proposer_destroy(ix_proposer *pr);
 const ix_proposer_ops *ix_proposer_get_ops(const ix_proposer *pr);
 ix_status ix_proposer_propose(ix_proposer *pr, ix_spec_seq *seqs, int32_t n);
 void ix_proposer_release(ix_proposer *pr, uint64_t key);
+/* The most guesses per sequence it can make (ix_proposer_ops.max_k). */
+int32_t ix_proposer_max_k(const ix_proposer *pr);
 /* Its own resources now (zeros for a proposer without any, or pr NULL). */
 void ix_proposer_get_stats(const ix_proposer *pr, ix_spec_stats *out);
 

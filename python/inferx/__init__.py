@@ -230,14 +230,19 @@ class Engine(_Handle):
     every request submitted from any Python thread."""
 
     def __init__(self, model, kv_mem_mb=256, max_num_seqs=None, max_num_batched_tokens=None, target_step_ms=None,
-                 n_threads=0, n_ctx=0, prefix_cache=True, spec=None, spec_k=None, kv_cache_dtype="f16", draft_model=None):
+                 n_threads=0, n_ctx=0, prefix_cache=True, spec=None, spec_k=None, kv_cache_dtype="f16", draft_model=None,
+                 medusa=None):
         L = library()
         p = L.ix_engine_default_params()
         if draft_model:  # a draft GGUF with the model's vocabulary; implies spec="draft"
             self._draft_path = os.fsencode(draft_model)  # outlives the engine's copy of the pointer
             p.spec.draft_model = self._draft_path
             spec = spec or "draft"
-        if spec:  # speculative decoding: "ngram" or "draft" (docs/speculative.md)
+        if medusa:  # a heads file of `inferx medusa-train` for this model; implies spec="medusa"
+            self._medusa_path = os.fsencode(medusa)
+            p.spec.medusa_heads = self._medusa_path
+            spec = spec or "medusa"
+        if spec:  # speculative decoding: "ngram", "draft" or "medusa" (docs/speculative.md)
             kinds = {"none": 0, "ngram": 1, "draft": 2, "medusa": 3}
             if spec not in kinds:
                 raise ValueError("spec must be one of %s" % ", ".join(kinds))

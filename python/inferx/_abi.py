@@ -160,6 +160,7 @@ class SpecParams(C.Structure):
         ("adaptive", C.c_bool),
         ("draft_model", C.c_char_p),
         ("draft_kv_mem_bytes", C.c_size_t),
+        ("medusa_heads", C.c_char_p),
     ]
 # ix_kv_dtype (inferx/core.h): the names of its values, in enum order.
 KV_DTYPES = ("f32", "f16", "bf16", "q8_0", "fp8_e4m3", "q4_0")

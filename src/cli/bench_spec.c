@@ -3,14 +3,15 @@
  * same run.
  *
  * Two engines on one model -- one without speculation, one with the chosen
- * proposer (ngram, or draft with --draft-model) -- generate the same B
+ * proposer (ngram, draft with --draft-model, medusa with --medusa) -- generate the same B
  * greedy requests (N tokens each, EOS ignored) in alternation, -r times, the
  * order flipping every repetition (the machine is shared and noisy).
  * Printed: each mode's median output tokens/s, the median of the
  * per-repetition ratios, whether every output token was identical, and the
  * measured acceptance: alpha (accepted / verified guesses), tokens per
- * speculating decode, acceptance by position, the draft's cost ratio c (a
- * draft forward pass against a target step without speculation) and the
+ * speculating decode, acceptance by position, the proposer's cost ratio c
+ * (a draft forward pass, or the Medusa heads' work per guess, against a
+ * target step without speculation) and the
  * ideal speedup (1 - alpha^(k+1)) / ((1 - alpha)(1 + k c)) they imply.
  *
  * Prompt sets: repeat (continuations that appear in the prompt: code to
@@ -55,15 +56,17 @@ static double median(double *v, int n) {
 }
 
 static void usage(FILE *f, const ix_cli_opt *opts, size_t n_opts) {
-    fprintf(f, "usage: inferx bench --spec [ngram|draft] [-m MODEL.gguf] [--draft-model FILE]\n"
-               "                    [--prompts repeat|prose|echo] [--batch B] [-n N] [--spec-k K]\n"
+    fprintf(f, "usage: inferx bench --spec [ngram|draft|medusa] [-m MODEL.gguf] [--draft-model FILE]\n"
+               "                    [--medusa HEADS.gguf] [--prompts repeat|prose|echo] [--batch B]\n"
+               "                    [-n N] [--spec-k K]\n"
                "                    [--spec-adaptive on|off] [-r REPS] [-t THREADS]\n"
                "\n"
                "Greedy output tokens/s with speculation against speculation off, alternated in\n"
                "one run (the median of -r repetitions after a warm-up), the outputs compared\n"
                "token for token, and the measured acceptance, cost ratio and ideal speedup.\n"
                "At batch 1 the prompts run one after another; above, all B requests at once.\n"
-               "--spec alone means ngram, or draft when --draft-model is given; k is fixed\n"
+               "--spec alone means ngram, or draft when --draft-model is given, or medusa\n"
+               "when --medusa is given (k then at most its heads); k is fixed\n"
                "(--spec-adaptive off) unless --spec-adaptive on.\n"
                "\n");
     ix_cli_print_opts(f, opts, n_opts);
@@ -177,7 +180,7 @@ static void report(const spec_run *sr, const char *model, const char *prompts, i
     printf("  acceptance: alpha %.3f (%.0f of %.0f guesses), mean k %.2f over %.0f speculating decodes,\n"
            "  %.2f tokens per speculating decode\n",
            alpha, acc, dtok, kbar, drafts, drafts > 0 ? (acc + drafts) / drafts : 0);
-    printf("  cost ratio c = %.3f (a draft pass %.2f ms, a target step without speculation %.2f ms)\n", c,
+    printf("  cost ratio c = %.3f (a proposer pass per guess %.2f ms, a target step without speculation %.2f ms)\n", c,
            drafts > 0 && kbar > 0 ? draft_ns / (drafts * kbar) / 1e6 : 0.0, off_step_ns / 1e6);
     printf("  ideal (1-a^(k+1))/((1-a)(1+k c)) = %.2fx; measured / ideal = %.0f%%\n", ideal,
            ideal > 0 ? 100.0 * m_ratio / ideal : 0.0);
@@ -275,6 +278,7 @@ int ix_cli_bench_spec(int argc, char **argv) {
         fprintf(stderr, "inferx bench: %s\n", err.msg);
         goto out;
     }
+    sp.k = ix_engine_get_params(e[1]).spec.k; /* as the engine capped it (medusa: its heads) */
     report(&sr, model, prompt_set, (int)batch, (int32_t)n_new, &sp, (int)reps);
     rc = sr.identical ? 0 : 1;
 out:

@@ -129,19 +129,20 @@ int ix_cli_parse_one(const char *cmd, const ix_cli_opt *opts, size_t n_opts, con
 
 /* The speculative-decoding options of run, serve and bench, as table rows
  * over an ix_spec_params; after parsing, ix_cli_spec_resolve makes
- * --draft-model alone mean --spec draft. */
+ * --draft-model alone mean --spec draft and --medusa alone --spec medusa. */
 const char *ix_cli_set_spec_kind(void *dst, const char *value);
 const char *ix_cli_set_on_off(void *dst, const char *value); /* a bool from "on" / "off" */
 #define IX_CLI_SPEC_OPTS(spec)                                                                                  \
     {"--spec", NULL, "none|ngram|draft|medusa",                                                                \
      "speculative decoding: ngram guesses from the prompt and the\n"                                           \
-     "output so far, draft from a second model (--draft-model;\n"                                             \
-     "medusa is not built yet); the output is the same token for\n"                                           \
-     "token (default none)",                                                                                   \
+     "output so far, draft from a second model (--draft-model),\n"                                            \
+     "medusa from heads on the target's hidden state (--medusa);\n"                                           \
+     "the output is the same token for token (default none)",                                                  \
      IX_CLI_OPT_FN, &(spec)->kind, 0, 0, false, ix_cli_set_spec_kind},                                          \
         {"--spec-k", NULL, "N",                                                                                 \
-         "most guessed tokens per sequence and step; each sequence's\n"                                        \
-         "k adapts below it to its acceptance and the step cost",                                              \
+         "most guessed tokens per sequence and step (medusa: at most\n"                                        \
+         "its number of heads); each sequence's k adapts below it to\n"                                         \
+         "its acceptance and the step cost (default 4)",                                                        \
          IX_CLI_OPT_I32, &(spec)->k, 1, IX_SPEC_MAX_K, true, NULL},                                             \
         {"--spec-adaptive", NULL, "on|off",                                                                     \
          "off: every decode guesses --spec-k tokens, whatever the\n"                                           \
@@ -152,6 +153,10 @@ const char *ix_cli_set_on_off(void *dst, const char *value); /* a bool from "on"
          "with the target's vocabulary, or the target quantized to\n"                                         \
          "8 bits (inferx quantize T.gguf T-q8.gguf Q8_0)",                                                     \
          IX_CLI_OPT_STR, &(spec)->draft_model, 0, 0, false, NULL},                                              \
+        {"--medusa", NULL, "FILE",                                                                              \
+         "Medusa heads for --spec medusa (implies it): a heads file\n"                                         \
+         "trained for this model (inferx medusa-train -m MODEL)",                                              \
+         IX_CLI_OPT_STR, &(spec)->medusa_heads, 0, 0, false, NULL},                                             \
     {                                                                                                          \
         "--draft-kv-mem", NULL, "BYTES",                                                                       \
             "the draft model's own KV pool, suffix K/M/G allowed\n"                                            \

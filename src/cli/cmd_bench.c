@@ -435,7 +435,8 @@ int ix_cli_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--throughput")) return ix_cli_bench_throughput(argc, argv);
     for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--spec") || !strcmp(argv[i], "--draft-model")) return ix_cli_bench_spec(argc, argv);
+        if (!strcmp(argv[i], "--spec") || !strcmp(argv[i], "--draft-model") || !strcmp(argv[i], "--medusa"))
+            return ix_cli_bench_spec(argc, argv);
     bench_opts o;
     int prc = parse_args(argc, argv, &o);
     if (prc) return prc < 0 ? 0 : prc;

@@ -132,6 +132,7 @@ const char *ix_cli_set_on_off(void *dst, const char *value) {
 
 void ix_cli_spec_resolve(ix_spec_params *sp) {
     if (sp->draft_model && sp->kind == IX_SPEC_NONE) sp->kind = IX_SPEC_DRAFT;
+    if (sp->medusa_heads && sp->kind == IX_SPEC_NONE) sp->kind = IX_SPEC_MEDUSA;
 }
 
 int ix_cli_parse_opts(const char *cmd, const ix_cli_opt *opts, size_t n_opts, int argc, char **argv) {

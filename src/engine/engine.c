@@ -47,13 +47,17 @@ typedef struct gentry {
 
 #define GCACHE_SLOTS 16
 
-/* Speculation: a choice's acceptance estimate starts here, moves by
- * SPEC_ALPHA_RATE towards each draft token's outcome (accepted 1, rejected
- * 0), and, while the choice does not speculate, drifts back towards the
- * prior by SPEC_ALPHA_DRIFT per step -- so a choice that stopped
+/* Speculation: a choice's acceptance estimate starts at the engine's
+ * running acceptance over every verified guess (SPEC_ALPHA_PRIOR before
+ * any; it follows each outcome by SPEC_ALPHA_RUN_RATE, so short requests of
+ * a proposer that keeps failing do not each probe afresh), moves by
+ * SPEC_ALPHA_RATE towards each of its own guesses' outcomes (accepted 1,
+ * rejected 0), and, while the choice does not speculate, drifts towards
+ * SPEC_ALPHA_PRIOR by SPEC_ALPHA_DRIFT per step -- so a choice that stopped
  * speculating because its guesses failed tries again later. */
 #define SPEC_ALPHA_PRIOR 0.5f
 #define SPEC_ALPHA_RATE 0.2f
+#define SPEC_ALPHA_RUN_RATE 0.05f
 #define SPEC_ALPHA_DRIFT 0.05f
 
 /* A proposer's key for choice c of request id. */
@@ -81,7 +85,13 @@ typedef struct req {
     /* speculation, per choice: the next decode's tokens (its own last
      * token, then it->n_draft[c] guesses) and the acceptance estimate */
     ix_token draft[IX_SCHED_MAX_SEQS][IX_SPEC_MAX_K + 1];
-    float alpha[IX_SCHED_MAX_SEQS];
+    float alpha[IX_SCHED_MAX_SEQS]; /* < 0: not set yet (the engine thread sets it) */
+    /* a proposer that reads the target's hidden state (Medusa): per choice,
+     * the final-norm state of the row whose logits gave its last token
+     * (n_embd floats at hid + c * n_embd, made on first use), valid while
+     * the choice has hid_n[c] tokens */
+    float *hid;
+    int32_t hid_n[IX_SCHED_MAX_SEQS];
     bool admitted_once;
     int32_t cached_prompt;
     uint64_t t_submit, t_sched, t_prefilled, t_first;
@@ -126,9 +136,12 @@ struct ix_engine {
     uint8_t *b_out;
     int32_t *w_rows; /* (max_batch) logits rows of each work entry of the step */
     float *logits;   /* (max_out, n_vocab) */
+    float *hidden;   /* (max_out, n_embd) the logits rows' hidden states, when the proposer wants them; else NULL */
+    int32_t n_embd;
     ix_proposer *prop;    /* NULL: no speculation */
     ix_spec_seq *spec_q;  /* (max_num_seqs) one step's proposal queries */
     double guess_ms;      /* what a guess costs the proposer (a draft's passes), running mean */
+    float alpha_run;      /* acceptance over every verified guess, running: a new choice's estimate */
     ix_buf text;     /* a token's text, on its way to on_token */
     uint32_t *mask;  /* (mask_words) a constrained choice's allowed tokens */
     size_t mask_words;
@@ -317,6 +330,7 @@ static void req_free(ix_engine *e, req *r) {
     ix_free(r->stops);
     ix_free(r->stop_ids);
     ix_free(r->bias);
+    ix_free(r->hid);
     gentry_release(e, r->gram);
     ix_free(r);
 }
@@ -387,7 +401,7 @@ static ix_status req_build(ix_engine *e, const ix_request_params *rp, req **out,
         if (ix_sampler_add_prompt(r->smp[c], rp->prompt, rp->n_prompt) != IX_OK) goto oom;
         if (ix__text_stream_create(&r->text[c], tok, (const char *const *)r->stops, r->n_stops) != IX_OK)
             goto oom;
-        r->alpha[c] = SPEC_ALPHA_PRIOR;
+        r->alpha[c] = -1.0f;
         for (size_t i = 0; i < rp->n_prompt; i++)
             if (ix_token_vec_push(&r->toks[c], rp->prompt[i]) != IX_OK) goto oom;
     }
@@ -682,6 +696,9 @@ static void take_token(ix_engine *e, req *r, int32_t c, const float *logits, uin
         snprintf(r->errmsg, sizeof r->errmsg, "out of memory");
         return;
     }
+    /* the push may have moved choice 0's tokens, whose head is the prompt
+     * the scheduler matches against the prefix cache when it (re)admits */
+    if (c == 0) it->prompt = r->toks[0].ids;
     it->n_generated[c]++;
     e->stats.n_generated_tokens++;
     if (!r->t_first) r->t_first = now;
@@ -724,6 +741,16 @@ static ix_status fork_choices(ix_engine *e, req *r) {
 
 /* ---- speculation -------------------------------------------------------------------- */
 
+/* Keeps h, the hidden state of the row whose logits gave choice c its last
+ * token, for a proposer that guesses from it (no-op unless one does). */
+static void keep_hidden(ix_engine *e, req *r, int32_t c, const float *h) {
+    if (!e->hidden) return;
+    size_t E = (size_t)e->n_embd;
+    if (!r->hid && !(r->hid = ix_malloc((size_t)r->it.n_choices * E * sizeof *r->hid))) return; /* no guesses */
+    memcpy(r->hid + (size_t)c * E, h, E * sizeof *h);
+    r->hid_n[c] = (int32_t)r->toks[c].n;
+}
+
 /* Whether choice c decodes in the next step (its known tokens are all
  * computed but the last): the scheduler's test, on the engine's side. */
 static bool choice_decoding(const req *r, int32_t c) {
@@ -750,6 +777,7 @@ static void spec_propose(ix_engine *e) {
         ix_sched_item *it = &r->it;
         for (int32_t c = 0; c < it->n_seqs; c++) {
             if (!choice_decoding(r, c)) continue;
+            if (r->alpha[c] < 0) r->alpha[c] = e->alpha_run;
             int32_t k = r->no_spec ? 0
                         : sp->adaptive ? ix_spec_choose_k_cost(r->alpha[c], sp->k, ss.cost_a_ms, ss.cost_b_ms,
                                                                e->guess_ms, n_decode)
@@ -762,9 +790,10 @@ static void spec_propose(ix_engine *e) {
                 continue;
             }
             r->draft[c][0] = r->toks[c].ids[n - 1];
+            const float *hid = e->hidden && r->hid && r->hid_n[c] == n ? r->hid + (size_t)c * (size_t)e->n_embd : NULL;
             e->spec_q[n_q++] = (ix_spec_seq){
                 .key = spec_key(it->id, c), .ns = it->ns, .tokens = r->toks[c].ids, .n_tokens = n,
-                .n_prompt = it->n_prompt, .k = k, .out = r->draft[c] + 1};
+                .n_prompt = it->n_prompt, .hidden = hid, .k = k, .out = r->draft[c] + 1};
         }
     }
     uint64_t t0 = ix_time_ns();
@@ -792,16 +821,20 @@ static void spec_propose(ix_engine *e) {
  * samples rows row .. row + d in order with the choice's own sampler, keeping
  * each guess the sampled token equals; the first token that differs (or the
  * one after the last guess) is the target's own. Then the sequence drops the
- * K/V of rejected guesses and commits the rest. */
-static void spec_verify(ix_engine *e, req *r, int32_t c, int32_t d, const float *rows, uint64_t now) {
+ * K/V of rejected guesses and commits the rest. hid: the rows' hidden states
+ * (NULL unless kept); the one of the row that gave the last token is kept. */
+static void spec_verify(ix_engine *e, req *r, int32_t c, int32_t d, const float *rows, const float *hid,
+                        uint64_t now) {
     ix_sched_item *it = &r->it;
     int32_t seq = it->seqs[c], base = it->n_computed[c], acc = 0;
     for (int32_t j = 0; j <= d; j++) {
         size_t before = r->toks[c].n;
         take_token(e, r, c, rows + (size_t)j * (size_t)e->n_vocab, now);
+        if (hid && r->toks[c].n > before) keep_hidden(e, r, c, hid + (size_t)j * (size_t)e->n_embd);
         if (it->finished[c] || r->toks[c].n == before || j == d) break;
         bool hit = r->toks[c].ids[before] == r->draft[c][1 + j];
         r->alpha[c] += SPEC_ALPHA_RATE * ((hit ? 1.0f : 0.0f) - r->alpha[c]);
+        e->alpha_run += SPEC_ALPHA_RUN_RATE * ((hit ? 1.0f : 0.0f) - e->alpha_run);
         if (!hit) break;
         e->stats.spec_accepted_per_pos[j]++;
         acc++;
@@ -1042,7 +1075,7 @@ static ix_status step(ix_engine *e, bool *did_work) {
     e->stats.plan_ns += t_fwd - t0;
     if (T > 0) {
         ix_batch b = {T, e->b_tok, e->b_pos, e->b_seq, e->b_out};
-        s = ix_model_forward(e->ctx, &b, e->logits);
+        s = ix_model_forward_out(e->ctx, &b, e->logits, e->hidden);
         if (s != IX_OK) {
             char msg[256];
             snprintf(msg, sizeof msg, "forward pass failed: %.200s", ix_model_ctx_errmsg(e->ctx));
@@ -1086,8 +1119,9 @@ static ix_status step(ix_engine *e, bool *did_work) {
             continue;
         }
         const float *l = e->logits + (size_t)row * (size_t)e->n_vocab;
+        const float *h = e->hidden ? e->hidden + (size_t)row * (size_t)e->n_embd : NULL;
         if (wk->decode && wk->n_tokens > 1) {
-            spec_verify(e, r, i, wk->n_tokens - 1, l, now);
+            spec_verify(e, r, i, wk->n_tokens - 1, l, h, now);
             if (all_finished(it)) req_finish(e, r, IX_FINISH_STOP, r->errmsg[0] ? r->errmsg : NULL);
             continue;
         }
@@ -1100,9 +1134,13 @@ static ix_status step(ix_engine *e, bool *did_work) {
                 req_finish(e, r, IX_FINISH_ERROR, "out of memory forking choices");
                 continue;
             }
-            for (int32_t c = 0; c < it->n_choices; c++) take_token(e, r, c, l, now);
+            for (int32_t c = 0; c < it->n_choices; c++) {
+                take_token(e, r, c, l, now);
+                if (h) keep_hidden(e, r, c, h);
+            }
         } else {
             take_token(e, r, i, l, now);
+            if (h) keep_hidden(e, r, i, h);
         }
         if (all_finished(it)) req_finish(e, r, IX_FINISH_STOP, r->errmsg[0] ? r->errmsg : NULL);
     }
@@ -1201,6 +1239,7 @@ void ix_engine_destroy(ix_engine *e) {
     ix_free(e->b_out);
     ix_free(e->w_rows);
     ix_free(e->logits);
+    ix_free(e->hidden);
     ix_free(e->spec_q);
     ix_free(e->cancels);
     ix_buf_free(&e->text);
@@ -1232,6 +1271,7 @@ ix_status ix_engine_create(ix_engine **out, const ix_model *m, const ix_engine_p
     pthread_mutex_init(&e->gmu, NULL);
     e->m = m;
     e->p = *p;
+    e->alpha_run = SPEC_ALPHA_PRIOR;
     const ix_model_hparams *hp = ix_model_get_hparams(m);
     e->n_vocab = hp->n_vocab;
     e->n_ctx = p->n_ctx > 0 && p->n_ctx < hp->n_ctx_train ? p->n_ctx : hp->n_ctx_train;
@@ -1299,6 +1339,17 @@ ix_status ix_engine_create(ix_engine **out, const ix_model *m, const ix_engine_p
     e->b_out = ix_malloc((size_t)e->max_batch);
     e->w_rows = ix_malloc((size_t)e->max_batch * sizeof *e->w_rows);
     e->logits = ix_malloc((size_t)e->max_out * (size_t)e->n_vocab * sizeof(float));
+    e->n_embd = hp->n_embd;
+    if (e->prop && ix_proposer_get_ops(e->prop)->wants_hidden &&
+        !(e->hidden = ix_malloc((size_t)e->max_out * (size_t)e->n_embd * sizeof(float)))) {
+        s = ix_errf(err, IX_ERR_NOMEM, "out of memory for the hidden states");
+        goto fail;
+    }
+    if (e->prop && e->p.spec.k > ix_proposer_max_k(e->prop)) {
+        IX_LOGI("spec: k %d capped at %d, the most the '%s' proposer guesses", e->p.spec.k,
+                ix_proposer_max_k(e->prop), ix_proposer_get_ops(e->prop)->name);
+        e->p.spec.k = ix_proposer_max_k(e->prop);
+    }
     /* The sampler reads n_vocab bits; the grammar writes its vocabulary's
      * words and zeroes the rest, so tokens past the tokenizer's are refused. */
     e->mask_words = ((size_t)e->n_vocab + 31) / 32;

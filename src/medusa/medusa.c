@@ -120,6 +120,12 @@ int32_t ix_medusa_n_vocab(const ix_medusa *m) { return m->V; }
 bool ix_medusa_shared_output(const ix_medusa *m) { return m->shared; }
 void ix_medusa_set_shared_output(ix_medusa *m, const float *out_head) { m->shared_u = out_head; }
 
+void ix_medusa_head(const ix_medusa *m, int32_t i, const float **w, const float **b, const float **u) {
+    *w = m->h[i].w;
+    *b = m->h[i].b;
+    *u = m->shared ? m->shared_u : m->h[i].u;
+}
+
 static float silu_sig(float z, float *sig) {
     float s = 1.0f / (1.0f + expf(-z));
     *sig = s;

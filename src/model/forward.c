@@ -72,6 +72,7 @@ struct ix_model_ctx {
     float *pp_out;
     size_t pp_out_cap; /* floats */
     int32_t *mb_out;   /* (T) output rows of the current micro-batch */
+    float *hid_out;    /* during a pass of ix_model_forward_out: the hidden rows beside the logits */
     void *scratch; /* quantized activations for the int8 matmuls */
     const int32_t **tables; /* (T) each token's block table, for this forward */
     int32_t *out_rows;      /* (T) batch rows with logits */
@@ -796,6 +797,7 @@ static ix_status stage_pass(ix_model_ctx *c, const ix_batch *b, int32_t n_out, f
     if (n_out == 0) return IX_OK;
     if ((s = rows(c, b, ROW_OUT_NORM, hp->n_layer - 1, NULL, (size_t)n_out, E)) != IX_OK) return s;
     size_t width = want_hidden ? E : (size_t)hp->n_vocab;
+    if (c->hid_out) memcpy(c->hid_out, c->xo, (size_t)n_out * E * sizeof *c->hid_out);
     if (want_hidden) {
         if (out) memcpy(out, c->xo, (size_t)n_out * E * sizeof *out);
     } else if ((s = matmul_gather(c, &m->output, c->xo, (size_t)n_out, out, IX__COLS_VOCAB, true)) != IX_OK) {
@@ -873,6 +875,12 @@ static ix_status forward(ix_model_ctx *c, const ix_batch *b, const ix_model_plan
     else if (comm && (s = send_plan(c, b, want_hidden, M)) != IX_OK) return s;
     int32_t S = n_stages(m), st = S > 1 ? comm->stage : 0;
     size_t E = (size_t)hp->n_embd, V = (size_t)hp->n_vocab, width = want_hidden ? E : V;
+    /* hidden rows beside the logits (ix_model_forward_out): one stage only,
+     * where the rows that give the logits are at hand (checked before any
+     * rank was sent the plan would be better; the engine refuses Medusa over
+     * a pipeline at create, so this is the library's guard) */
+    if (hidden && !want_hidden && S > 1)
+        return ix_errf(&c->err, IX_ERR_UNSUPPORTED, "hidden states beside the logits do not run pipeline-parallel");
 
     ix_rope_params rp = {
         .mode = hp->rope_mode, .head_dim = (uint32_t)hp->head_dim, .n_rot = (uint32_t)hp->n_rot,
@@ -901,6 +909,7 @@ static ix_status forward(ix_model_ctx *c, const ix_batch *b, const ix_model_plan
     const int32_t **tab0 = c->tables;
     int32_t *out0 = c->out_rows;
     int32_t k = 0, o_at = 0;
+    c->hid_out = hidden && !want_hidden ? hidden : NULL; /* S == 1: one micro-batch */
     for (int32_t mb = 0; mb < M && s == IX_OK; mb++) {
         int32_t a, e;
         micro_range(T, M, mb, &a, &e);
@@ -918,6 +927,7 @@ static ix_status forward(ix_model_ctx *c, const ix_batch *b, const ix_model_plan
     c->xb = xb0;
     c->tables = tab0;
     c->out_rows = out0;
+    c->hid_out = NULL;
     if (s != IX_OK) return s;
     if (S > 1) {
         if ((s = comm->flush(comm->user)) != IX_OK) return pp_fail(c, s, "sending");
@@ -955,6 +965,35 @@ ix_status ix_model_forward(ix_model_ctx *c, const ix_batch *b, float *logits) {
 
 ix_status ix_model_forward_hidden(ix_model_ctx *c, const ix_batch *b, float *hidden) {
     return forward(c, b, NULL, NULL, hidden, true);
+}
+
+ix_status ix_model_forward_out(ix_model_ctx *c, const ix_batch *b, float *logits, float *hidden) {
+    return forward(c, b, NULL, logits, hidden, false);
+}
+
+ix_status ix_model_output_head(const ix_model *m, ix_pool *pool, const float *x, size_t M, float *logits,
+                               ix_errbuf *err) {
+    const ix_model_hparams *hp = &m->hp;
+    if (m->comm)
+        return ix_errf(err, IX_ERR_UNSUPPORTED,
+                       "the output head of a tensor- or pipeline-parallel shard is a slice of it or on another rank");
+    if (M == 0) return IX_OK;
+    const ix__weight *w = &m->output;
+    size_t sb = ix_kernels_matmul_scratch_bytes(w->type, M, (size_t)w->ne0);
+    void *scratch = sb ? ix_aligned_alloc(64, sb) : NULL;
+    if (sb && !scratch) return ix_errf(err, IX_ERR_NOMEM, "out of memory for the output head's activations");
+    ix_matmul mm = {.w_type = w->type, .w = w->data, .x = x, .y = logits, .M = M, .N = (size_t)w->ne1,
+                    .K = (size_t)w->ne0, .scratch = scratch, .w_packed = w->packed};
+    ix_status s = ix_kernels_matmul(&mm, pool);
+    ix_aligned_free(scratch);
+    if (s != IX_OK) return ix_errf(err, s, "output head matmul (%s) failed", ix_dtype_name(w->type));
+    size_t V = (size_t)hp->n_vocab;
+    for (size_t i = 0; i < M && (m->output_b || hp->final_softcap > 0); i++) {
+        float *row = logits + i * V;
+        if (m->output_b) ix_kernels_add(row, row, m->output_b, V);
+        if (hp->final_softcap > 0) ix_kernels_softcap(row, V, hp->final_softcap);
+    }
+    return IX_OK;
 }
 
 ix_status ix_model_forward_plan(ix_model_ctx *c, const ix_model_plan *plan) {

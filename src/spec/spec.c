@@ -35,7 +35,8 @@ ix_spec_params ix_spec_default_params(void) {
     return p;
 }
 
-static const ix_proposer_ops *const k_proposers[] = {&ix__proposer_ngram, &ix__proposer_draft};
+static const ix_proposer_ops *const k_proposers[] = {&ix__proposer_ngram, &ix__proposer_draft,
+                                                     &ix__proposer_medusa};
 
 static const ix_proposer_ops *find_ops(ix_spec_kind k) {
     for (size_t i = 0; i < IX_ARRAY_LEN(k_proposers); i++)
@@ -48,7 +49,7 @@ ix_status ix_spec_params_check(const ix_spec_params *p, ix_errbuf *err) {
         return ix_errf(err, IX_ERR_INVALID, "speculation kind %d is not one of ix_spec_kind", (int)p->kind);
     if (p->kind == IX_SPEC_NONE) return IX_OK;
     if (!find_ops(p->kind))
-        return ix_errf(err, IX_ERR_UNSUPPORTED, "speculation with '%s' is not implemented yet (use ngram or draft)",
+        return ix_errf(err, IX_ERR_UNSUPPORTED, "speculation with '%s' has no proposer in this build",
                        ix_spec_kind_name(p->kind));
     if (p->k < 1 || p->k > IX_SPEC_MAX_K)
         return ix_errf(err, IX_ERR_INVALID, "spec k = %d: must be 1..%d", p->k, IX_SPEC_MAX_K);
@@ -58,6 +59,9 @@ ix_status ix_spec_params_check(const ix_spec_params *p, ix_errbuf *err) {
                        p->ngram_max);
     if (p->kind == IX_SPEC_DRAFT && (!p->draft_model || !*p->draft_model))
         return ix_errf(err, IX_ERR_INVALID, "speculation with 'draft' needs a draft model (--draft-model FILE)");
+    if (p->kind == IX_SPEC_MEDUSA && (!p->medusa_heads || !*p->medusa_heads))
+        return ix_errf(err, IX_ERR_INVALID,
+                       "speculation with 'medusa' needs a heads file (--medusa HEADS.gguf, from inferx medusa-train)");
     return IX_OK;
 }
 
@@ -97,6 +101,11 @@ ix_status ix_proposer_propose(ix_proposer *pr, ix_spec_seq *seqs, int32_t n) {
 
 void ix_proposer_release(ix_proposer *pr, uint64_t key) {
     if (pr && pr->ops->release) pr->ops->release(pr->self, key);
+}
+
+int32_t ix_proposer_max_k(const ix_proposer *pr) {
+    int32_t k = pr && pr->ops->max_k ? pr->ops->max_k(pr->self) : IX_SPEC_MAX_K;
+    return k < IX_SPEC_MAX_K ? k : IX_SPEC_MAX_K;
 }
 
 void ix_proposer_get_stats(const ix_proposer *pr, ix_spec_stats *out) {

@@ -6,5 +6,6 @@
 
 extern const ix_proposer_ops ix__proposer_ngram;
 extern const ix_proposer_ops ix__proposer_draft;
+extern const ix_proposer_ops ix__proposer_medusa;
 
 #endif

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import unittest
 
@@ -104,6 +105,15 @@ class ModelTests(unittest.TestCase):
             with inferx.Engine(self.model, kv_mem_mb=32, draft_model=draft, spec_k=3) as e:
                 self.assertEqual(e.generate(PROMPT, max_tokens=24, temperature=0).text, ref)
                 self.assertEqual(e.stats()["spec_draft_blocks_used"], 0)
+        with tempfile.TemporaryDirectory() as d:  # Medusa heads, trained in a second by inferx medusa-train
+            text, heads = os.path.join(d, "text.txt"), os.path.join(d, "heads.gguf")
+            with open(text, "w") as f:
+                f.write((ref + " ") * 8)
+            subprocess.run([os.environ["INFERX_BIN"], "medusa-train", "-m", MODEL, "-f", text, "-o", heads, "--prompts",
+                            "4", "--prompt", "16", "--gen", "8", "--epochs", "1", "-t", "1"], check=True, capture_output=True)
+            with inferx.Engine(self.model, kv_mem_mb=32, medusa=heads, spec_k=3) as e:
+                self.assertEqual(e.generate(PROMPT, max_tokens=24, temperature=0).text, ref)
+                self.assertIn("spec_n_draft_tokens", e.stats())  # how many: the adaptive k's timing decides
 
     def test_sampling_seed_stop_and_n(self):
         with inferx.Engine(self.model, kv_mem_mb=32) as e:
