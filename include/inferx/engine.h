@@ -70,6 +70,10 @@ typedef struct ix_finish_info {
     bool deadline_missed; /* it had a deadline and finished after it */
     int32_t n_preemptions;
     char message[256];    /* for IX_FINISH_ERROR */
+    /* For IX_FINISH_ERROR: the request's own content caused it (its grammar
+     * or schema proved too ambiguous to follow at some step), not the
+     * server; a server answers 400 rather than 500. */
+    bool invalid_request;
 } ix_finish_info;
 
 /* One new token of one choice: id, the text it completes (may be empty while

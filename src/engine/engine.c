@@ -97,6 +97,7 @@ typedef struct req {
     uint64_t t_submit, t_sched, t_prefilled, t_first;
     double compute_ns; /* its share of the steps it took part in */
     char errmsg[256];
+    bool err_invalid; /* errmsg names a fault of the request (its grammar) */
     struct req *next, *prev; /* pending list, then the active list */
 } req;
 
@@ -475,6 +476,7 @@ static void req_finish(ix_engine *e, req *r, ix_finish_reason why, const char *m
     info.deadline_missed = it->deadline_ns && now > it->deadline_ns;
     info.n_preemptions = it->n_preemptions;
     if (msg) snprintf(info.message, sizeof info.message, "%s", msg);
+    info.invalid_request = r->err_invalid;
 
     e->stats.n_finished++;
     if (info.deadline_missed && why != IX_FINISH_DEADLINE) e->stats.n_deadline_missed++;
@@ -636,13 +638,18 @@ static bool is_stop_token(const ix_engine *e, const req *r, ix_token t) {
     return false;
 }
 
-static void choice_error(ix_engine *e, req *r, int32_t c, const char *msg) {
+/* Ends choice c with an error; invalid: the request itself is at fault. */
+static void choice_error(ix_engine *e, req *r, int32_t c, bool invalid, const char *msg) {
     snprintf(r->errmsg, sizeof r->errmsg, "%s", msg);
+    r->err_invalid = invalid;
     finish_choice(e, r, c, IX_FINISH_ERROR);
 }
 
 /* Restricts choice c's next sample to what its grammar allows (engine
- * thread). false: the choice was finished (complete, or an error). */
+ * thread). false: the choice was finished (complete, or an error). A
+ * matcher's failure other than running out of memory is the grammar's own
+ * doing (too ambiguous to follow, nesting past the limit): the request's
+ * fault, not the server's. */
 static bool constrain(ix_engine *e, req *r, int32_t c) {
     gentry *ge = r->gram;
     char msg[256];
@@ -653,7 +660,7 @@ static bool constrain(ix_engine *e, req *r, int32_t c) {
         if (s == IX_OK) s = ix_grammar_matcher_clone(&r->gm[c], ge->tmpl);
         if (s != IX_OK) {
             snprintf(msg, sizeof msg, "grammar matcher: %.200s", err.msg[0] ? err.msg : ix_status_str(s));
-            choice_error(e, r, c, msg);
+            choice_error(e, r, c, s != IX_ERR_NOMEM, msg);
             return false;
         }
     }
@@ -662,9 +669,10 @@ static bool constrain(ix_engine *e, req *r, int32_t c) {
         finish_choice(e, r, c, IX_FINISH_STOP);
         return false;
     }
-    if (ix_grammar_matcher_fill_mask(gm, e->mask, e->mask_words) != IX_OK) {
+    ix_status s = ix_grammar_matcher_fill_mask(gm, e->mask, e->mask_words);
+    if (s != IX_OK) {
         snprintf(msg, sizeof msg, "grammar: %.200s", ix_grammar_matcher_errmsg(gm));
-        choice_error(e, r, c, msg);
+        choice_error(e, r, c, s != IX_ERR_NOMEM, msg);
         return false;
     }
     ix_sampler_set_mask(r->smp[c], e->mask);
@@ -681,19 +689,21 @@ static void take_token(ix_engine *e, req *r, int32_t c, const float *logits, uin
         gm = r->gm[c];
     }
     if (ix_sampler_sample(r->smp[c], logits, &sr) != IX_OK) {
-        choice_error(e, r, c, "the grammar allows no token here (nesting deeper than the matcher's limit)");
+        choice_error(e, r, c, true, "the grammar allows no token here (nesting deeper than the matcher's limit)");
         return;
     }
-    if (gm && ix_grammar_matcher_accept(gm, sr.id) != IX_OK) {
+    ix_status s = gm ? ix_grammar_matcher_accept(gm, sr.id) : IX_OK;
+    if (s != IX_OK) {
         char msg[256];
         snprintf(msg, sizeof msg, "grammar: %.200s", ix_grammar_matcher_errmsg(gm));
-        choice_error(e, r, c, msg);
+        choice_error(e, r, c, s != IX_ERR_NOMEM, msg);
         return;
     }
     ix_sampler_accept(r->smp[c], sr.id);
     if (ix_token_vec_push(&r->toks[c], sr.id) != IX_OK) {
         finish_choice(e, r, c, IX_FINISH_ERROR);
         snprintf(r->errmsg, sizeof r->errmsg, "out of memory");
+        r->err_invalid = false;
         return;
     }
     /* the push may have moved choice 0's tokens, whose head is the prompt
@@ -712,6 +722,7 @@ static void take_token(ix_engine *e, req *r, int32_t c, const float *logits, uin
     if (ix__text_stream_push(r->text[c], sr.id, &e->text, &stopped) != IX_OK) {
         finish_choice(e, r, c, IX_FINISH_ERROR);
         snprintf(r->errmsg, sizeof r->errmsg, "out of memory");
+        r->err_invalid = false;
         return;
     }
     emit(e, r, c, sr.id, &sr, e->text.data, e->text.len);
@@ -847,7 +858,7 @@ static void spec_verify(ix_engine *e, req *r, int32_t c, int32_t d, const float 
     if (ix_kv_seq_truncate(e->kv, seq, it->n_computed[c]) != IX_OK) {
         char msg[256];
         snprintf(msg, sizeof msg, "KV cache: %.200s", ix_kv_errmsg(e->kv));
-        choice_error(e, r, c, msg);
+        choice_error(e, r, c, false, msg);
         return;
     }
     ix_kv_seq_commit(e->kv, seq, it->n_computed[c]);
@@ -1058,6 +1069,7 @@ static ix_status step(ix_engine *e, bool *did_work) {
         if (ix_kv_seq_append(e->kv, it->seqs[i], wk->n_tokens, src) != IX_OK) {
             /* The plan guaranteed room; treat a failure as this request's error. */
             snprintf(r->errmsg, sizeof r->errmsg, "KV cache: %.200s", ix_kv_errmsg(e->kv));
+            r->err_invalid = false;
             wk->n_tokens = 0;
             continue;
         }

@@ -785,7 +785,8 @@ static ixs_gen_result gen_result(ixs_job *j) {
     const ix_finish_info *fi = &j->fin[0];
     ixs_gen_result g = {j->text[0].data ? j->text[0].data : "", j->text[0].len, fi->reason,
                         fi->reason == IX_FINISH_ERROR ? fi->message : NULL, j->usage,
-                        j->s->p.cost_per_hour_usd > 0 ? j->cost_usd : -1.0, fi->timings};
+                        j->s->p.cost_per_hour_usd > 0 ? j->cost_usd : -1.0, fi->timings,
+                        fi->reason == IX_FINISH_ERROR && fi->invalid_request};
     return g;
 }
 
@@ -825,8 +826,11 @@ static enum MHD_Result answer_whole(ixs_job *j, ixs_conn *cc) {
     }
     for (int i = 0; i < j->n_sub; i++) {
         if (j->fin[i].reason == IX_FINISH_ERROR) {
-            ix__srv_errf(&e, 500, "server_error", NULL, "generation failed: %s", j->fin[i].message);
-            job_log(j, 500);
+            /* a grammar too ambiguous to follow is the client's to fix */
+            int http = j->fin[i].invalid_request ? 400 : 500;
+            ix__srv_errf(&e, http, http == 400 ? "invalid_request_error" : "server_error", NULL,
+                         "generation failed: %s", j->fin[i].message);
+            job_log(j, http);
             return ix__srv_reply_err(cc, &e);
         }
         if (j->fin[i].reason == IX_FINISH_DEADLINE) {
@@ -986,7 +990,10 @@ static void stream_events(ixs_job *j, const bool newly[IXS_MAX_PROMPTS]) {
             }
             json_t *ch, *root = chunk_choice(j, &ch, s * j->n + c);
             if (root) json_object_set_new(ch, "finish_reason", json_string(reason_name(r)));
-            if (root && r == IX_FINISH_ERROR) json_object_set_new(root, "error", json_pack("{s:s, s:s}", "message", fi->message, "type", "server_error"));
+            if (root && r == IX_FINISH_ERROR)
+                json_object_set_new(root, "error",
+                                    json_pack("{s:s, s:s}", "message", fi->message, "type",
+                                              fi->invalid_request ? "invalid_request_error" : "server_error"));
             else if (r == IX_FINISH_ABORT) ix__policy_stream_error(&j->pol, root);
             sse(j, root);
         }

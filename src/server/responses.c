@@ -482,7 +482,10 @@ static json_t *response_obj(ixs_resp *r, const char *status, const ixs_gen_resul
     if (!g) return o;
     if (g->reason == IX_FINISH_ERROR || g->reason == IX_FINISH_DEADLINE) {
         json_object_set_new(o, "error",
-                            json_pack("{s:s, s:s}", "code", g->reason == IX_FINISH_ERROR ? "server_error" : "deadline_exceeded",
+                            json_pack("{s:s, s:s}", "code",
+                                      g->reason == IX_FINISH_DEADLINE ? "deadline_exceeded"
+                                      : g->invalid_request            ? "invalid_request_error"
+                                                                      : "server_error",
                                       "message", g->error ? g->error : "the request was shed by its deadline"));
     } else {
         json_t *items = output_items(r, g, strcmp(status, "completed") ? "incomplete" : "completed");

@@ -472,6 +472,7 @@ typedef struct ixs_gen_result {
     ix_usage usage;
     double cost_usd;    /* < 0: not reported */
     ix_timings timings; /* of the first prompt */
+    bool invalid_request; /* the error is the request's own fault (its grammar) */
 } ixs_gen_result;
 
 /* Another API's answer over a generation job (/v1/responses, Ollama's
