@@ -13,13 +13,16 @@
  * loader gives them (decode then runs the four-group lockstep tiles); rows
  * (the default): the GGUF row layout.
  *
+ * -d M: decode with M X rows (default 1): speculative verification's k + 1
+ * rows, which read the weights once as decode does; reported the same way.
+ *
  * -w: weight types by name (f32,q4_k,...); by default every type that has
  * a kernel of its own on the path (a type on its generic fallback is timed
  * only when named).
  *
  * usage: kernels_bench [-t threads] [-i generic|avx2|avx2-novnni|avx512|avx512-bw|all]
  *                      [-w f32,f16,bf16,q8_0,q4_0,...] [-m decode|prefill|all]
- *                      [-r runs] [-s working-set MiB] [-l rows|packed]
+ *                      [-r runs] [-s working-set MiB] [-l rows|packed] [-d decode rows]
  */
 #include "inferx/kernels.h"
 #include "kernels/kernels_int.h"
@@ -45,7 +48,7 @@ static const shape k_shapes[] = {
 
 typedef struct opts {
     int threads, runs;
-    size_t set_mib;
+    size_t set_mib, decode_m;
     bool decode, prefill, packed;
     /* + the variants without VNNI where the CPU has it: AVX-512BW, AVX2 */
     bool isa[IX_ISA_COUNT + 2];
@@ -294,6 +297,7 @@ static bool parse_opts(int argc, char **argv, opts *o) {
     o->threads = 0;
     o->runs = 5;
     o->set_mib = 384;
+    o->decode_m = 1;
     o->decode = o->prefill = true;
     bool isa_given = false;
     for (int i = 1; i < argc; i++) {
@@ -303,6 +307,11 @@ static bool parse_opts(int argc, char **argv, opts *o) {
         if (!strcmp(a, "-t")) o->threads = atoi(v);
         else if (!strcmp(a, "-r")) o->runs = atoi(v);
         else if (!strcmp(a, "-s")) o->set_mib = (size_t)atol(v);
+        else if (!strcmp(a, "-d")) {
+            long d = atol(v);
+            if (d < 1 || d > 64) return false;
+            o->decode_m = (size_t)d;
+        }
         else if (!strcmp(a, "-l")) {
             if (strcmp(v, "rows") && strcmp(v, "packed")) return false;
             o->packed = !strcmp(v, "packed");
@@ -341,7 +350,7 @@ int main(int argc, char **argv) {
     if (!parse_opts(argc, argv, &o)) {
         fprintf(stderr, "usage: kernels_bench [-t threads] [-i generic|avx2|avx2-novnni|avx512|avx512-bw|all] "
                         "[-w f32,f16,bf16,q8_0,q4_0,...] [-m decode|prefill|all] [-r runs] [-s MiB] "
-                        "[-l rows|packed]\n");
+                        "[-l rows|packed] [-d decode rows 1..64]\n");
         return 2;
     }
     ix_pool *pool;
@@ -362,7 +371,7 @@ int main(int argc, char **argv) {
            "timed next to each run\n\n",
            o.packed ? "packed" : "row");
 
-    size_t maxM = o.prefill ? 512 : 1, maxK = 5632, maxN = 32000;
+    size_t maxM = o.prefill ? 512 : o.decode_m, maxK = 5632, maxN = 32000;
     float *x = ix_aligned_alloc(64, maxM * maxK * sizeof *x);
     float *y = ix_aligned_alloc(64, maxM * maxN * sizeof *y);
     void *scratch = ix_aligned_alloc(64, ix_kernels_matmul_scratch_bytes(IX_DTYPE_Q8_0, maxM, maxK));
@@ -391,19 +400,20 @@ int main(int argc, char **argv) {
             double tok_time[2] = {0, 0};        /* decode, prefill-512: s per token */
             for (size_t si = 0; si < IX_ARRAY_LEN(k_shapes); si++) {
                 const shape *sh = &k_shapes[si];
-                const size_t Ms[3] = {1, 128, 512};
+                const size_t Ms[3] = {o.decode_m, 128, 512};
                 for (int mi = 0; mi < 3; mi++) {
                     size_t M = Ms[mi];
-                    if ((M == 1 && !o.decode) || (M > 1 && !o.prefill)) continue;
-                    if (M > 1 && sh->per_layer == 0) continue; /* output head: decode only */
-                    if (isa == IX_ISA_GENERIC && M > 1) continue;
-                    wset ws = make_wset(t, sh->N, sh->K, M == 1 ? o.set_mib << 20 : 0, o.packed);
+                    bool dec = mi == 0; /* reads its weights from the large set */
+                    if ((dec && !o.decode) || (!dec && !o.prefill)) continue;
+                    if (!dec && sh->per_layer == 0) continue; /* output head: decode only */
+                    if (isa == IX_ISA_GENERIC && !dec) continue;
+                    wset ws = make_wset(t, sh->N, sh->K, dec ? o.set_mib << 20 : 0, o.packed);
                     double rd = 0, cpu = 0;
                     double sec = time_matmul(kt, pool, t, &ws, M, sh->N, sh->K, x, y, scratch, o.runs,
-                                             M == 1 ? &rd : NULL, &cpu);
+                                             dec ? &rd : NULL, &cpu);
                     double flops = 2.0 * (double)M * (double)sh->N * (double)sh->K;
                     double gbs = (double)ws.bytes / sec * 1e-9;
-                    if (M == 1)
+                    if (dec)
                         printf("%-12s %-5s %-12s M=%-4zu N=%-6zu K=%-5zu %9.1f us %7.1f GFLOP/s %6.1f GB/s "
                                "= %3.0f%% of read (%5.1f GB/s)\n",
                                kt->name, k_type_names[ti], sh->name, M, sh->N, sh->K, sec * 1e6,
@@ -419,7 +429,7 @@ int main(int argc, char **argv) {
                                flops / sec * 1e-9);
                     fflush(stdout);
                     double reps = sh->per_layer ? (double)(sh->per_layer * N_LAYERS) : 1.0;
-                    if (M == 1) tok_time[0] += sec * reps;
+                    if (dec) tok_time[0] += sec * reps; /* a step of decode_m rows */
                     if (M == 512) tok_time[1] += sec * reps / 512.0;
                     ix_aligned_free(ws.data);
                 }

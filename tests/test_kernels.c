@@ -772,8 +772,8 @@ static void test_matmul_packed(void **state) {
     (void)state;
     const ix_kernel_table *t[8];
     int nt = tables(t);
-    const size_t Ms[] = {1, 2, 5, 8, 9, 17, 150};
-    const size_t Ns[] = {16, 48, 80}; /* 80: a decode lockstep run of groups, then one more */
+    const size_t Ms[] = {1, 2, 3, 4, 5, 6, 8, 9, 17, 150}; /* up to 6: the lockstep tiles */
+    const size_t Ns[] = {16, 48, 80}; /* 80: lockstep runs of groups (4 or 2), then one more */
     const size_t Ks[] = {32, 224, 1024};
     const ix_dtype qt[] = {IX_DTYPE_Q8_0, IX_DTYPE_Q4_0, IX_DTYPE_F16, IX_DTYPE_BF16};
     for (size_t ti = 0; ti < IX_ARRAY_LEN(qt); ti++)

@@ -741,6 +741,7 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
 }
 static void pk_lock_q8(const ix__pk_tile *a) { pk_lock_run(a, true); }
 static void pk_lock_q4(const ix__pk_tile *a) { pk_lock_run(a, false); }
+static const ix__pk_fn k_lock_q8[IX__PK_LOCK_RX] = {pk_lock_q8}, k_lock_q4[IX__PK_LOCK_RX] = {pk_lock_q4};
 
 #define PK_INST(T, R) static void pk_##T##_##R(const ix__pk_tile *a) { pk_run(a, IX_DTYPE_##T == IX_DTYPE_Q8_0, R); }
 PK_INST(Q8_0, 1) PK_INST(Q8_0, 2) PK_INST(Q8_0, 3) PK_INST(Q8_0, 4)
@@ -805,6 +806,8 @@ static inline __attribute__((always_inline)) void pkf_lock_run(const ix__pk_tile
 
 static void pkf_lock(const ix__pk_tile *a) { pkf_lock_run(a, false); }
 static void pkbf_lock(const ix__pk_tile *a) { pkf_lock_run(a, true); }
+/* one X row only: 16 vector registers hold no more accumulators */
+static const ix__pk_fn k_pkf_lock[IX__PK_LOCK_RX] = {pkf_lock}, k_pkbf_lock[IX__PK_LOCK_RX] = {pkbf_lock};
 
 #define PKF_INST(R)                                                                            \
     static void pkf_##R(const ix__pk_tile *a) { pkf_run(a, R, false); }                         \
@@ -821,12 +824,12 @@ static const ix__pk_fn k_pkbf[PKF_RX] = {pkbf_1, pkbf_2, pkbf_3, pkbf_4};
 #endif
 
 void MM(q8_0)(const ix_matmul *mm, size_t n0, size_t n1) {
-    if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pk[0], PK_RX, PK_MCHUNK, pk_lock_q8);
+    if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pk[0], PK_RX, PK_MCHUNK, k_lock_q8);
     else ix__matmul_tiles(mm, n0, n1, k_qtiles[0], Q_RX, Q_RW);
 }
 
 void MM(q4_0)(const ix_matmul *mm, size_t n0, size_t n1) {
-    if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pk[1], PK_RX, PK_MCHUNK, pk_lock_q4);
+    if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pk[1], PK_RX, PK_MCHUNK, k_lock_q4);
     else ix__matmul_tiles(mm, n0, n1, k_qtiles[1], Q_RX, Q_RW);
 }
 
@@ -844,12 +847,12 @@ void MM(q3_k)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, 
 void MM(f32)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_ftiles[0], F_RX, F_RW); }
 
 void MM(f16)(const ix_matmul *mm, size_t n0, size_t n1) {
-    if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pkf, PKF_RX, PKF_MCHUNK, pkf_lock);
+    if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pkf, PKF_RX, PKF_MCHUNK, k_pkf_lock);
     else ix__matmul_tiles(mm, n0, n1, k_ftiles[1], F_RX, F_RW);
 }
 
 void MM(bf16)(const ix_matmul *mm, size_t n0, size_t n1) {
-    if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pkbf, PKF_RX, PKF_MCHUNK, pkbf_lock);
+    if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pkbf, PKF_RX, PKF_MCHUNK, k_pkbf_lock);
     else ix__matmul_tiles(mm, n0, n1, k_ftiles[2], F_RX, F_RW);
 }
 

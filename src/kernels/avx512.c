@@ -993,6 +993,7 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
 }
 static void pk_lock_q8(const ix__pk_tile *a) { pk_lock_run(a, true); }
 static void pk_lock_q4(const ix__pk_tile *a) { pk_lock_run(a, false); }
+static const ix__pk_fn k_lock_q8[IX__PK_LOCK_RX] = {pk_lock_q8}, k_lock_q4[IX__PK_LOCK_RX] = {pk_lock_q4};
 
 #define PK_INST(T, TAG, V, R)                                                                  \
     static void pk_##T##_##TAG##_##R(const ix__pk_tile *a) { pk_run(a, IX_DTYPE_##T == IX_DTYPE_Q8_0, V, R); }
@@ -1055,35 +1056,54 @@ static inline __attribute__((always_inline)) void pkf_run(const ix__pk_tile *a, 
         _mm512_storeu_ps(a->y + (size_t)i * a->ldy, _mm512_add_ps(acc[0][i], acc[1][i]));
 }
 
-/* The F16 / BF16 lockstep tile: pkf_run's arithmetic for one X row, per group. */
-static inline __attribute__((always_inline)) void pkf_lock_run(const ix__pk_tile *a, bool bf) {
-    enum { G = IX__PK_LOCK };
+/* The F16 / BF16 lockstep tiles: pkf_run's arithmetic for each of rx X rows
+ * (1..IX__PK_LOCK_RX), over G = ix__pk_lock_groups(rx) groups side by side:
+ * 2 G rx accumulators (at most 24 of the 32 registers), the x broadcasts
+ * shared by the groups. */
+static inline __attribute__((always_inline)) void pkf_lock_run(const ix__pk_tile *a, int rx, bool bf) {
+    enum { GMAX = IX__PK_LOCK };
+    const int G = (int)ix__pk_lock_groups((size_t)rx);
     const uint8_t *wg = a->w;
-    const size_t K = a->k, gs = a->gstride;
+    const size_t K = a->k, gs = a->gstride, ldx = a->xs / sizeof(float);
     const float *x = (const float *)(const void *)a->x;
-    __m512 acc[2][G];
-    for (int g = 0; g < G; g++) acc[0][g] = acc[1][g] = _mm512_setzero_ps();
+    __m512 acc[2][GMAX][IX__PK_LOCK_RX];
+    for (int g = 0; g < G; g++)
+        for (int i = 0; i < rx; i++) acc[0][g][i] = acc[1][g][i] = _mm512_setzero_ps();
     size_t k = 0;
     for (; k + 2 <= K; k += 2) {
-        const __m512 x0 = _mm512_set1_ps(x[k]), x1 = _mm512_set1_ps(x[k + 1]);
         IX__UNROLL(4)
         for (int g = 0; g < G; g++) {
             const uint8_t *w = wg + g * gs + k * 32;
             __builtin_prefetch(w + PK_LOCK_PF_BYTES, 0, 3);
-            acc[0][g] = _mm512_fmadd_ps(pkf_ld(w, bf), x0, acc[0][g]);
-            acc[1][g] = _mm512_fmadd_ps(pkf_ld(w + 32, bf), x1, acc[1][g]);
+            const __m512 w0 = pkf_ld(w, bf), w1 = pkf_ld(w + 32, bf);
+            IX__UNROLL(6)
+            for (int i = 0; i < rx; i++) {
+                const float *xr = x + (size_t)i * ldx + k;
+                acc[0][g][i] = _mm512_fmadd_ps(w0, _mm512_set1_ps(xr[0]), acc[0][g][i]);
+                acc[1][g][i] = _mm512_fmadd_ps(w1, _mm512_set1_ps(xr[1]), acc[1][g][i]);
+            }
         }
     }
     if (k < K) {
-        const __m512 x0 = _mm512_set1_ps(x[k]);
-        for (int g = 0; g < G; g++)
-            acc[0][g] = _mm512_fmadd_ps(pkf_ld(wg + g * gs + k * 32, bf), x0, acc[0][g]);
+        for (int g = 0; g < G; g++) {
+            const __m512 w0 = pkf_ld(wg + g * gs + k * 32, bf);
+            for (int i = 0; i < rx; i++)
+                acc[0][g][i] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[(size_t)i * ldx + k]), acc[0][g][i]);
+        }
     }
-    for (int g = 0; g < G; g++) _mm512_storeu_ps(a->y + g * IX__PK, _mm512_add_ps(acc[0][g], acc[1][g]));
+    for (int g = 0; g < G; g++)
+        for (int i = 0; i < rx; i++)
+            _mm512_storeu_ps(a->y + (size_t)i * a->ldy + (size_t)g * IX__PK, _mm512_add_ps(acc[0][g][i], acc[1][g][i]));
 }
 
-static void pkf_lock(const ix__pk_tile *a) { pkf_lock_run(a, false); }
-static void pkbf_lock(const ix__pk_tile *a) { pkf_lock_run(a, true); }
+#define PKF_LOCK_INST(R)                                                                       \
+    static void pkf_lock_##R(const ix__pk_tile *a) { pkf_lock_run(a, R, false); }               \
+    static void pkbf_lock_##R(const ix__pk_tile *a) { pkf_lock_run(a, R, true); }
+PKF_LOCK_INST(1) PKF_LOCK_INST(2) PKF_LOCK_INST(3) PKF_LOCK_INST(4) PKF_LOCK_INST(5) PKF_LOCK_INST(6)
+static const ix__pk_fn k_pkf_lock[IX__PK_LOCK_RX] = {pkf_lock_1, pkf_lock_2, pkf_lock_3,
+                                                     pkf_lock_4, pkf_lock_5, pkf_lock_6};
+static const ix__pk_fn k_pkbf_lock[IX__PK_LOCK_RX] = {pkbf_lock_1, pkbf_lock_2, pkbf_lock_3,
+                                                      pkbf_lock_4, pkbf_lock_5, pkbf_lock_6};
 
 #define PKF_INST(R)                                                                            \
     static void pkf_##R(const ix__pk_tile *a) { pkf_run(a, R, false); }                         \
@@ -1157,7 +1177,7 @@ static const ix__tile_fn k_ftiles[3][F_RX] = {FTILE_ROW(F32), FTILE_ROW(F16), FT
 static inline __attribute__((always_inline)) void mm_q(const ix_matmul *mm, size_t n0, size_t n1, bool q4,
                                                        bool vnni) {
     if (mm->w_packed)
-        ix__pk_walk(mm, n0, n1, k_pk[vnni][q4], PK_RX, PK_MCHUNK, !vnni ? NULL : q4 ? pk_lock_q4 : pk_lock_q8);
+        ix__pk_walk(mm, n0, n1, k_pk[vnni][q4], PK_RX, PK_MCHUNK, !vnni ? NULL : q4 ? k_lock_q4 : k_lock_q8);
     /* the wide tile's transpose pays off once a few X rows share it */
     else if (vnni && mm->M >= WIDE_MIN_M) ix__matmul_tiles(mm, n0, n1, k_wide_band[q4], 0, W_RW);
     else ix__matmul_tiles(mm, n0, n1, k_qtiles[vnni][q4], Q_RX, Q_RW);
@@ -1196,12 +1216,12 @@ void ix__mm_f32_avx512(const ix_matmul *mm, size_t n0, size_t n1) {
 }
 
 void ix__mm_f16_avx512(const ix_matmul *mm, size_t n0, size_t n1) {
-    if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pkf, PKF_RX, PKF_MCHUNK, pkf_lock);
+    if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pkf, PKF_RX, PKF_MCHUNK, k_pkf_lock);
     else ix__matmul_tiles(mm, n0, n1, k_ftiles[1], F_RX, F_RW);
 }
 
 void ix__mm_bf16_avx512(const ix_matmul *mm, size_t n0, size_t n1) {
-    if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pkbf, PKF_RX, PKF_MCHUNK, pkbf_lock);
+    if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pkbf, PKF_RX, PKF_MCHUNK, k_pkbf_lock);
     else ix__matmul_tiles(mm, n0, n1, k_ftiles[2], F_RX, F_RW);
 }
 

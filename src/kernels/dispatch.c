@@ -143,7 +143,7 @@ size_t ix_kernels_packed_bytes(ix_dtype type, size_t N, size_t K) {
 }
 
 void ix__pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *fns, int rx_max, size_t mchunk,
-                 ix__pk_fn lock) {
+                 const ix__pk_fn *lock) {
     const ix_dtype t = mm->w_type;
     const bool q = ix__w_quantized(t);
     ix__pk_tile a = {.k = mm->K, .ldy = ix__mm_ldy(mm), .blk_off = ix__align64(mm->K),
@@ -154,14 +154,15 @@ void ix__pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *fns
      * traits looked up once per call, not per group) */
     const uint8_t *w = mm->w;
     const size_t sc_off = q ? (size_t)(ix__pk_scales(t, w, mm->K, 0) - w) : 0;
-    if (lock && mm->M == 1) {
+    if (lock && mm->M <= IX__PK_LOCK_RX && lock[mm->M - 1]) {
+        const size_t G = ix__pk_lock_groups(mm->M);
         size_t g = n0 / IX__PK;
         a.x = x0;
-        for (; g + IX__PK_LOCK <= n1 / IX__PK; g += IX__PK_LOCK) {
+        for (; g + G <= n1 / IX__PK; g += G) {
             a.w = w + g * a.gstride;
             a.scales = q ? a.w + sc_off : NULL;
             a.y = mm->y + g * IX__PK;
-            lock(&a);
+            lock[mm->M - 1](&a);
         }
         n0 = g * IX__PK; /* the last few groups, one at a time */
     }

@@ -396,12 +396,22 @@ typedef void (*ix__pk_fn)(const ix__pk_tile *t);
  * so the bits are the same. */
 #define IX__PK_LOCK 4
 
+/* A few X rows (speculative verification's k + 1) run in lockstep too where
+ * a path has tiles for them: up to IX__PK_LOCK_RX rows, over
+ * ix__pk_lock_groups(rx) groups at a time (fewer groups as the rows grow,
+ * so that two accumulators per row and group stay in registers). Each row's
+ * arithmetic is again that of the one-group tile. */
+#define IX__PK_LOCK_RX 6
+static inline size_t ix__pk_lock_groups(size_t rx) { return rx <= 3 ? IX__PK_LOCK : IX__PK_LOCK / 2; }
+
 /* Columns [n0, n1) (whole groups) of a packed matmul: X in chunks of mchunk
  * rows, and per chunk each group against the chunk's rows, fns[rx - 1]
- * doing rx (1..rx_max) of them at a time. With one X row and a lockstep
- * tile (lock, may be NULL), runs of IX__PK_LOCK groups go to it. */
+ * doing rx (1..rx_max) of them at a time. lock (NULL: none) holds
+ * IX__PK_LOCK_RX lockstep tiles, lock[M - 1] for M rows (NULL where the path
+ * has none): with one, runs of ix__pk_lock_groups(M) groups go to it and
+ * the last few groups to fns. */
 void ix__pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *fns, int rx_max, size_t mchunk,
-                 ix__pk_fn lock);
+                 const ix__pk_fn *lock);
 
 /* ---- matmul helpers -------------------------------------------------------- */
 /* Bytes of a row of k elements (whole blocks) of t; 0 without kernels. */
