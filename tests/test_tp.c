@@ -309,6 +309,7 @@ static void run_dist(int32_t tp, int32_t pp, int32_t micro, outputs *o) {
         ix_model_get_shard(rk[r].m, &si);
         assert_int_equal(si.rank, r % tp);
         assert_true(si.n_q > 0 && si.n_kv > 0 && si.n_ff > 0 && si.n_vocab > 0 && si.n_layer > 0);
+        assert_true(ix_model_is_sharded(rk[r].m) == (n_ranks > 1));
         /* the stages' layers: contiguous, in order, all of them */
         if (r % tp == 0) {
             assert_int_equal(si.layer0, layers);

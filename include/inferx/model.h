@@ -339,6 +339,11 @@ typedef struct ix_model_shard_info {
     int64_t ff0, n_ff, embd0, n_embd, vocab0, n_vocab;
 } ix_model_shard_info;
 void ix_model_get_shard(const ix_model *m, ix_model_shard_info *out);
+/* Whether this model is one part of a model spread over ranks: a tensor
+ * shard (n_ranks > 1) or a pipeline stage holding fewer than all layers.
+ * What works inside one process's KV pool only (swap, the disk tier, Medusa's
+ * hidden rows) refuses such a model. */
+bool ix_model_is_sharded(const ix_model *m);
 /* A rank other than 0: runs rank 0's plan on this context (whose KV pool has
  * the shape start gave), after making the plan's block copies. Every table
  * entry and copy is checked against the pool. */

@@ -1269,10 +1269,7 @@ ix_status ix_engine_create(ix_engine **out, const ix_model *m, const ix_engine_p
     *out = NULL;
     /* the swap and disk tiers move K/V inside this process's pool only: a
      * shard's other ranks (tensor or pipeline parallel) would miss it */
-    ix_model_shard_info si;
-    ix_model_get_shard(m, &si);
-    if ((si.n_ranks > 1 || si.n_layer < ix_model_get_hparams(m)->n_layer) &&
-        (p->sched.preempt == IX_PREEMPT_SWAP || (p->kv_disk_dir && *p->kv_disk_dir)))
+    if (ix_model_is_sharded(m) && (p->sched.preempt == IX_PREEMPT_SWAP || (p->kv_disk_dir && *p->kv_disk_dir)))
         return ix_errf(err, IX_ERR_UNSUPPORTED, "swap preemption and the KV disk tier do not work with tensor or "
                                                 "pipeline parallelism yet (recompute preemption does)");
     ix_engine *e = ix_calloc(1, sizeof *e);

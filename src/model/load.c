@@ -565,6 +565,10 @@ static ix_status shard_weights(loader *L, const ix_model_comm *comm) {
 
 void ix_model_get_shard(const ix_model *m, ix_model_shard_info *out) { *out = m->shard; }
 
+bool ix_model_is_sharded(const ix_model *m) {
+    return m->shard.n_ranks > 1 || m->shard.n_layer < ix_model_get_hparams(m)->n_layer;
+}
+
 ix_model_load_params ix_model_load_default_params(void) {
     ix_model_load_params p = {0};
     p.pack_cache_min_bytes = (uint64_t)64 << 20;

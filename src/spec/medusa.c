@@ -83,9 +83,7 @@ static ix_status medusa_create(void **self, const ix_spec_params *p, const ix_sp
     *self = NULL;
     if (!env || !env->target)
         return ix_errf(err, IX_ERR_INVALID, "the medusa proposer needs the target model (ix_spec_env.target)");
-    ix_model_shard_info sh;
-    ix_model_get_shard(env->target, &sh);
-    if (sh.n_ranks > 1 || sh.n_layer < ix_model_get_hparams(env->target)->n_layer)
+    if (ix_model_is_sharded(env->target))
         return ix_errf(err, IX_ERR_UNSUPPORTED,
                        "speculation with 'medusa' does not run tensor- or pipeline-parallel (--tp, --pp): use ngram "
                        "or draft there");
