@@ -77,6 +77,7 @@ typedef struct req {
     uint64_t session_id, session_tenant; /* 0 id: no session */
     int64_t session_expires_ms;
     ix_token_vec toks[IX_SCHED_MAX_SEQS]; /* prompt + generated, per choice */
+    ix_token *prompt;                     /* (it.n_prompt) the scheduler's copy: it never moves */
     ix_sampler *smp[IX_SCHED_MAX_SEQS];
     ix__text_stream *text[IX_SCHED_MAX_SEQS];
     gentry *gram;                           /* NULL: free decoding */
@@ -332,6 +333,7 @@ static void req_free(ix_engine *e, req *r) {
     ix_free(r->stop_ids);
     ix_free(r->bias);
     ix_free(r->hid);
+    ix_free(r->prompt);
     gentry_release(e, r->gram);
     ix_free(r);
 }
@@ -413,7 +415,11 @@ static ix_status req_build(ix_engine *e, const ix_request_params *rp, req **out,
     it->n_seqs = 1;
     it->n_choices = n;
     for (int i = 0; i < IX_SCHED_MAX_SEQS; i++) it->seqs[i] = -1;
-    it->prompt = r->toks[0].ids;
+    /* the scheduler's view of the prompt is a copy of its own, never moved:
+     * choice 0's token vector grows (and may move) as it generates */
+    if (!(r->prompt = ix_malloc(rp->n_prompt * sizeof *r->prompt))) goto oom;
+    memcpy(r->prompt, rp->prompt, rp->n_prompt * sizeof *r->prompt);
+    it->prompt = r->prompt;
     it->n_prompt = (int32_t)rp->n_prompt;
     it->max_new = max_new;
     r->t_submit = ix_time_ns();
@@ -706,9 +712,6 @@ static void take_token(ix_engine *e, req *r, int32_t c, const float *logits, uin
         r->err_invalid = false;
         return;
     }
-    /* the push may have moved choice 0's tokens, whose head is the prompt
-     * the scheduler matches against the prefix cache when it (re)admits */
-    if (c == 0) it->prompt = r->toks[0].ids;
     it->n_generated[c]++;
     e->stats.n_generated_tokens++;
     if (!r->t_first) r->t_first = now;
