@@ -175,9 +175,15 @@ def main():
     ap.add_argument("--goal", type=float, default=3600, help="CPU seconds per target over the campaign (3600)")
     ap.add_argument("--targets", default=",".join(TARGETS), help="comma-separated (default: all six)")
     ap.add_argument("--no-idle", action="store_true", help="run at normal priority, not the idle class")
+    ap.add_argument("--http-jobs", type=int, default=8,
+                    help="fuzz_http's parallel jobs (8); more when it is the last target left, so that it keeps "
+                         "the cores busy while its inputs wait on its server's threads")
     ap.add_argument("--report", action="store_true", help="print the ledger and exit")
     args = ap.parse_args()
     args.work = args.work or os.path.join(args.build, "fuzz-work")
+    if args.http_jobs < 1:
+        sys.exit("fuzz_hours: --http-jobs must be at least 1")
+    OPTS["http"] = [o for o in OPTS["http"] if not o.startswith("-fork=")] + [f"-fork={args.http_jobs}"]
     names = [t for t in args.targets.split(",") if t]
     for n in names:
         if n not in TARGETS:
