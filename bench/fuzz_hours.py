@@ -13,8 +13,9 @@ Each target runs as one process at the idle scheduling class (it takes only
 CPU time nothing else wants; fuzz_http: see OPTS), its CPU time read from
 /proc (user + system, all threads -- the HTTP targets' server threads count
 -- and reaped children, fork mode's jobs). A target is stopped
-with SIGINT when its total reaches the goal; SIGINT or SIGTERM to this script
-stops them all and records what they used. To pause a campaign, stop it and
+with SIGINT when its total reaches the goal (fork mode, which goes on starting
+jobs after SIGINT, has its process group killed 30 s later); SIGINT or SIGTERM
+to this script stops them all and records what they used. To pause a campaign, stop it and
 run it again later: a SIGSTOP of the fuzzers trips their wall-clock deadlines
 (libFuzzer's -timeout, fuzz_http's 120 s) when they resume. Crashes are kept as
 --work/<target>/crash-* and reported; the run then fails.
@@ -106,7 +107,7 @@ class Run:
         self.exe = os.path.join(args.build, "bin", "fuzz_" + name)
         self.proc = None
         self.used = 0.0
-        self.stopping = False
+        self.stopping = 0.0  # when SIGINT was sent
 
     def remaining(self, goal):
         return goal - self.ledger["cpu_s"]
@@ -120,7 +121,9 @@ class Run:
         elif idle:
             cmd = ["chrt", "--idle", "0", *cmd]
         self.logf = open(self.log, "w")
-        self.proc = subprocess.Popen(cmd, stdout=self.logf, stderr=subprocess.STDOUT, cwd=self.dir)
+        # a process group of its own: fork mode's jobs go with it (below)
+        self.proc = subprocess.Popen(cmd, stdout=self.logf, stderr=subprocess.STDOUT, cwd=self.dir,
+                                     start_new_session=True)
 
     def poll(self):
         c = cpu_seconds(self.proc.pid)
@@ -129,9 +132,18 @@ class Run:
         return self.proc.poll()
 
     def stop(self):
-        if self.proc.poll() is None and not self.stopping:
-            self.stopping = True
+        if self.proc.poll() is not None:
+            return
+        if not self.stopping:
+            self.stopping = time.time()
             self.proc.send_signal(signal.SIGINT)
+        elif time.time() - self.stopping > 30:
+            # libFuzzer's fork mode goes on starting jobs after SIGINT: end
+            # the group (the CPU time is the last reading, two seconds old)
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
 
     def record(self):
         self.logf.close()
