@@ -31,7 +31,8 @@ int main(void) {
         F(ix_timings, total_ms), F(ix_timings, compute_ms), E();
     S(ix_finish_info), F(ix_finish_info, id), F(ix_finish_info, n_choices), F(ix_finish_info, reasons),
         F(ix_finish_info, reason), F(ix_finish_info, usage), F(ix_finish_info, timings),
-        F(ix_finish_info, deadline_missed), F(ix_finish_info, n_preemptions), F(ix_finish_info, message), E();
+        F(ix_finish_info, deadline_missed), F(ix_finish_info, n_preemptions), F(ix_finish_info, message),
+        F(ix_finish_info, invalid_request), E();
     S(ix_token_event), F(ix_token_event, id), F(ix_token_event, choice), F(ix_token_event, token),
         F(ix_token_event, text), F(ix_token_event, text_len), F(ix_token_event, sample), E();
     S(ix_request_callbacks), F(ix_request_callbacks, on_token), F(ix_request_callbacks, on_finish),

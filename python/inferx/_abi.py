@@ -87,6 +87,7 @@ class FinishInfo(C.Structure):
         ("deadline_missed", C.c_bool),
         ("n_preemptions", C.c_int32),
         ("message", C.c_char * 256),
+        ("invalid_request", C.c_bool),
     ]
 
 
