@@ -44,11 +44,11 @@ const Person = z.object({
   role: z.enum(['captain', 'sailor']),
 });
 const obj = await generateObject({
-  model: openai(modelId), schema: Person, prompt: 'Who is on deck?', maxOutputTokens: 120, maxRetries: 0,
+  model: openai(modelId), schema: Person, prompt: 'Who is on deck?', maxOutputTokens: 120, maxRetries: 0, temperature: 0,
 });
 Person.parse(obj.object);
 const objChat = await generateObject({
-  model: openai.chat(modelId), schema: Person, prompt: 'Who is on deck?', maxOutputTokens: 120, maxRetries: 0,
+  model: openai.chat(modelId), schema: Person, prompt: 'Who is on deck?', maxOutputTokens: 120, maxRetries: 0, temperature: 0,
 });
 Person.parse(objChat.object);
 
