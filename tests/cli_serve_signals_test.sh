@@ -4,6 +4,9 @@
 #     gets the next lines) and a stream in flight loses nothing
 #   - SIGTERM: new connections are refused at once while a stream drains
 #   - a second SIGTERM cancels what is in flight and the process exits 0
+#   - SIGTERM while every HTTP thread is busy with new connections drains
+#     and exits 0, three times over (the listening socket is the server's
+#     own: libmicrohttpd's quiesce, which could abort here, is not used)
 # usage: cli_serve_signals_test.sh INFERX_BINARY   (exit 77 without curl)
 set -uo pipefail
 bin=$1
@@ -67,4 +70,27 @@ pid=""
 grep -q "inferx serve: stopped" "$tmp/err" || fail "no final line"
 wait $c2
 grep -q '"finish_reason":"abort"' "$tmp/s2" || fail "the cancelled stream did not say abort: $(tail -c 300 "$tmp/s2")"
+
+# drain under a flood of new connections
+for round in 1 2 3; do
+  "$bin" serve --port 0 -t 1 --http-threads 4 2>"$tmp/err" &
+  pid=$!
+  wait_for " on http://127.0.0.1:" "$tmp/err" 60 || fail "round $round: did not start"
+  port=$(sed -n 's|.* on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$tmp/err")
+  flood=()
+  for _ in 1 2 3 4 5 6; do
+    (for _ in $(seq 200); do
+       curl -s -m 2 -o /dev/null -o /dev/null "http://127.0.0.1:$port/health" "http://127.0.0.1:$port/v1/models" || break
+     done) &
+    flood+=($!)
+  done
+  sleep "0.$((RANDOM % 8 + 2))"
+  kill -TERM $pid
+  wait $pid
+  rc=$?
+  pid=""
+  wait "${flood[@]}"
+  [ $rc -eq 0 ] || fail "round $round: SIGTERM under load: exit status $rc"
+  grep -q "inferx serve: stopped" "$tmp/err" || fail "round $round: no final line"
+done
 echo "serve signals test: passed"

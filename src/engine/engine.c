@@ -644,10 +644,20 @@ static bool is_stop_token(const ix_engine *e, const req *r, ix_token t) {
     return false;
 }
 
+/* Records r's error: the message and whose fault it is (invalid: the
+ * request's own), always set together. */
+static void req_error(req *r, bool invalid, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void req_error(req *r, bool invalid, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->errmsg, sizeof r->errmsg, fmt, ap);
+    va_end(ap);
+    r->err_invalid = invalid;
+}
+
 /* Ends choice c with an error; invalid: the request itself is at fault. */
 static void choice_error(ix_engine *e, req *r, int32_t c, bool invalid, const char *msg) {
-    snprintf(r->errmsg, sizeof r->errmsg, "%s", msg);
-    r->err_invalid = invalid;
+    req_error(r, invalid, "%s", msg);
     finish_choice(e, r, c, IX_FINISH_ERROR);
 }
 
@@ -707,9 +717,7 @@ static void take_token(ix_engine *e, req *r, int32_t c, const float *logits, uin
     }
     ix_sampler_accept(r->smp[c], sr.id);
     if (ix_token_vec_push(&r->toks[c], sr.id) != IX_OK) {
-        finish_choice(e, r, c, IX_FINISH_ERROR);
-        snprintf(r->errmsg, sizeof r->errmsg, "out of memory");
-        r->err_invalid = false;
+        choice_error(e, r, c, false, "out of memory");
         return;
     }
     it->n_generated[c]++;
@@ -723,9 +731,7 @@ static void take_token(ix_engine *e, req *r, int32_t c, const float *logits, uin
     ix_buf_clear(&e->text);
     bool stopped = false;
     if (ix__text_stream_push(r->text[c], sr.id, &e->text, &stopped) != IX_OK) {
-        finish_choice(e, r, c, IX_FINISH_ERROR);
-        snprintf(r->errmsg, sizeof r->errmsg, "out of memory");
-        r->err_invalid = false;
+        choice_error(e, r, c, false, "out of memory");
         return;
     }
     emit(e, r, c, sr.id, &sr, e->text.data, e->text.len);
@@ -1071,8 +1077,7 @@ static ix_status step(ix_engine *e, bool *did_work) {
         e->w_rows[w] = 0;
         if (ix_kv_seq_append(e->kv, it->seqs[i], wk->n_tokens, src) != IX_OK) {
             /* The plan guaranteed room; treat a failure as this request's error. */
-            snprintf(r->errmsg, sizeof r->errmsg, "KV cache: %.200s", ix_kv_errmsg(e->kv));
-            r->err_invalid = false;
+            req_error(r, false, "KV cache: %.200s", ix_kv_errmsg(e->kv));
             wk->n_tokens = 0;
             continue;
         }

@@ -109,7 +109,8 @@ void ix__conn_options(ix_server *s, struct MHD_OptionItem *opts, size_t *n) {
     int32_t excess = s->p.max_connections > IXS_EXCESS_MIN ? s->p.max_connections : IXS_EXCESS_MIN;
     opts[(*n)++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, s};
     opts[(*n)++] = (struct MHD_OptionItem){MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)on_request_line, s};
-    opts[(*n)++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT, s->p.max_connections + excess, NULL};
+    s->conn_limit = s->p.max_connections + excess;
+    opts[(*n)++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT, s->conn_limit, NULL};
     opts[(*n)++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT, s->p.conn_timeout_s, NULL};
     /* MHD's default 32 KiB pool runs out storing a few hundred query
      * parameters, and then the request hangs (0.9.75): room for about a

@@ -804,8 +804,7 @@ static ix_status copy_keys(ix_server *s, const ix_server_params *p) {
 
 /* The bind address: a numeric IPv4 / IPv6 address, or a name resolved to
  * its first address (IPv4 preferred: "localhost" binds 127.0.0.1). */
-static ix_status bind_address(const char *host, uint16_t port, struct sockaddr_storage *ss, unsigned *flags,
-                              ix_errbuf *err) {
+static ix_status bind_address(const char *host, uint16_t port, struct sockaddr_storage *ss, ix_errbuf *err) {
     memset(ss, 0, sizeof *ss);
     struct sockaddr_in *a4 = (struct sockaddr_in *)ss;
     struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)ss;
@@ -817,7 +816,6 @@ static ix_status bind_address(const char *host, uint16_t port, struct sockaddr_s
     if (inet_pton(AF_INET6, host, &a6->sin6_addr) == 1) {
         a6->sin6_family = AF_INET6;
         a6->sin6_port = htons(port);
-        *flags |= MHD_USE_IPv6;
         return IX_OK;
     }
     struct addrinfo hints, *res = NULL;
@@ -841,7 +839,6 @@ static ix_status bind_address(const char *host, uint16_t port, struct sockaddr_s
     } else if (pick->ai_family == AF_INET6 && pick->ai_addrlen <= sizeof *ss) {
         memcpy(ss, pick->ai_addr, pick->ai_addrlen);
         a6->sin6_port = htons(port);
-        *flags |= MHD_USE_IPv6;
     } else {
         st = ix_errf(err, IX_ERR_INVALID, "--host '%s' resolves to no IPv4 or IPv6 address", host);
     }
@@ -966,7 +963,8 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
     pthread_mutex_init(&s->socks_mu, NULL);
     atomic_init(&s->n_socks, 0);
     ix__admit_init(&s->admit, s->p.max_waiting);
-    s->listen_fd = MHD_INVALID_SOCKET;
+    s->listen_fd = -1;
+    s->accept_wake[0] = s->accept_wake[1] = -1;
     ix__metrics_init(&s->metrics, 0);
     s->pending_template = chat_template;
     if (!s->model_name || (p->chat_template && !chat_template)) {
@@ -1007,8 +1005,10 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
 
     const char *host = p->host && *p->host ? p->host : "127.0.0.1";
     struct sockaddr_storage ss;
-    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME;
-    if ((st = bind_address(host, p->port, &ss, &flags, err)) != IX_OK) {
+    /* The socket is ours (listen.c); MHD gets each accepted connection. */
+    unsigned flags =
+        MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
+    if ((st = bind_address(host, p->port, &ss, err)) != IX_OK || (st = ix__listen_open(s, &ss, host, err)) != IX_OK) {
         ix_server_destroy(s);
         return st;
     }
@@ -1022,8 +1022,7 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
     }
     if (tls_pem[0]) flags |= MHD_USE_TLS;
     opts[n_opts++] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
-    s->daemon = MHD_start_daemon(flags, p->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &ss,
-                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_THREAD_POOL_SIZE,
+    s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_THREAD_POOL_SIZE,
                                  (unsigned)(s->p.n_http_threads > 1 ? s->p.n_http_threads : 0), MHD_OPTION_ARRAY,
                                  opts, MHD_OPTION_END);
     ix_free(tls_pem[0]); /* MHD keeps its own copies */
@@ -1034,16 +1033,17 @@ ix_status ix_server_create(ix_server **out, ix_engine *e, const ix_server_params
     ix_free(tls_pem[1]);
     if (!s->daemon) {
         ix_server_destroy(s);
-        return ix_errf(err, IX_ERR_IO, "cannot listen on %s:%u (address in use or not local?)", host,
-                       (unsigned)p->port);
+        return ix_errf(err, IX_ERR_IO, "cannot start libmicrohttpd's threads for %s:%u", host, (unsigned)s->port);
     }
     if (pthread_create(&s->watcher, NULL, ix__srv_watch, s)) {
         ix_server_destroy(s);
         return ix_errf(err, IX_ERR_NOMEM, "cannot start the watcher thread");
     }
     s->watcher_started = true;
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di ? di->port : p->port;
+    if ((st = ix__listen_start(s, err)) != IX_OK) {
+        ix_server_destroy(s);
+        return st;
+    }
     *out = s;
     return IX_OK;
 }
@@ -1069,13 +1069,10 @@ void ix_server_shutdown(ix_server *s, int64_t drain_ms) {
     if (!s || s->shut_down) return;
     s->shut_down = true;
     atomic_store(&s->draining, true);
-    if (!s->daemon) return;
-    s->listen_fd = MHD_quiesce_daemon(s->daemon);
     /* Stop listening now, not at exit: new connections are refused at once
-     * instead of waiting in the kernel's backlog through the drain. (The fd
-     * itself is closed after MHD_stop_daemon, as MHD asks; shutdown() of a
-     * listening socket on Linux just ends the listening.) */
-    if (s->listen_fd != MHD_INVALID_SOCKET) shutdown(s->listen_fd, SHUT_RDWR);
+     * instead of waiting in the kernel's backlog through the drain. */
+    ix__listen_close(s);
+    if (!s->daemon) return;
     uint64_t end = ix_time_ns() + (uint64_t)(drain_ms > 0 ? drain_ms : 0) * 1000000ull;
     while (atomic_load(&s->n_inflight) > 0 && ix_time_ns() < end && !atomic_load(&s->hurry)) sleep_ms(10);
     if (atomic_load(&s->n_inflight) > 0) {
@@ -1100,8 +1097,6 @@ void ix_server_shutdown(ix_server *s, int64_t drain_ms) {
     /* Jobs whose client left after the watcher stopped: the MHD side's
      * references go now (the engine's last one frees each). */
     ix__srv_reap(s, true);
-    if (s->listen_fd != MHD_INVALID_SOCKET) close(s->listen_fd);
-    s->listen_fd = MHD_INVALID_SOCKET;
 }
 
 void ix_server_hurry(ix_server *s) { atomic_store(&s->hurry, true); }

@@ -23,6 +23,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/socket.h>
 
 #include <jansson.h>
 #include <microhttpd.h>
@@ -322,6 +323,16 @@ bool ix__conn_send_raw(MHD_socket fd, int status, const char *reason, const char
 /* Closes the connections past their deadline (the watcher, every round). */
 void ix__conn_sweep(ix_server *s);
 
+/* ---- the listening socket (listen.c) ---------------------------------- */
+/* Binds and listens on ss (host names it in errors); sets listen_fd, the
+ * accept thread's pipe and port (the one bound, for port 0). */
+ix_status ix__listen_open(ix_server *s, const struct sockaddr_storage *ss, const char *host, ix_errbuf *err);
+/* Starts the thread that hands accepted sockets to s->daemon. */
+ix_status ix__listen_start(ix_server *s, ix_errbuf *err);
+/* Stops the accept thread and closes the socket: new connections are
+ * refused from here on. Safe to call more than once. */
+void ix__listen_close(ix_server *s);
+
 /* ---- the server ------------------------------------------------------- */
 typedef struct ixs_job ixs_job; /* one generation request (generate.c) */
 typedef struct ixs_embedder ixs_embedder; /* embeddings' model context (embed.c) */
@@ -341,7 +352,11 @@ struct ix_server {
     int32_t n_ctx, n_vocab;
     ixs_chat chat;           /* the chat template (ix__chat_init) */
     struct MHD_Daemon *daemon;
-    MHD_socket listen_fd;
+    int listen_fd;           /* ours, not MHD's (listen.c); -1: closed */
+    int accept_wake[2];      /* a pipe: a byte stops the accept thread */
+    pthread_t acceptor;
+    bool acceptor_started;
+    int conn_limit;          /* MHD's connection limit: the accept thread waits at it */
     uint16_t port;
     time_t created;
     atomic_uint_fast64_t next_id;
