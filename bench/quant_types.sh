@@ -17,6 +17,10 @@
 #   BASE=OTHER_INFERX in the environment: each round also runs OTHER_INFERX on
 #   every type right after INFERX (a same-run baseline), and the table adds the
 #   new / base ratios (medians of the per-round ratios).
+#   LAYERS=N (and VOCAB_SIZE=N) in the environment: the TinyLlama shape cut to N
+#   layers (and a synthetic vocabulary of N tokens instead of the llama SPM one):
+#   the same matmul shapes, a model made in minutes instead of the 18 a K-quant
+#   of all 1.1 B parameters takes here.
 set -eu
 bin=$1 tmp=$2 rounds=${3:-3} np=${4:-64} ng=${5:-32}
 shift 2
@@ -34,7 +38,9 @@ model() { # the model file of type $1, made once: F16 by mkmodel, the others qua
     f=$tmp/qt-$1.gguf
     [ -s "$f" ] && return 0
     case $1 in
-    F16) "$bin" mkmodel --shape tinyllama --type f16 --vocab "$vocab" -o "$f.part" >/dev/null 2>&1 ;;
+    F16) "$bin" mkmodel --shape tinyllama --type f16 ${LAYERS:+--layers "$LAYERS"} \
+        $(if [ -n "${VOCAB_SIZE:-}" ]; then echo "--vocab-size $VOCAB_SIZE"; else echo "--vocab $vocab"; fi) \
+        -o "$f.part" >/dev/null 2>&1 ;;
     *_K_[SML]) "$bin" quantize "$tmp/qt-F16.gguf" "$f.part" "$1" >/dev/null 2>&1 ;;
     *) "$bin" quantize "$tmp/qt-F16.gguf" "$f.part" "$1" --pure >/dev/null 2>&1 ;;
     esac
