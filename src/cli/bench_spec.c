@@ -7,7 +7,8 @@
  * greedy requests (N tokens each, EOS ignored) in alternation, -r times, the
  * order flipping every repetition (the machine is shared and noisy).
  * Printed: each mode's median output tokens/s, the median of the
- * per-repetition ratios, whether every output token was identical, and the
+ * per-repetition ratios, at batch 1 the same for decode alone (each request's
+ * first token to its last), whether every output token was identical, and the
  * measured acceptance: alpha (accepted / verified guesses), tokens per
  * speculating decode, acceptance by position, the proposer's cost ratio c
  * (a draft forward pass, or the Medusa heads' work per guess, against a
@@ -64,7 +65,9 @@ static void usage(FILE *f, const ix_cli_opt *opts, size_t n_opts) {
                "Greedy output tokens/s with speculation against speculation off, alternated in\n"
                "one run (the median of -r repetitions after a warm-up), the outputs compared\n"
                "token for token, and the measured acceptance, cost ratio and ideal speedup.\n"
-               "At batch 1 the prompts run one after another; above, all B requests at once.\n"
+               "At batch 1 the prompts run one after another, and decode alone (each\n"
+               "request's first token to its last) is reported too; above, all B requests\n"
+               "at once.\n"
                "--spec alone means ngram, or draft when --draft-model is given, or medusa\n"
                "when --medusa is given (k then at most its heads); k is fixed\n"
                "(--spec-adaptive off) unless --spec-adaptive on.\n"
@@ -97,6 +100,9 @@ static bool make_echo(ix_engine *e, ix_token_vec *prompts, int32_t n_new, ix_err
 
 typedef struct spec_run {
     double *tps[2], *ratio; /* (reps) */
+    /* batch 1: decode alone, each request's first token to its last (the
+     * prefill out; a draft's own prefill, after that first token, in) */
+    double *dtps[2], *dratio; /* (reps) */
     bool identical;
     ix_engine_stats st0[2], st1[2]; /* after the warm-up, at the end */
 } spec_run;
@@ -116,6 +122,10 @@ static bool alternate(ix_engine **e, const ix_request_params *reqs, int n_reqs, 
                 ok = ix_engine_generate(e[mode], reqs + i, batch == 1 ? 1 : (size_t)n_reqs, g[mode] + i, err) == IX_OK;
             double s = (double)(ix_time_ns() - t0) / 1e9;
             if (r >= 0) sr->tps[mode][r] = (double)n_reqs * n_new / s;
+            double ds = 0;
+            for (int i = 0; i < n_reqs && ok && batch == 1; i++)
+                ds += (g[mode][i].info.timings.total_ms - g[mode][i].info.timings.first_token_ms) / 1e3;
+            if (r >= 0) sr->dtps[mode][r] = ds > 0 ? (double)n_reqs * (n_new - 1) / ds : 0;
         }
         for (int i = 0; i < n_reqs; i++) {
             sr->identical &= g[0][i].tokens[0].n == g[1][i].tokens[0].n &&
@@ -125,6 +135,7 @@ static bool alternate(ix_engine **e, const ix_request_params *reqs, int n_reqs, 
             ix_generation_free(&g[1][i]);
         }
         if (r >= 0) sr->ratio[r] = sr->tps[1][r] / sr->tps[0][r];
+        if (r >= 0) sr->dratio[r] = sr->dtps[0][r] > 0 ? sr->dtps[1][r] / sr->dtps[0][r] : 0;
         if (r == -1)
             for (int m = 0; m < 2; m++) ix_engine_get_stats(e[m], &sr->st0[m]);
     }
@@ -169,21 +180,34 @@ static void report(const spec_run *sr, const char *model, const char *prompts, i
     double t0[100], t1[100];
     memcpy(t0, sr->tps[0], (size_t)reps * sizeof *t0);
     memcpy(t1, sr->tps[1], (size_t)reps * sizeof *t1);
-    double m_ratio = median(ratio, reps);
+    double m_ratio = median(ratio, reps), d_ratio = 0;
     printf("inferx bench --spec: %s, %s prompts, batch %d, %d new tokens, %s k %d%s, %d reps (+1 warm-up)\n", model,
            prompts, batch, n_new, ix_spec_kind_name(sp->kind), sp->k, sp->adaptive ? " (adaptive)" : " (fixed)", reps);
     printf("  speculation off (baseline): %8.2f tok/s (median)\n", median(t0, reps));
     printf("  %-6s speculation:          %8.2f tok/s (median)\n", ix_spec_kind_name(sp->kind), median(t1, reps));
     printf("  speedup: %.2fx (median of per-repetition ratios; min %.2f, max %.2f)\n", m_ratio, ratio[0],
            ratio[reps - 1]);
+    if (batch == 1 && n_new > 1) {
+        double d0[100], d1[100], dr[100];
+        memcpy(d0, sr->dtps[0], (size_t)reps * sizeof *d0);
+        memcpy(d1, sr->dtps[1], (size_t)reps * sizeof *d1);
+        memcpy(dr, sr->dratio, (size_t)reps * sizeof *dr);
+        double m_dr = median(dr, reps);
+        printf("  decode alone (each request's first token to its last): off %.2f, %s %.2f tok/s (medians),\n"
+               "  speedup %.2fx (min %.2f, max %.2f)\n",
+               median(d0, reps), ix_spec_kind_name(sp->kind), median(d1, reps), m_dr, dr[0], dr[reps - 1]);
+        d_ratio = m_dr;
+    }
     printf("  outputs identical: %s\n", sr->identical ? "yes" : "NO");
     printf("  acceptance: alpha %.3f (%.0f of %.0f guesses), mean k %.2f over %.0f speculating decodes,\n"
            "  %.2f tokens per speculating decode\n",
            alpha, acc, dtok, kbar, drafts, drafts > 0 ? (acc + drafts) / drafts : 0);
     printf("  cost ratio c = %.3f (a proposer pass per guess %.2f ms, a target step without speculation %.2f ms)\n", c,
            drafts > 0 && kbar > 0 ? draft_ns / (drafts * kbar) / 1e6 : 0.0, off_step_ns / 1e6);
-    printf("  ideal (1-a^(k+1))/((1-a)(1+k c)) = %.2fx; measured / ideal = %.0f%%\n", ideal,
+    printf("  ideal (1-a^(k+1))/((1-a)(1+k c)) = %.2fx; measured / ideal = %.0f%%", ideal,
            ideal > 0 ? 100.0 * m_ratio / ideal : 0.0);
+    if (d_ratio > 0) printf(" (decode alone: %.0f%%)", ideal > 0 ? 100.0 * d_ratio / ideal : 0.0);
+    printf("\n");
     print_profile("off:", &sr->st0[0], &sr->st1[0]);
     print_profile("spec:", &sr->st0[1], &sr->st1[1]);
     printf("  accepted by position:");
@@ -244,10 +268,15 @@ int ix_cli_bench_spec(int argc, char **argv) {
     ix_token_vec prompts[N_PROMPTS] = {{0}};
     int n_reqs = batch == 1 ? N_PROMPTS : (int)batch, rc = 1;
     ix_request_params *reqs = calloc((size_t)n_reqs, sizeof *reqs);
-    spec_run sr = {{calloc(reps, sizeof(double)), calloc(reps, sizeof(double))}, calloc(reps, sizeof(double)), true,
-                   {{0}}, {{0}}};
+    spec_run sr = {{calloc(reps, sizeof(double)), calloc(reps, sizeof(double))},
+                   calloc(reps, sizeof(double)),
+                   {calloc(reps, sizeof(double)), calloc(reps, sizeof(double))},
+                   calloc(reps, sizeof(double)),
+                   true,
+                   {{0}},
+                   {{0}}};
     ix_engine *e[2] = {NULL, NULL};
-    if (!reqs || !sr.tps[0] || !sr.tps[1] || !sr.ratio) goto out;
+    if (!reqs || !sr.tps[0] || !sr.tps[1] || !sr.ratio || !sr.dtps[0] || !sr.dtps[1] || !sr.dratio) goto out;
     for (int i = 0; i < N_PROMPTS; i++)
         ix_tokenizer_encode(ix_model_tokenizer(m), texts[i], strlen(texts[i]), IX_TOK_ADD_SPECIAL, &prompts[i], NULL);
     for (int mode = 0; mode < 2; mode++) {
@@ -289,6 +318,9 @@ out:
     free(sr.tps[0]);
     free(sr.tps[1]);
     free(sr.ratio);
+    free(sr.dtps[0]);
+    free(sr.dtps[1]);
+    free(sr.dratio);
     ix_model_destroy(m);
     return rc;
 }
