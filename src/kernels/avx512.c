@@ -556,11 +556,12 @@ typedef enum kq_type {
  *   Q2_K        c = 0, a 4-bit scale and min per 16: halves apart as Q6_K's;
  *   Q3_K        c = 4 (the low 2 bits | the hmask bit << 2), a signed 6-bit
  *               scale per 16, halves apart.
- * Their sub-block scales (IQ4_XS, Q2_K, Q3_K) are decoded once per
- * super-block for the 8 rows into a table in the reduced layout. */
+ * Their sub-block scales (IQ4_XS, Q2_K, Q3_K) are decoded per block, for
+ * the 8 rows at once, from 16 bytes of each row loaded once per super-block
+ * (kq_sub_scales). */
 
-/* The reduced layout's dword of row r (0..7) is at kq_lane(r) and kq_lane(r) + 2. */
-static inline size_t kq_lane(int r) { return (size_t)(4 * (r % 4) + r / 4); }
+/* The reduced layout (reduce8, kq_pick8): row r's (0..7) dword is at 4 (r % 4) + r / 4
+ * and 2 past it. */
 
 /* acc + the 4-byte dots of signed codes w (|w| <= 127) and x per int32 lane
  * without VNNI: |w| times x with w's sign (the IQ4 grid + 128 would saturate
@@ -613,22 +614,43 @@ static inline __attribute__((always_inline)) __m512i q4k_scales4(const uint8_t *
     return _mm512_or_si512(lo, hi);
 }
 
-/* The sub-block scales of IQ4_XS, Q2_K and Q3_K of a tile's 8 rows (row r's
- * super-block at sb + r ws) in the reduced layout, per block j: v[0][j] the
- * first 16 elements' scale, v[1][j] the second's, v[2][j] / v[3][j] their
- * mins (Q2_K). Decoded from the formats' definitions (docs/kernels.md). */
-typedef struct kq_tab {
-    _Alignas(64) int32_t v[4][8][16];
-} kq_tab;
-
-static inline __attribute__((always_inline)) void kq_scales(kq_type t, const uint8_t *sb, size_t ws, kq_tab *tab) {
-    const ix_dtype dt = t == KQ_IQ4_XS ? IX_DTYPE_IQ4_XS : t == KQ_Q2_K ? IX_DTYPE_Q2_K : IX_DTYPE_Q3_K;
-    for (int r = 0; r < Q_RW; r++)
-        for (size_t j = 0; j < 8; j++) {
-            int32_t v[4];
-            ix__sub_scales(dt, sb + (size_t)r * ws, j, v, v + 2);
-            for (int k = 0; k < 4; k++) tab->v[k][j][kq_lane(r)] = tab->v[k][j][kq_lane(r) + 2] = v[k];
+/* The sub-block scales of IQ4_XS, Q2_K and Q3_K for block j of a tile's 8
+ * rows, in the reduced layout: *s0 / *s1 the first / second 16 elements'
+ * scale, *m0 / *m1 their mins (Q2_K; else untouched). scm[g] holds 16
+ * bytes of each row of group g, loaded once per super-block: Q2_K's scales
+ * (offset 0), IQ4_XS's bytes 0..15 (scales_h at 2, scales_l at 4) and
+ * Q3_K's bytes 94..109 (scales at 2..13: 94, not 96, keeps the load inside
+ * the 110-byte block). The same integers as ix__sub_scales, with vector
+ * shuffles and shifts instead of 128 scalar decodes a super-block. */
+static inline __attribute__((always_inline)) void kq_sub_scales(kq_type t, const __m512i scm[Q_RG], size_t j,
+                                                                __m512i *s0, __m512i *s1, __m512i *m0, __m512i *m1) {
+    const __m512i low4 = _mm512_set1_epi32(15), two = _mm512_set1_epi32(3), bias = _mm512_set1_epi32(32);
+    if (t == KQ_Q2_K) { /* byte s = 2j + k: scale | min << 4 */
+        const uint64_t s = 2 * (uint64_t)j;
+        const __m512i idx = _mm512_set1_epi64((int64_t)((0x80808000u | (s + 1)) << 32 | (0x80808000u | s)));
+        __m512i u0 = kq_pick8(scm[0], scm[1], idx, 0), u1 = kq_pick8(scm[0], scm[1], idx, 1);
+        *s0 = _mm512_and_si512(u0, low4);
+        *s1 = _mm512_and_si512(u1, low4);
+        *m0 = _mm512_srli_epi32(u0, 4);
+        *m1 = _mm512_srli_epi32(u1, 4);
+    } else if (t == KQ_IQ4_XS) { /* one scale per 32: nibble j % 2 of byte 4 + j / 2, bits 2j of the u16 at 2 */
+        const uint64_t lo = 4 + (uint64_t)j / 2;
+        const __m512i idx = _mm512_set1_epi64((int64_t)(0x80030200u | lo));
+        __m512i u = kq_pick8(scm[0], scm[1], idx, 0);
+        __m512i l = _mm512_and_si512(_mm512_srl_epi32(u, _mm_cvtsi32_si128((int)(4 * (j % 2)))), low4);
+        __m512i h = _mm512_and_si512(_mm512_srl_epi32(u, _mm_cvtsi32_si128((int)(8 + 2 * j))), two);
+        *s0 = *s1 = _mm512_sub_epi32(_mm512_or_si512(l, _mm512_slli_epi32(h, 4)), bias);
+    } else { /* Q3_K, s = 2j + k: low 4 bits in scales[s % 8] (high nibble for s >= 8), high 2 at bit 2 (s / 4) of scales[8 + s % 4] */
+        __m512i *out[2] = {s0, s1};
+        for (size_t k = 0; k < 2; k++) {
+            const size_t s = 2 * j + k;
+            const uint64_t w = 0x80800000u | (uint64_t)(2 + 8 + s % 4) << 8 | (uint64_t)(2 + s % 8);
+            __m512i u = kq_pick8(scm[0], scm[1], _mm512_set1_epi64((int64_t)w), 0);
+            __m512i l = _mm512_and_si512(_mm512_srl_epi32(u, _mm_cvtsi32_si128((int)(4 * (s / 8)))), low4);
+            __m512i h = _mm512_and_si512(_mm512_srl_epi32(u, _mm_cvtsi32_si128((int)(8 + 2 * (s / 4)))), two);
+            *out[k] = _mm512_sub_epi32(_mm512_or_si512(l, _mm512_slli_epi32(h, 4)), bias);
         }
+    }
 }
 
 static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_type t, bool vnni, int rx, bool pf) {
@@ -642,7 +664,7 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
     const bool q5 = t == KQ_Q5_0 || t == KQ_Q5_1; /* fifth bits in a u32 qh */
     const bool m1 = t == KQ_Q4_1 || t == KQ_Q5_1; /* min term m * s */
     const bool iq = t == KQ_IQ4_NL || t == KQ_IQ4_XS;
-    const bool tabled = t == KQ_IQ4_XS || t == KQ_Q2_K || t == KQ_Q3_K; /* scales from kq_scales */
+    const bool tabled = t == KQ_IQ4_XS || t == KQ_Q2_K || t == KQ_Q3_K; /* scales from kq_sub_scales */
     const bool halves = t == KQ_Q6_K || t == KQ_Q2_K || t == KQ_Q3_K; /* a scale per 16 */
     /* the code offset c over 4: each dword lane starts at -c s / 4 */
     const int c4 = t == KQ_Q5_0 ? 4 : t == KQ_Q6_K ? 8 : t == KQ_Q3_K ? 1 : iq && vnni ? 32 : 0;
@@ -655,7 +677,6 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
     for (int i = 0; i < rx; i++) acc[i] = _mm512_setzero_ps();
     __m512i scm[Q_RG] = {_mm512_setzero_si512(), _mm512_setzero_si512()}; /* per super-block: Q4_K scales/mins, Q6_K scales */
     __m512 dw = _mm512_setzero_ps(), dm = _mm512_setzero_ps();
-    kq_tab tab;
     /* code bytes that several consecutive blocks decode from, loaded once:
      * K4: qs of sub-blocks 2i, 2i + 1 (and Q5_K's qh of the whole super-block);
      * Q6_K: ql and qh of a 128-element half; Q2_K / Q3_K: the 2-bit planes of
@@ -668,10 +689,9 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
         const size_t j = b % per;
         const uint8_t *sb = a->w + b / per * bytes; /* row 0's (super-)block */
         if (j == 0 && !blk32) {
-            if (k4 || t == KQ_Q6_K)
-                for (int g = 0; g < Q_RG; g++)
-                    scm[g] = k4 ? q4k_scales4(sb + (size_t)(4 * g) * ws, ws) : ld4x16(sb + 192 + (size_t)(4 * g) * ws, ws);
-            if (tabled) kq_scales(t, sb, ws, &tab);
+            const size_t at = t == KQ_Q6_K ? 192 : t == KQ_Q3_K ? 94 : 0; /* the 16 bytes scm holds */
+            for (int g = 0; g < Q_RG; g++)
+                scm[g] = k4 ? q4k_scales4(sb + (size_t)(4 * g) * ws, ws) : ld4x16(sb + at + (size_t)(4 * g) * ws, ws);
             dw = scales8(sb + (t == KQ_Q6_K ? 208 : t == KQ_Q2_K ? 80 : t == KQ_Q3_K ? 108 : 0), ws);
             if (k4 || t == KQ_Q2_K) /* -dmin, exactly */
                 dm = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(scales8(sb + (k4 ? 2 : 82), ws)), sign));
@@ -768,12 +788,7 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
             sc0 = _mm512_srai_epi32(kq_pick8(scm[0], scm[1], idx, 0), 24);
             sc1 = _mm512_srai_epi32(kq_pick8(scm[0], scm[1], idx, 1), 24);
         } else if (tabled) {
-            sc0 = _mm512_load_si512(tab.v[0][j]);
-            sc1 = _mm512_load_si512(tab.v[1][j]);
-            if (t == KQ_Q2_K) {
-                mn = _mm512_load_si512(tab.v[2][j]);
-                mn1 = _mm512_load_si512(tab.v[3][j]);
-            }
+            kq_sub_scales(t, scm, j, &sc0, &sc1, &mn, &mn1);
         }
         for (int i = 0; i < rx; i++) {
             const uint8_t *xr = a->x + (size_t)i * xs;
