@@ -2,9 +2,9 @@
  *
  * libmicrohttpd 0.9.75 gives a connection limit, a per-IP limit and an idle
  * timeout, but the timeout restarts on every byte (a header line every few
- * seconds keeps a socket forever), and at its limit it stops accepting, so
- * new connections -- health probes included -- wait in the kernel's backlog.
- * So:
+ * seconds keeps a socket forever), and at its limit new connections --
+ * health probes included -- wait in the kernel's backlog (the accept thread,
+ * listen.c, stops accepting there as MHD's own accept did). So:
  *   - every connection gets a socket context (MHD_OPTION_NOTIFY_CONNECTION)
  *     holding its phase and a deadline that bytes do not move: the headers
  *     must be complete within header_timeout_s of the accept (or of the
