@@ -664,7 +664,7 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
     const bool q5 = t == KQ_Q5_0 || t == KQ_Q5_1; /* fifth bits in a u32 qh */
     const bool m1 = t == KQ_Q4_1 || t == KQ_Q5_1; /* min term m * s */
     const bool iq = t == KQ_IQ4_NL || t == KQ_IQ4_XS;
-    const bool tabled = t == KQ_IQ4_XS || t == KQ_Q2_K || t == KQ_Q3_K; /* scales from kq_sub_scales */
+    const bool subsc = t == KQ_IQ4_XS || t == KQ_Q2_K || t == KQ_Q3_K; /* sub-block scales by kq_sub_scales */
     const bool halves = t == KQ_Q6_K || t == KQ_Q2_K || t == KQ_Q3_K; /* a scale per 16 */
     /* the code offset c over 4: each dword lane starts at -c s / 4 */
     const int c4 = t == KQ_Q5_0 ? 4 : t == KQ_Q6_K ? 8 : t == KQ_Q3_K ? 1 : iq && vnni ? 32 : 0;
@@ -675,7 +675,8 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
     const __m512i vgrid = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)grid));
     __m512 acc[Q_RX];
     for (int i = 0; i < rx; i++) acc[i] = _mm512_setzero_ps();
-    __m512i scm[Q_RG] = {_mm512_setzero_si512(), _mm512_setzero_si512()}; /* per super-block: Q4_K scales/mins, Q6_K scales */
+    /* per super-block: Q4_K / Q5_K scales and mins, else 16 bytes of each row (Q6_K, IQ4_XS, Q2_K, Q3_K scales) */
+    __m512i scm[Q_RG] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
     __m512 dw = _mm512_setzero_ps(), dm = _mm512_setzero_ps();
     /* code bytes that several consecutive blocks decode from, loaded once:
      * K4: qs of sub-blocks 2i, 2i + 1 (and Q5_K's qh of the whole super-block);
@@ -787,7 +788,7 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
             const __m512i idx = _mm512_set1_epi64((int64_t)((((k + 1) << 24) | 0x808080) << 32 | ((k << 24) | 0x808080)));
             sc0 = _mm512_srai_epi32(kq_pick8(scm[0], scm[1], idx, 0), 24);
             sc1 = _mm512_srai_epi32(kq_pick8(scm[0], scm[1], idx, 1), 24);
-        } else if (tabled) {
+        } else if (subsc) {
             kq_sub_scales(t, scm, j, &sc0, &sc1, &mn, &mn1);
         }
         for (int i = 0; i < rx; i++) {
