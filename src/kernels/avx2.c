@@ -455,6 +455,7 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
         const size_t j = b % per;
         const uint8_t *p0 = a->w + b / per * bytes, *p1 = p0 + ws; /* the rows' (super-)blocks */
         __m256i wl, wh, sc0 = _mm256_setzero_si256(), sc1 = sc0, mn = sc0, mn1 = sc0;
+        __m256 dsc = _mm256_setzero_ps(), dmn = dsc;
         if (q5) {
             const size_t qh_at = t == KQ_Q5_0 ? 2 : 4;
             __m256i v = load2x16(p0 + qh_at + 4, p1 + qh_at + 4);
@@ -491,8 +492,9 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
                 wl = _mm256_or_si256(wl, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(load2x16(p0 + 16, p1 + 16), sj), one), 4));
                 wh = _mm256_or_si256(wh, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(load2x16(p0 + 32, p1 + 32), sj), one), 4));
             }
-            sc0 = rows2_i32(scm[0][j], scm[1][j]);
-            mn = rows2_i32(scm[0][8 + j], scm[1][8 + j]);
+            /* the unpack's float scales: d sc and -dmin mn, exact */
+            dsc = _mm256_mul_ps(dw, _mm256_cvtepi32_ps(rows2_i32(scm[0][j], scm[1][j])));
+            dmn = _mm256_mul_ps(dm, _mm256_cvtepi32_ps(rows2_i32(scm[0][8 + j], scm[1][8 + j])));
         } else if (t == KQ_Q2_K || t == KQ_Q3_K) {
             if (j == 0) {
                 const size_t at = t == KQ_Q2_K ? 80 : 108;
@@ -559,15 +561,14 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
             } else {
                 const __m256i bias = _mm256_set1_epi32(-c4 * xb->s);
                 idot = reduce2(iq && !vnni ? kq_dps(kq_dps(bias, wl, xl), wh, xh) : kq_dp(kq_dp(bias, wl, xl), wh, xh));
-                if (k4 || t == KQ_IQ4_XS) idot = _mm256_mullo_epi32(sc0, idot);
+                if (t == KQ_IQ4_XS) idot = _mm256_mullo_epi32(sc0, idot);
             }
-            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(idot), _mm256_mul_ps(dw, sx), acc[i]);
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(idot), _mm256_mul_ps(k4 ? dsc : dw, sx), acc[i]);
             if (k4 || m1 || t == KQ_Q2_K) {
-                __m256i imin = k4   ? _mm256_mullo_epi32(mn, _mm256_set1_epi32(xb->s))
-                               : m1 ? _mm256_set1_epi32(xb->s)
+                __m256i imin = k4 || m1 ? _mm256_set1_epi32(xb->s)
                                     : _mm256_add_epi32(_mm256_mullo_epi32(mn, _mm256_set1_epi32(s0)),
                                                        _mm256_mullo_epi32(mn1, _mm256_set1_epi32(s1)));
-                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dm, sx), acc[i]);
+                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(k4 ? dmn : dm, sx), acc[i]);
             }
         }
     }

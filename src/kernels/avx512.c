@@ -364,10 +364,47 @@ static inline void transpose_4x4(const __m512i in[4], __m512i out[4]) {
 /* The W row in lane e of the transposed vectors. */
 #define WIDE_ROW(e) (4 * ((e) % 4) + (e) / 4)
 
+/* Lane e's entry is WIDE_ROW(e): the rows' byte offsets (times ws), and the
+ * permutation back to row order. */
+static inline __m512i wide_rows(void) {
+    return _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+}
+
+/* A band's rows x 16 accumulators (lanes in WIDE_ROW order) to Y in row
+ * order (the narrow path: column 0 only). */
+static inline void wide_store(const ix__tile *a, const float (*acc)[W_RW], size_t rows) {
+    const __m512i order = wide_rows();
+    const __mmask16 keep = (__mmask16)(a->ncols == W_RW ? 0xffff : 0x1);
+    for (size_t m = 0; m < rows; m++)
+        _mm512_mask_storeu_ps(a->y + m * a->ldy, keep, _mm512_permutexvar_ps(order, _mm512_load_ps(acc[m])));
+}
+
 typedef struct wide_blk {
     __m512i T[8]; /* dword j of the 16 rows, lanes in WIDE_ROW order */
     __m512 dw;    /* the rows' scales, same order */
 } wide_blk;
+
+/* 32 bytes at p of each of 16 rows ws apart, transposed: out[q] lane e holds
+ * dword q of row WIDE_ROW(e)'s bytes (out[0..3] from bytes 0-15, out[4..7]
+ * from 16-31). */
+static inline __attribute__((always_inline)) void wide_load32(const uint8_t *p, size_t ws, __m512i out[8]) {
+    const size_t ws3 = 3 * ws;
+    const uint8_t *prow[4] = {p, p + 4 * ws, p + 8 * ws, p + 12 * ws};
+#define PROW(r) (prow[(r) / 4] + ((r) % 4 == 3 ? ws3 : (size_t)((r) % 4) * ws))
+    /* lo[g] / hi[g] 128-bit lane l = bytes 0-15 / 16-31 of row 4g + l */
+    __m512i lo[4], hi[4];
+    for (int g = 0; g < 4; g++) {
+        __m512i a01 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)PROW(4 * g))),
+                                         _mm256_loadu_si256((const __m256i *)PROW(4 * g + 1)), 1);
+        __m512i a23 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)PROW(4 * g + 2))),
+                                         _mm256_loadu_si256((const __m256i *)PROW(4 * g + 3)), 1);
+        lo[g] = _mm512_shuffle_i64x2(a01, a23, _MM_SHUFFLE(2, 0, 2, 0));
+        hi[g] = _mm512_shuffle_i64x2(a01, a23, _MM_SHUFFLE(3, 1, 3, 1));
+    }
+#undef PROW
+    transpose_4x4(lo, out);
+    transpose_4x4(hi, out + 4);
+}
 
 static inline __attribute__((always_inline)) void wide_transpose(const ix__tile *a, bool q8, size_t b,
                                                                  wide_blk *out) {
@@ -375,20 +412,9 @@ static inline __attribute__((always_inline)) void wide_transpose(const ix__tile 
     const uint8_t *wb = a->w + b * (q8 ? IX__Q8_0_BYTES : IX__Q4_0_BYTES);
     const uint8_t *wrow[4] = {wb, wb + 4 * ws, wb + 8 * ws, wb + 12 * ws};
 #define WROW(r) (wrow[(r) / 4] + ((r) % 4 == 3 ? ws3 : (size_t)((r) % 4) * ws))
-    /* v[g] 128-bit lane l = row 4g + l (Q8_0: bytes 0-15 in lo, 16-31 in hi) */
     if (q8) {
-        __m512i lo[4], hi[4];
-        for (int g = 0; g < 4; g++) {
-            __m512i a01 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(WROW(4 * g) + 2))),
-                                             _mm256_loadu_si256((const __m256i *)(WROW(4 * g + 1) + 2)), 1);
-            __m512i a23 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(WROW(4 * g + 2) + 2))),
-                                             _mm256_loadu_si256((const __m256i *)(WROW(4 * g + 3) + 2)), 1);
-            lo[g] = _mm512_shuffle_i64x2(a01, a23, _MM_SHUFFLE(2, 0, 2, 0));
-            hi[g] = _mm512_shuffle_i64x2(a01, a23, _MM_SHUFFLE(3, 1, 3, 1));
-        }
         __m512i t[8];
-        transpose_4x4(lo, t);
-        transpose_4x4(hi, t + 4);
+        wide_load32(wb + 2, ws, t);
         const __m512i flip = _mm512_set1_epi8((char)0x80);
         for (int j = 0; j < 8; j++) _mm512_store_si512(&out->T[j], _mm512_xor_si512(t[j], flip));
     } else {
@@ -415,23 +441,41 @@ static inline __attribute__((always_inline)) void wide_transpose(const ix__tile 
                                                                  (long long)h[1], (long long)h[0])));
 }
 
+/* X rows of an inner tile at block b: row i at base[i / 4] + (i % 4) xs --
+ * four bases, xs and 3 xs in registers cover all 16 rows with plain
+ * addressing modes; its q8a block db further. */
+typedef struct wide_x {
+    const uint8_t *base[4];
+    size_t xs, xs3, db;
+} wide_x;
+
+static inline __attribute__((always_inline)) wide_x wide_x_at(const ix__tile *a, const uint8_t *x, size_t b) {
+    const size_t xs = a->xs;
+    const uint8_t *xq = x + b * IX__QK;
+    return (wide_x){.base = {xq, xq + 4 * xs, xq + 8 * xs, xq + 12 * xs},
+                    .xs = xs,
+                    .xs3 = 3 * xs,
+                    .db = a->blk_off + b * sizeof(ix__q8a_blk) - b * IX__QK};
+}
+#define WIDE_XROW(w, i) ((w).base[(i) / 4] + ((i) % 4 == 3 ? (w).xs3 : (size_t)((i) % 4) * (w).xs))
+#define WIDE_XBLK(w, i) ((const ix__q8a_blk *)(const void *)(WIDE_XROW(w, i) + (w).db))
+
+static inline __attribute__((always_inline)) void wide_codes(const __m512i *src, __m512i T[8]) {
+    for (int q = 0; q < 8; q++) T[q] = _mm512_load_si512(&src[q]);
+}
+
 /* rx X rows (from x, stride xs) against n transposed blocks starting at
  * block b0; acc (rx, 16) in L1. */
 static inline __attribute__((always_inline)) void wide_inner(const ix__tile *a, bool q8, int rx,
                                                              const wide_blk *wb, size_t n, size_t b0,
                                                              const uint8_t *x, float (*acc)[W_RW]) {
-    const size_t xs = a->xs, xs3 = 3 * xs;
     for (size_t j = 0; j < n; j++) {
         const size_t b = b0 + j;
         __m512i T[8];
-        for (int q = 0; q < 8; q++) T[q] = _mm512_load_si512(&wb[j].T[q]);
-        /* row i at base[i / 4] + (i % 4) * xs: four bases, xs and 3 xs in
-         * registers cover all 16 rows with plain addressing modes */
-        const uint8_t *xq = x + b * IX__QK;
-        const size_t db = a->blk_off + b * sizeof(ix__q8a_blk) - b * IX__QK;
-        const uint8_t *base[4] = {xq, xq + 4 * xs, xq + 8 * xs, xq + 12 * xs};
-#define XROW(i) (base[(i) / 4] + ((i) % 4 == 3 ? xs3 : (size_t)((i) % 4) * xs))
-#define XBLK(i) ((const ix__q8a_blk *)(const void *)(XROW(i) + db))
+        wide_codes(wb[j].T, T);
+        const wide_x wx = wide_x_at(a, x, b);
+#define XROW(i) WIDE_XROW(wx, i)
+#define XBLK(i) WIDE_XBLK(wx, i)
         /* each dot starts from the block's offset correction (a broadcast
          * load); the rows' chains interleave (q outer) so rx independent
          * vpdpbusd are in flight */
@@ -492,11 +536,7 @@ static inline __attribute__((always_inline)) void wide_band(const ix__tile *a, b
             inner[rx - 1](a, wb, n, kc, a->x + m * a->xs, acc + m);
         }
     }
-    /* back to row order: lane e holds W row WIDE_ROW(e) */
-    const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-    const __mmask16 keep = (__mmask16)(a->ncols == W_RW ? 0xffff : 0x1);
-    for (size_t m = 0; m < rows; m++)
-        _mm512_mask_storeu_ps(a->y + m * a->ldy, keep, _mm512_permutexvar_ps(order, _mm512_load_ps(acc[m])));
+    wide_store(a, acc, rows);
 }
 
 static void wide_band_q8(const ix__tile *a) { wide_band(a, true); }
@@ -698,6 +738,7 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
                 dm = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(scales8(sb + (k4 ? 2 : 82), ws)), sign));
         }
         __m512i wl[Q_RG], wh[Q_RG], sc0 = _mm512_setzero_si512(), sc1 = sc0, mn = sc0, mn1 = sc0;
+        __m512 dsc = _mm512_setzero_ps(), dmn = dsc;
         for (int g = 0; g < Q_RG; g++) {
             const uint8_t *p = sb + (size_t)(4 * g) * ws;
             if (q5) {
@@ -783,6 +824,9 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
             const __m512i idx = _mm512_set1_epi64((int64_t)((0x80808000u | (8 + k)) << 32 | (0x80808000u | k)));
             sc0 = kq_pick8(scm[0], scm[1], idx, 0);
             mn = kq_pick8(scm[0], scm[1], idx, 1);
+            /* the unpack's float scales: d sc and -dmin mn, exact */
+            dsc = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(sc0));
+            dmn = _mm512_mul_ps(dm, _mm512_cvtepi32_ps(mn));
         } else if (t == KQ_Q6_K) { /* int8 scales 2j and 2j + 1, sign-extended from the top byte */
             const uint64_t k = 2 * (uint64_t)j;
             const __m512i idx = _mm512_set1_epi64((int64_t)((((k + 1) << 24) | 0x808080) << 32 | ((k << 24) | 0x808080)));
@@ -819,15 +863,14 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
                     iv[g] = iq && !vnni ? kq_dps(kq_dps(bias, wl[g], xl), wh[g], xh)
                                         : kq_dp(kq_dp(bias, wl[g], xl, vnni), wh[g], xh, vnni);
                 idot = reduce8(iv[0], iv[1]);
-                if (k4 || t == KQ_IQ4_XS) idot = _mm512_mullo_epi32(sc0, idot);
+                if (t == KQ_IQ4_XS) idot = _mm512_mullo_epi32(sc0, idot);
             }
-            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(idot), _mm512_mul_ps(dw, sx), acc[i]);
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(idot), _mm512_mul_ps(k4 ? dsc : dw, sx), acc[i]);
             if (k4 || m1 || t == KQ_Q2_K) {
-                __m512i imin = k4   ? _mm512_mullo_epi32(mn, _mm512_set1_epi32(xb->s))
-                               : m1 ? _mm512_set1_epi32(xb->s)
+                __m512i imin = k4 || m1 ? _mm512_set1_epi32(xb->s)
                                     : _mm512_add_epi32(_mm512_mullo_epi32(mn, _mm512_set1_epi32(s0)),
                                                        _mm512_mullo_epi32(mn1, _mm512_set1_epi32(s1)));
-                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(dm, sx), acc[i]);
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(k4 ? dmn : dm, sx), acc[i]);
             }
         }
     }
@@ -876,6 +919,242 @@ static const ix__tile_fn k_kqtiles[2][KQ_N][Q_RX] = {
     {KQ_ROW(Q5_0, vnni), KQ_ROW(Q4_K, vnni), KQ_ROW(Q5_K, vnni), KQ_ROW(Q6_K, vnni), KQ_ROW(Q4_1, vnni),
      KQ_ROW(Q5_1, vnni), KQ_ROW(IQ4_NL, vnni), KQ_ROW(IQ4_XS, vnni), KQ_ROW(Q2_K, vnni), KQ_ROW(Q3_K, vnni)},
 };
+
+/* ---- K-quant wide band (prefill, VNNI) ---------------------------------------------------
+ * The wide band's scheme for Q4_K, Q5_K and Q6_K rows: per super-block the
+ * 16 W rows' codes are decoded into unsigned bytes u = q + c and transposed
+ * (wide_load32) so that dword q of lane e holds elements 4q.. of row
+ * WIDE_ROW(e), the rows' sub-block scales and mins become float vectors in
+ * the same lane order (gathered with the rows' byte offsets, decoded as
+ * ix__k4_scales does), and then every X row of the chunk runs 8 vpdpbusd per
+ * block against its own dwords broadcast, leaving the 16 rows' exact dots in
+ * the lanes: no per-row reduction and no vpmulld. The canonical dot's
+ * integer products become float products that are exact (every factor and
+ * product is an integer below 2^24: |dot| <= 32 x 31 x 127 for Q4_K / Q5_K,
+ * x 63 their scale; Q6_K's two halves |sc dot| <= 128 x 16 x 32 x 127 each,
+ * their sum below 2^24), so the bits are the generic path's:
+ *   Q4_K / Q5_K  acc = fma(cvt(dot), (d sc) dx, acc); acc = fma(s, (-dmin mn) dx, acc)
+ *   Q6_K         the codes stay signed (q, -32..31) and X goes unsigned
+ *                instead (x + 128: a copy of the X rows' codes xor 0x80 per
+ *                band and K chunk), so each half's dot starts at -128 times
+ *                the W half's code sum (from the decode) and needs no X sums;
+ *                acc = fma(fma(sc1, cvt(dot_1), sc0 cvt(dot_0)), d dx, acc). */
+typedef struct kwide_blk {
+    __m512i T[8];  /* the block's codes (unsigned; Q6_K: signed), lanes in WIDE_ROW order */
+    __m512i q6b[2]; /* Q6_K: -128 x the sum of each half's 16 codes */
+    __m512 s0, s1; /* Q6_K: the halves' scales */
+    __m512 dw, dm; /* Q4_K / Q5_K: d sc and -dmin mn (the unpack's float scales); Q6_K: d */
+} kwide_blk;
+
+#define KW_Q6_XR 8 /* Q6_K: two dots per X row, so half as many rows per inner tile */
+
+static inline __attribute__((always_inline)) __m512 kw_byte_ps(__m512i v, int k, bool sgn) {
+    const __m128i sh = _mm_cvtsi32_si128(24 - 8 * k), s24 = _mm_cvtsi32_si128(24);
+    __m512i u = _mm512_sll_epi32(v, sh);
+    return _mm512_cvtepi32_ps(sgn ? _mm512_sra_epi32(u, s24) : _mm512_srl_epi32(u, s24));
+}
+
+/* Super-block s of the band's 16 rows into out[0..8). off: the rows' byte
+ * offsets in WIDE_ROW order. */
+static inline __attribute__((always_inline)) void kwide_super(const ix__tile *a, kq_type t, size_t s, __m512i off,
+                                                              kwide_blk out[8]) {
+    const size_t ws = a->ws, bytes = t == KQ_Q4_K ? 144 : t == KQ_Q5_K ? 176 : 210;
+    const uint8_t *sb = a->w + s * bytes;
+    const __m512i nib = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1), three = _mm512_set1_epi8(3);
+    if (t == KQ_Q6_K) {
+        const __m512i b32 = _mm512_set1_epi8(32), ones = _mm512_set1_epi8(1);
+        /* bytes 206..209 (the last two scales and d): no read past the block */
+        const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_i32gather_epi32(off, sb + 206, 1), 16)));
+        __m512i scw[4];
+        for (int w = 0; w < 4; w++) scw[w] = _mm512_i32gather_epi32(off, sb + 192 + 4 * w, 1);
+        for (int h = 0; h < 2; h++) {
+            __m512i L[2][8], H[8];
+            wide_load32(sb + 64 * h, ws, L[0]);
+            wide_load32(sb + 64 * h + 32, ws, L[1]);
+            wide_load32(sb + 128 + 32 * h, ws, H);
+            for (int e = 0; e < 4; e++) {
+                kwide_blk *o = &out[4 * h + e];
+                const __m128i sl = _mm_cvtsi32_si128(e < 2 ? 0 : 4), shh = _mm_cvtsi32_si128(2 * e);
+                __m512i sum[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+                for (int q = 0; q < 8; q++) {
+                    __m512i lo = _mm512_and_si512(_mm512_srl_epi16(L[e % 2][q], sl), nib);
+                    __m512i hi = _mm512_and_si512(_mm512_srl_epi16(H[q], shh), three);
+                    __m512i c = _mm512_sub_epi8(_mm512_or_si512(lo, _mm512_slli_epi16(hi, 4)), b32);
+                    sum[q / 4] = _mm512_dpbusd_epi32(sum[q / 4], ones, c);
+                    _mm512_store_si512(&o->T[q], c);
+                }
+                for (int k = 0; k < 2; k++)
+                    _mm512_store_si512(&o->q6b[k], _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum[k], 7)));
+                const int j = 4 * h + e; /* scales 2j, 2j + 1: bytes 2 (j % 2), +1 of word j / 2 */
+                _mm512_store_ps(&o->s0, kw_byte_ps(scw[j / 2], 2 * (j % 2), true));
+                _mm512_store_ps(&o->s1, kw_byte_ps(scw[j / 2], 2 * (j % 2) + 1, true));
+                _mm512_store_ps(&o->dw, d);
+                _mm512_store_ps(&o->dm, _mm512_setzero_ps());
+            }
+        }
+        return;
+    }
+    const __m512i dd = _mm512_i32gather_epi32(off, sb, 1);
+    const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
+    const __m512 dm = _mm512_castsi512_ps(_mm512_xor_si512( /* -dmin, exactly */
+        _mm512_castps_si512(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)))),
+        _mm512_set1_epi32((int)0x80000000u)));
+    /* ix__k4_scales on 16 rows at once: v[0], v[1] scales 0-3, 4-7; v[2], v[3] mins */
+    const __m512i a0 = _mm512_i32gather_epi32(off, sb + 4, 1), a1 = _mm512_i32gather_epi32(off, sb + 8, 1),
+                  a2 = _mm512_i32gather_epi32(off, sb + 12, 1);
+    const __m512i m3f = _mm512_set1_epi32(0x3f3f3f3f), m0f = _mm512_set1_epi32(0x0f0f0f0f),
+                  m30 = _mm512_set1_epi32(0x30303030);
+    const __m512i v[4] = {
+        _mm512_and_si512(a0, m3f),
+        _mm512_or_si512(_mm512_and_si512(a2, m0f), _mm512_and_si512(_mm512_srli_epi32(a0, 2), m30)),
+        _mm512_and_si512(a1, m3f),
+        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(a2, 4), m0f), _mm512_and_si512(_mm512_srli_epi32(a1, 2), m30)),
+    };
+    __m512i H[8];
+    if (t == KQ_Q5_K) wide_load32(sb + 16, ws, H);
+    for (int p = 0; p < 4; p++) {
+        __m512i Q[8];
+        wide_load32(sb + (t == KQ_Q5_K ? 48 : 16) + 32 * p, ws, Q);
+        for (int hf = 0; hf < 2; hf++) {
+            const int j = 2 * p + hf;
+            kwide_blk *o = &out[j];
+            const __m128i sh = _mm_cvtsi32_si128(4 * hf), sj = _mm_cvtsi32_si128(j);
+            for (int q = 0; q < 8; q++) {
+                __m512i u = _mm512_and_si512(_mm512_srl_epi16(Q[q], sh), nib);
+                if (t == KQ_Q5_K) /* bit j of qh[i]: element i's fifth bit */
+                    u = _mm512_or_si512(u, _mm512_slli_epi16(_mm512_and_si512(_mm512_srl_epi16(H[q], sj), one), 4));
+                _mm512_store_si512(&o->T[q], u);
+            }
+            _mm512_store_ps(&o->dw, _mm512_mul_ps(d, kw_byte_ps(v[j / 4], j % 4, false)));
+            _mm512_store_ps(&o->dm, _mm512_mul_ps(dm, kw_byte_ps(v[2 + j / 4], j % 4, false)));
+        }
+    }
+}
+
+/* rx X rows (from x, stride xs) against n decoded blocks starting at block
+ * b0; acc (rx, 16) in L1. */
+static inline __attribute__((always_inline)) void kwide_inner(const ix__tile *a, kq_type t, int rx,
+                                                              const kwide_blk *wb, size_t n, size_t b0,
+                                                              const uint8_t *x, float (*acc)[W_RW]) {
+    const size_t xs = a->xs;
+    const bool q6 = t == KQ_Q6_K;
+    /* Q6_K: the rows' X codes of these blocks + 128 (unsigned) */
+    _Alignas(64) uint8_t xu[KW_Q6_XR][W_KC * IX__QK];
+    if (q6) {
+        const __m512i flip = _mm512_set1_epi8((char)0x80);
+        for (int i = 0; i < rx; i++)
+            for (size_t o = 0; o < n * IX__QK; o += 64)
+                _mm512_store_si512(&xu[i][o], _mm512_xor_si512(_mm512_loadu_si512(x + (size_t)i * xs + b0 * IX__QK + o), flip));
+    }
+    for (size_t j = 0; j < n; j++) {
+        const wide_x wx = wide_x_at(a, x, b0 + j);
+        __m512i T[8];
+        wide_codes(wb[j].T, T);
+        __m512i dot[W_XR], dot1[KW_Q6_XR];
+        if (q6) {
+            const __m512i q6b0 = _mm512_load_si512(&wb[j].q6b[0]), q6b1 = _mm512_load_si512(&wb[j].q6b[1]);
+            IX__UNROLL(8)
+            for (int i = 0; i < rx; i++) {
+                dot[i] = q6b0;
+                dot1[i] = q6b1;
+            }
+            IX__UNROLL(4)
+            for (int q = 0; q < 4; q++) {
+                IX__UNROLL(8)
+                for (int i = 0; i < rx; i++) {
+                    const uint8_t *xp = &xu[i][j * IX__QK + 4 * (size_t)q];
+                    dot[i] = _mm512_dpbusd_epi32(dot[i], _mm512_broadcastd_epi32(_mm_loadu_si32(xp)), T[q]);
+                    dot1[i] = _mm512_dpbusd_epi32(dot1[i], _mm512_broadcastd_epi32(_mm_loadu_si32(xp + 16)), T[q + 4]);
+                }
+            }
+        } else {
+            IX__UNROLL(16)
+            for (int i = 0; i < rx; i++) dot[i] = _mm512_setzero_si512();
+            IX__UNROLL(8)
+            for (int q = 0; q < 8; q++) {
+                IX__UNROLL(16)
+                for (int i = 0; i < rx; i++) dot[i] = dpbusd_bcast(dot[i], T[q], WIDE_XROW(wx, i) + 4 * q);
+            }
+        }
+        const __m512 dw = _mm512_load_ps(&wb[j].dw), dm = _mm512_load_ps(&wb[j].dm);
+        IX__UNROLL(16)
+        for (int i = 0; i < rx; i++) {
+            const __m512 dx = _mm512_set1_ps(WIDE_XBLK(wx, i)->d);
+            __m512 r = _mm512_load_ps(acc[i]);
+            if (q6) {
+                const __m512 s0 = _mm512_load_ps(&wb[j].s0), s1 = _mm512_load_ps(&wb[j].s1);
+                __m512 idot = _mm512_fmadd_ps(s1, _mm512_cvtepi32_ps(dot1[i]), _mm512_mul_ps(s0, _mm512_cvtepi32_ps(dot[i])));
+                r = _mm512_fmadd_ps(idot, _mm512_mul_ps(dw, dx), r);
+            } else {
+                r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i]), _mm512_mul_ps(dw, dx), r);
+                r = _mm512_fmadd_ps(_mm512_set1_ps((float)WIDE_XBLK(wx, i)->s), _mm512_mul_ps(dm, dx), r);
+            }
+            _mm512_store_ps(acc[i], r);
+        }
+    }
+}
+
+typedef void (*kwide_inner_fn)(const ix__tile *a, const kwide_blk *wb, size_t n, size_t b0, const uint8_t *x,
+                               float (*acc)[W_RW]);
+#define KWIDE_INST(T, R)                                                                       \
+    static void kwide_##T##_##R(const ix__tile *a, const kwide_blk *wb, size_t n, size_t b0,    \
+                                const uint8_t *x, float (*acc)[W_RW]) {                        \
+        kwide_inner(a, KQ_##T, R, wb, n, b0, x, acc);                                           \
+    }
+#define KWIDE_8(T)                                                                             \
+    KWIDE_INST(T, 1) KWIDE_INST(T, 2) KWIDE_INST(T, 3) KWIDE_INST(T, 4) KWIDE_INST(T, 5)        \
+    KWIDE_INST(T, 6) KWIDE_INST(T, 7) KWIDE_INST(T, 8)
+#define KWIDE_16(T)                                                                            \
+    KWIDE_8(T) KWIDE_INST(T, 9) KWIDE_INST(T, 10) KWIDE_INST(T, 11) KWIDE_INST(T, 12)           \
+    KWIDE_INST(T, 13) KWIDE_INST(T, 14) KWIDE_INST(T, 15) KWIDE_INST(T, 16)
+KWIDE_16(Q4_K)
+KWIDE_16(Q5_K)
+KWIDE_8(Q6_K)
+#define KWIDE_ROW8(T)                                                                          \
+    kwide_##T##_1, kwide_##T##_2, kwide_##T##_3, kwide_##T##_4, kwide_##T##_5, kwide_##T##_6,   \
+    kwide_##T##_7, kwide_##T##_8
+/* [Q4_K, Q5_K, Q6_K][rx - 1] */
+static const kwide_inner_fn k_kwide[3][W_XR] = {
+    {KWIDE_ROW8(Q4_K), kwide_Q4_K_9, kwide_Q4_K_10, kwide_Q4_K_11, kwide_Q4_K_12, kwide_Q4_K_13,
+     kwide_Q4_K_14, kwide_Q4_K_15, kwide_Q4_K_16},
+    {KWIDE_ROW8(Q5_K), kwide_Q5_K_9, kwide_Q5_K_10, kwide_Q5_K_11, kwide_Q5_K_12, kwide_Q5_K_13,
+     kwide_Q5_K_14, kwide_Q5_K_15, kwide_Q5_K_16},
+    {KWIDE_ROW8(Q6_K)},
+};
+
+/* One band: 16 W rows x a->rows X rows (<= IX__MM_MCHUNK). */
+static inline __attribute__((always_inline)) void kwide_band(const ix__tile *a, kq_type t) {
+    _Alignas(64) kwide_blk wb[W_KC];
+    _Alignas(64) float acc[IX__MM_MCHUNK][W_RW];
+    const kwide_inner_fn *inner = k_kwide[t == KQ_Q4_K ? 0 : t == KQ_Q5_K ? 1 : 2];
+    const size_t nb = a->k / IX__QK, rows = a->rows, xr = t == KQ_Q6_K ? KW_Q6_XR : W_XR;
+    /* the byte offset of lane e's row, WIDE_ROW(e) * ws (kwide_ok: no overflow) */
+    const __m512i off = _mm512_mullo_epi32(wide_rows(), _mm512_set1_epi32((int32_t)a->ws));
+    for (size_t m = 0; m < rows; m++) _mm512_store_ps(acc[m], _mm512_setzero_ps());
+    for (size_t kc = 0; kc < nb; kc += W_KC) {
+        size_t n = nb - kc < W_KC ? nb - kc : W_KC; /* whole super-blocks: K % 256 == 0 */
+        for (size_t j = 0; j < n; j += 8) {
+            for (size_t i = 0; i < 8; i++) ix__prefetch_ahead(a, W_RW, kc + j + i, nb);
+            kwide_super(a, t, (kc + j) / 8, off, &wb[j]);
+        }
+        for (size_t m = 0; m < rows; m += xr) {
+            int rx = rows - m < xr ? (int)(rows - m) : (int)xr;
+            inner[rx - 1](a, wb, n, kc, a->x + m * a->xs, acc + m);
+        }
+    }
+    wide_store(a, acc, rows);
+}
+
+static void kwide_band_q4_k(const ix__tile *a) { kwide_band(a, KQ_Q4_K); }
+static void kwide_band_q5_k(const ix__tile *a) { kwide_band(a, KQ_Q5_K); }
+static void kwide_band_q6_k(const ix__tile *a) { kwide_band(a, KQ_Q6_K); }
+static const ix__tile_fn k_kwide_band[3][1] = {{kwide_band_q4_k}, {kwide_band_q5_k}, {kwide_band_q6_k}};
+
+/* The band when a few X rows share its decoding and the rows' byte offsets
+ * fit the gathers' int32 indices. */
+static bool kwide_ok(const ix_matmul *mm) {
+    return mm->M >= WIDE_MIN_M && ix__mm_wstride(mm) <= (size_t)INT32_MAX / 16;
+}
 
 /* ---- packed quantized weights (ix_kernels_pack) ------------------------------------------
  * A packed block is already "transposed": plane j holds dword j of the 16 W
@@ -1206,11 +1485,20 @@ void ix__mm_q4_0_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) { mm_q(mm, 
 
 void ix__mm_q5_0_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[1][KQ_Q5_0], Q_RX, Q_RW); }
 void ix__mm_q5_0_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[0][KQ_Q5_0], Q_RX, Q_RW); }
-void ix__mm_q4_k_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[1][KQ_Q4_K], Q_RX, Q_RW); }
+void ix__mm_q4_k_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) {
+    if (kwide_ok(mm)) ix__matmul_tiles(mm, n0, n1, k_kwide_band[0], 0, W_RW);
+    else ix__matmul_tiles(mm, n0, n1, k_kqtiles[1][KQ_Q4_K], Q_RX, Q_RW);
+}
 void ix__mm_q4_k_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[0][KQ_Q4_K], Q_RX, Q_RW); }
-void ix__mm_q5_k_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[1][KQ_Q5_K], Q_RX, Q_RW); }
+void ix__mm_q5_k_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) {
+    if (kwide_ok(mm)) ix__matmul_tiles(mm, n0, n1, k_kwide_band[1], 0, W_RW);
+    else ix__matmul_tiles(mm, n0, n1, k_kqtiles[1][KQ_Q5_K], Q_RX, Q_RW);
+}
 void ix__mm_q5_k_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[0][KQ_Q5_K], Q_RX, Q_RW); }
-void ix__mm_q6_k_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[1][KQ_Q6_K], Q_RX, Q_RW); }
+void ix__mm_q6_k_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) {
+    if (kwide_ok(mm)) ix__matmul_tiles(mm, n0, n1, k_kwide_band[2], 0, W_RW);
+    else ix__matmul_tiles(mm, n0, n1, k_kqtiles[1][KQ_Q6_K], Q_RX, Q_RW);
+}
 void ix__mm_q6_k_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[0][KQ_Q6_K], Q_RX, Q_RW); }
 #define KQ_MM(t, T)                                                                            \
     void ix__mm_##t##_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) {                    \

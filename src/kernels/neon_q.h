@@ -143,6 +143,9 @@ static inline __attribute__((always_inline)) void NQ(kq_run)(const ix__tile *a, 
             }
         }
         const int32x4_t vsc0 = vld1q_s32(sc0), vsc1 = vld1q_s32(sc1), vmn = vld1q_s32(mn), vmn1 = vld1q_s32(mn1);
+        /* Q4_K / Q5_K: the unpack's float scales d sc and -dmin mn (exact) */
+        const float32x4_t bw = k4 ? vmulq_f32(dw, vcvtq_f32_s32(vsc0)) : dw;
+        const float32x4_t bm = k4 ? vmulq_f32(dm, vcvtq_f32_s32(vmn)) : dm;
         for (int i = 0; i < rx; i++) {
             const uint8_t *xr = a->x + (size_t)i * a->xs;
             const int8_t *xq = (const int8_t *)xr + b * IX__QK;
@@ -160,18 +163,18 @@ static inline __attribute__((always_inline)) void NQ(kq_run)(const ix__tile *a, 
                 int32x4_t d[NQ_RW];
                 for (int r = 0; r < NQ_RW; r++) d[r] = NQ(dot16)(NQ(dot16)(vdupq_n_s32(0), lo[r], x0), hi[r], x1);
                 idot = NQ(reduce4)(d);
-                if (k4 || t == KQ_IQ4_XS) idot = vmulq_s32(vsc0, idot);
+                if (t == KQ_IQ4_XS) idot = vmulq_s32(vsc0, idot);
             }
-            acc[i] = vfmaq_f32(acc[i], vcvtq_f32_s32(idot), vmulq_n_f32(dw, xb->d));
+            acc[i] = vfmaq_f32(acc[i], vcvtq_f32_s32(idot), vmulq_n_f32(bw, xb->d));
             if (k4 || m1 || t == KQ_Q2_K) {
                 int32x4_t imin;
                 if (t == KQ_Q2_K) { /* a min per 16: the halves' X sums */
                     const int32_t s0 = vaddlvq_s8(x0), s1 = xb->s - s0;
                     imin = vmlaq_n_s32(vmulq_n_s32(vmn, s0), vmn1, s1);
                 } else {
-                    imin = k4 ? vmulq_n_s32(vmn, xb->s) : vdupq_n_s32(xb->s);
+                    imin = vdupq_n_s32(xb->s);
                 }
-                acc[i] = vfmaq_f32(acc[i], vcvtq_f32_s32(imin), vmulq_n_f32(dm, xb->d));
+                acc[i] = vfmaq_f32(acc[i], vcvtq_f32_s32(imin), vmulq_n_f32(bm, xb->d));
             }
         }
     }

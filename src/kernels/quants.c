@@ -584,12 +584,16 @@ static void unpack_q45_k(const uint8_t *b, size_t j, const uint8_t *qh, const ui
     const uint8_t *q = qs + 32 * (j / 2);
     const int shift = 4 * (int)(j % 2);
     for (int i = 0; i < 32; i++) u->q[i] = (int8_t)(((q[i] >> shift) & 15) | (qh ? ((qh[i] >> j) & 1) << 4 : 0));
+    /* the sub-block's scale and min folded into the float scales (exact:
+     * an fp16 times a 6-bit integer), so the canonical dot takes one float
+     * product per block and no integer scale: what lets the wide bands skip
+     * an integer multiply per row and block */
     uint8_t sm[16];
     ix__k4_scales(b + 4, sm);
-    u->sc[0] = u->sc[1] = sm[j];
-    u->mn[0] = u->mn[1] = sm[8 + j];
-    u->d = ld_h(b);
-    u->dm = -ld_h(b + 2);
+    u->sc[0] = u->sc[1] = 1;
+    u->mn[0] = u->mn[1] = 1;
+    u->d = ld_h(b) * (float)sm[j];
+    u->dm = -ld_h(b + 2) * (float)sm[8 + j];
 }
 
 static void unpack_q4_k(const uint8_t *b, size_t j, ix__q32 *u) { unpack_q45_k(b, j, NULL, b + 16, u); }
