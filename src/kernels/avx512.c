@@ -921,50 +921,99 @@ static const ix__tile_fn k_kqtiles[2][KQ_N][Q_RX] = {
 };
 
 /* ---- K-quant wide band (prefill, VNNI) ---------------------------------------------------
- * The wide band's scheme for Q4_K, Q5_K and Q6_K rows: per super-block the
- * 16 W rows' codes are decoded into unsigned bytes u = q + c and transposed
- * (wide_load32) so that dword q of lane e holds elements 4q.. of row
- * WIDE_ROW(e), the rows' sub-block scales and mins become float vectors in
- * the same lane order (gathered with the rows' byte offsets, decoded as
- * ix__k4_scales does), and then every X row of the chunk runs 8 vpdpbusd per
- * block against its own dwords broadcast, leaving the 16 rows' exact dots in
- * the lanes: no per-row reduction and no vpmulld. The canonical dot's
- * integer products become float products that are exact (every factor and
- * product is an integer below 2^24: |dot| <= 32 x 31 x 127 for Q4_K / Q5_K,
- * x 63 their scale; Q6_K's two halves |sc dot| <= 128 x 16 x 32 x 127 each,
- * their sum below 2^24), so the bits are the generic path's:
- *   Q4_K / Q5_K  acc = fma(cvt(dot), (d sc) dx, acc); acc = fma(s, (-dmin mn) dx, acc)
- *   Q6_K         the codes stay signed (q, -32..31) and X goes unsigned
- *                instead (x + 128: a copy of the X rows' codes xor 0x80 per
- *                band and K chunk), so each half's dot starts at -128 times
- *                the W half's code sum (from the decode) and needs no X sums;
- *                acc = fma(fma(sc1, cvt(dot_1), sc0 cvt(dot_0)), d dx, acc). */
+ * The wide band's scheme for the super-block types Q4_K, Q5_K, Q6_K, Q3_K
+ * and Q2_K: per super-block the 16 W rows' codes are decoded into bytes and
+ * transposed (wide_load32) so that dword q of lane e holds elements 4q.. of
+ * row WIDE_ROW(e), the rows' scales and mins become float vectors in the
+ * same lane order (gathered with the rows' byte offsets and decoded on 16
+ * lanes as ix__k4_scales / ix__sub_scales do), and then every X row of the
+ * chunk runs 8 vpdpbusd per block against its own dwords broadcast, leaving
+ * the 16 rows' exact dots in the lanes: no per-row reduction and no
+ * vpmulld. The canonical dot's integer products become float products that
+ * are exact (every factor, product and sum is an integer below 2^24: |dot|
+ * <= 32 x 31 x 127 for Q4_K / Q5_K; a half's |sc dot| <= 128 x 16 x 32 x 127
+ * for Q6_K, less for Q3_K / Q2_K, two of them below 2^24), so the bits are
+ * the generic path's:
+ *   Q4_K / Q5_K  unsigned codes; acc = fma(cvt(dot), (d sc) dx, acc);
+ *                acc = fma(s, (-dmin mn) dx, acc)
+ *   Q6_K, Q3_K,  a scale per 16: the codes go signed (Q6_K q - 32, Q3_K
+ *   Q2_K         q - 4, Q2_K q) and X unsigned instead (x + 128: a copy of
+ *                the X rows' codes xor 0x80 per band and K chunk), so each
+ *                half's dot starts at -128 times the W half's code sum (from
+ *                the decode) and needs no X sums; acc = fma(fma(sc1,
+ *                cvt(dot_1), sc0 cvt(dot_0)), d dx, acc); Q2_K's min per 16
+ *                takes the halves' X sums (vpsadbw of the copy):
+ *                acc = fma(fma(mn1, s_1, mn0 s_0), -dmin dx, acc). */
 typedef struct kwide_blk {
-    __m512i T[8];  /* the block's codes (unsigned; Q6_K: signed), lanes in WIDE_ROW order */
-    __m512i q6b[2]; /* Q6_K: -128 x the sum of each half's 16 codes */
-    __m512 s0, s1; /* Q6_K: the halves' scales */
-    __m512 dw, dm; /* Q4_K / Q5_K: d sc and -dmin mn (the unpack's float scales); Q6_K: d */
+    __m512i T[8];   /* the block's codes (unsigned, or signed with halves), lanes in WIDE_ROW order */
+    __m512i hb[2];  /* halves: -128 x the sum of each half's 16 codes */
+    __m512 s0, s1;  /* halves: the two scales */
+    __m512 m0, m1;  /* Q2_K: the two mins */
+    __m512 dw, dm;  /* Q4_K / Q5_K: d sc and -dmin mn (the unpack's float scales); halves: d, -dmin */
 } kwide_blk;
 
-#define KW_Q6_XR 8 /* Q6_K: two dots per X row, so half as many rows per inner tile */
+#define KW_HALF_XR 8 /* halves: two dots per X row, so half as many rows per inner tile */
 
-static inline __attribute__((always_inline)) __m512 kw_byte_ps(__m512i v, int k, bool sgn) {
+static inline bool kw_halves(kq_type t) { return t == KQ_Q6_K || t == KQ_Q3_K || t == KQ_Q2_K; }
+
+/* Byte k of each dword of v, as int32. */
+static inline __attribute__((always_inline)) __m512i kw_byte(__m512i v, int k, bool sgn) {
     const __m128i sh = _mm_cvtsi32_si128(24 - 8 * k), s24 = _mm_cvtsi32_si128(24);
     __m512i u = _mm512_sll_epi32(v, sh);
-    return _mm512_cvtepi32_ps(sgn ? _mm512_sra_epi32(u, s24) : _mm512_srl_epi32(u, s24));
+    return sgn ? _mm512_sra_epi32(u, s24) : _mm512_srl_epi32(u, s24);
+}
+
+static inline __attribute__((always_inline)) __m512 kw_byte_ps(__m512i v, int k, bool sgn) {
+    return _mm512_cvtepi32_ps(kw_byte(v, k, sgn));
+}
+
+/* fp16 at byte 0 (hi: byte 2) of each dword, as float. */
+static inline __attribute__((always_inline)) __m512 kw_half(__m512i v, bool hi) {
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hi ? _mm512_srli_epi32(v, 16) : v));
+}
+
+/* -x, exactly */
+static inline __m512 kw_neg(__m512 x) {
+    return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u)));
+}
+
+/* A halves type's block: its signed codes c[8] stored, with -128 x the code
+ * sums of its two halves. */
+static inline __attribute__((always_inline)) void kw_store_signed(kwide_blk *o, const __m512i c[8]) {
+    const __m512i ones = _mm512_set1_epi8(1);
+    __m512i sum[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    for (int q = 0; q < 8; q++) {
+        sum[q / 4] = _mm512_dpbusd_epi32(sum[q / 4], ones, c[q]);
+        _mm512_store_si512(&o->T[q], c[q]);
+    }
+    for (int k = 0; k < 2; k++)
+        _mm512_store_si512(&o->hb[k], _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum[k], 7)));
+}
+
+/* Q3_K's signed 6-bit scale of sub-block s (of 16) from its scale words
+ * (bytes 96-99, 100-103, 104-107 of the super-block), as float: low 4 bits
+ * in byte s % 8 (high nibble for s >= 8), high 2 at bit 2 (s / 4) of byte
+ * 8 + s % 4. */
+static inline __attribute__((always_inline)) __m512 kw_q3_scale(const __m512i w[3], int s) {
+    const int l = s % 8;
+    __m512i lo = kw_byte(w[l / 4], l % 4, false);
+    lo = s < 8 ? _mm512_and_si512(lo, _mm512_set1_epi32(15)) : _mm512_srli_epi32(lo, 4);
+    __m512i hi = _mm512_and_si512(_mm512_srl_epi32(kw_byte(w[2], s % 4, false), _mm_cvtsi32_si128(2 * (s / 4))),
+                                  _mm512_set1_epi32(3));
+    return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), _mm512_set1_epi32(32)));
 }
 
 /* Super-block s of the band's 16 rows into out[0..8). off: the rows' byte
  * offsets in WIDE_ROW order. */
 static inline __attribute__((always_inline)) void kwide_super(const ix__tile *a, kq_type t, size_t s, __m512i off,
                                                               kwide_blk out[8]) {
-    const size_t ws = a->ws, bytes = t == KQ_Q4_K ? 144 : t == KQ_Q5_K ? 176 : 210;
+    const size_t ws = a->ws;
+    const size_t bytes = t == KQ_Q4_K ? 144 : t == KQ_Q5_K ? 176 : t == KQ_Q6_K ? 210 : t == KQ_Q3_K ? 110 : 84;
     const uint8_t *sb = a->w + s * bytes;
     const __m512i nib = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1), three = _mm512_set1_epi8(3);
     if (t == KQ_Q6_K) {
-        const __m512i b32 = _mm512_set1_epi8(32), ones = _mm512_set1_epi8(1);
         /* bytes 206..209 (the last two scales and d): no read past the block */
-        const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_i32gather_epi32(off, sb + 206, 1), 16)));
+        const __m512 d = kw_half(_mm512_i32gather_epi32(off, sb + 206, 1), true);
         __m512i scw[4];
         for (int w = 0; w < 4; w++) scw[w] = _mm512_i32gather_epi32(off, sb + 192 + 4 * w, 1);
         for (int h = 0; h < 2; h++) {
@@ -975,30 +1024,64 @@ static inline __attribute__((always_inline)) void kwide_super(const ix__tile *a,
             for (int e = 0; e < 4; e++) {
                 kwide_blk *o = &out[4 * h + e];
                 const __m128i sl = _mm_cvtsi32_si128(e < 2 ? 0 : 4), shh = _mm_cvtsi32_si128(2 * e);
-                __m512i sum[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+                __m512i c[8];
                 for (int q = 0; q < 8; q++) {
                     __m512i lo = _mm512_and_si512(_mm512_srl_epi16(L[e % 2][q], sl), nib);
                     __m512i hi = _mm512_and_si512(_mm512_srl_epi16(H[q], shh), three);
-                    __m512i c = _mm512_sub_epi8(_mm512_or_si512(lo, _mm512_slli_epi16(hi, 4)), b32);
-                    sum[q / 4] = _mm512_dpbusd_epi32(sum[q / 4], ones, c);
-                    _mm512_store_si512(&o->T[q], c);
+                    c[q] = _mm512_sub_epi8(_mm512_or_si512(lo, _mm512_slli_epi16(hi, 4)), _mm512_set1_epi8(32));
                 }
-                for (int k = 0; k < 2; k++)
-                    _mm512_store_si512(&o->q6b[k], _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum[k], 7)));
+                kw_store_signed(o, c);
                 const int j = 4 * h + e; /* scales 2j, 2j + 1: bytes 2 (j % 2), +1 of word j / 2 */
                 _mm512_store_ps(&o->s0, kw_byte_ps(scw[j / 2], 2 * (j % 2), true));
                 _mm512_store_ps(&o->s1, kw_byte_ps(scw[j / 2], 2 * (j % 2) + 1, true));
                 _mm512_store_ps(&o->dw, d);
-                _mm512_store_ps(&o->dm, _mm512_setzero_ps());
+            }
+        }
+        return;
+    }
+    if (t == KQ_Q3_K || t == KQ_Q2_K) {
+        const bool q3 = t == KQ_Q3_K;
+        /* Q3_K: d at 108 (bytes 106..109 read); Q2_K: d, dmin at 80, 82 */
+        const __m512i dd = _mm512_i32gather_epi32(off, sb + (q3 ? 106 : 80), 1);
+        const __m512 d = kw_half(dd, q3), dm = q3 ? _mm512_setzero_ps() : kw_neg(kw_half(dd, true));
+        __m512i w[4], Hm[8];
+        for (int k = 0; k < (q3 ? 3 : 4); k++) w[k] = _mm512_i32gather_epi32(off, sb + (q3 ? 96 : 0) + 4 * k, 1);
+        if (q3) wide_load32(sb, ws, Hm);
+        for (int h = 0; h < 2; h++) {
+            __m512i P[8];
+            wide_load32(sb + (q3 ? 32 : 16) + 32 * h, ws, P);
+            for (int e = 0; e < 4; e++) {
+                const int j = 4 * h + e;
+                kwide_blk *o = &out[j];
+                const __m128i sh = _mm_cvtsi32_si128(2 * e), sj = _mm_cvtsi32_si128(j);
+                __m512i c[8];
+                for (int q = 0; q < 8; q++) {
+                    c[q] = _mm512_and_si512(_mm512_srl_epi16(P[q], sh), three);
+                    if (q3) /* q = the 2 bits | bit j of hmask[i] << 2, minus 4 */
+                        c[q] = _mm512_sub_epi8(
+                            _mm512_or_si512(c[q], _mm512_slli_epi16(_mm512_and_si512(_mm512_srl_epi16(Hm[q], sj), one), 2)),
+                            _mm512_set1_epi8(4));
+                }
+                kw_store_signed(o, c);
+                if (q3) {
+                    _mm512_store_ps(&o->s0, kw_q3_scale(w, 2 * j));
+                    _mm512_store_ps(&o->s1, kw_q3_scale(w, 2 * j + 1));
+                } else { /* scales[s]: scale | min << 4, s = 2j, 2j + 1 in word j / 2 */
+                    const __m512i b0 = kw_byte(w[j / 2], 2 * (j % 2), false), b1 = kw_byte(w[j / 2], 2 * (j % 2) + 1, false);
+                    const __m512i m15 = _mm512_set1_epi32(15);
+                    _mm512_store_ps(&o->s0, _mm512_cvtepi32_ps(_mm512_and_si512(b0, m15)));
+                    _mm512_store_ps(&o->s1, _mm512_cvtepi32_ps(_mm512_and_si512(b1, m15)));
+                    _mm512_store_ps(&o->m0, _mm512_cvtepi32_ps(_mm512_srli_epi32(b0, 4)));
+                    _mm512_store_ps(&o->m1, _mm512_cvtepi32_ps(_mm512_srli_epi32(b1, 4)));
+                }
+                _mm512_store_ps(&o->dw, d);
+                _mm512_store_ps(&o->dm, dm);
             }
         }
         return;
     }
     const __m512i dd = _mm512_i32gather_epi32(off, sb, 1);
-    const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
-    const __m512 dm = _mm512_castsi512_ps(_mm512_xor_si512( /* -dmin, exactly */
-        _mm512_castps_si512(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)))),
-        _mm512_set1_epi32((int)0x80000000u)));
+    const __m512 d = kw_half(dd, false), dm = kw_neg(kw_half(dd, true)); /* d, -dmin */
     /* ix__k4_scales on 16 rows at once: v[0], v[1] scales 0-3, 4-7; v[2], v[3] mins */
     const __m512i a0 = _mm512_i32gather_epi32(off, sb + 4, 1), a1 = _mm512_i32gather_epi32(off, sb + 8, 1),
                   a2 = _mm512_i32gather_epi32(off, sb + 12, 1);
@@ -1037,26 +1120,36 @@ static inline __attribute__((always_inline)) void kwide_inner(const ix__tile *a,
                                                               const kwide_blk *wb, size_t n, size_t b0,
                                                               const uint8_t *x, float (*acc)[W_RW]) {
     const size_t xs = a->xs;
-    const bool q6 = t == KQ_Q6_K;
-    /* Q6_K: the rows' X codes of these blocks + 128 (unsigned) */
-    _Alignas(64) uint8_t xu[KW_Q6_XR][W_KC * IX__QK];
-    if (q6) {
+    const bool halves = kw_halves(t), q2 = t == KQ_Q2_K;
+    /* halves: the rows' X codes of these blocks + 128 (unsigned); Q2_K: the
+     * sums of each block's two halves of X codes, as floats */
+    _Alignas(64) uint8_t xu[KW_HALF_XR][W_KC * IX__QK];
+    float xh[KW_HALF_XR][W_KC][2];
+    if (halves) {
         const __m512i flip = _mm512_set1_epi8((char)0x80);
         for (int i = 0; i < rx; i++)
             for (size_t o = 0; o < n * IX__QK; o += 64)
                 _mm512_store_si512(&xu[i][o], _mm512_xor_si512(_mm512_loadu_si512(x + (size_t)i * xs + b0 * IX__QK + o), flip));
     }
+    if (q2)
+        for (int i = 0; i < rx; i++)
+            for (size_t j = 0; j < n; j++)
+                for (int k = 0; k < 2; k++) {
+                    const __m128i sad = _mm_sad_epu8(_mm_load_si128((const __m128i *)(const void *)&xu[i][j * IX__QK + 16 * (size_t)k]),
+                                                     _mm_setzero_si128());
+                    xh[i][j][k] = (float)(_mm_cvtsi128_si32(sad) + _mm_extract_epi32(sad, 2) - 16 * 128);
+                }
     for (size_t j = 0; j < n; j++) {
         const wide_x wx = wide_x_at(a, x, b0 + j);
         __m512i T[8];
         wide_codes(wb[j].T, T);
-        __m512i dot[W_XR], dot1[KW_Q6_XR];
-        if (q6) {
-            const __m512i q6b0 = _mm512_load_si512(&wb[j].q6b[0]), q6b1 = _mm512_load_si512(&wb[j].q6b[1]);
+        __m512i dot[W_XR], dot1[KW_HALF_XR];
+        if (halves) {
+            const __m512i hb0 = _mm512_load_si512(&wb[j].hb[0]), hb1 = _mm512_load_si512(&wb[j].hb[1]);
             IX__UNROLL(8)
             for (int i = 0; i < rx; i++) {
-                dot[i] = q6b0;
-                dot1[i] = q6b1;
+                dot[i] = hb0;
+                dot1[i] = hb1;
             }
             IX__UNROLL(4)
             for (int q = 0; q < 4; q++) {
@@ -1081,10 +1174,15 @@ static inline __attribute__((always_inline)) void kwide_inner(const ix__tile *a,
         for (int i = 0; i < rx; i++) {
             const __m512 dx = _mm512_set1_ps(WIDE_XBLK(wx, i)->d);
             __m512 r = _mm512_load_ps(acc[i]);
-            if (q6) {
+            if (halves) {
                 const __m512 s0 = _mm512_load_ps(&wb[j].s0), s1 = _mm512_load_ps(&wb[j].s1);
                 __m512 idot = _mm512_fmadd_ps(s1, _mm512_cvtepi32_ps(dot1[i]), _mm512_mul_ps(s0, _mm512_cvtepi32_ps(dot[i])));
                 r = _mm512_fmadd_ps(idot, _mm512_mul_ps(dw, dx), r);
+                if (q2) {
+                    const __m512 m0 = _mm512_load_ps(&wb[j].m0), m1 = _mm512_load_ps(&wb[j].m1);
+                    __m512 imin = _mm512_fmadd_ps(m1, _mm512_set1_ps(xh[i][j][1]), _mm512_mul_ps(m0, _mm512_set1_ps(xh[i][j][0])));
+                    r = _mm512_fmadd_ps(imin, _mm512_mul_ps(dm, dx), r);
+                }
             } else {
                 r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i]), _mm512_mul_ps(dw, dx), r);
                 r = _mm512_fmadd_ps(_mm512_set1_ps((float)WIDE_XBLK(wx, i)->s), _mm512_mul_ps(dm, dx), r);
@@ -1110,24 +1208,32 @@ typedef void (*kwide_inner_fn)(const ix__tile *a, const kwide_blk *wb, size_t n,
 KWIDE_16(Q4_K)
 KWIDE_16(Q5_K)
 KWIDE_8(Q6_K)
+KWIDE_8(Q3_K)
+KWIDE_8(Q2_K)
 #define KWIDE_ROW8(T)                                                                          \
     kwide_##T##_1, kwide_##T##_2, kwide_##T##_3, kwide_##T##_4, kwide_##T##_5, kwide_##T##_6,   \
     kwide_##T##_7, kwide_##T##_8
-/* [Q4_K, Q5_K, Q6_K][rx - 1] */
-static const kwide_inner_fn k_kwide[3][W_XR] = {
+/* [kw_index][rx - 1] */
+static const kwide_inner_fn k_kwide[5][W_XR] = {
     {KWIDE_ROW8(Q4_K), kwide_Q4_K_9, kwide_Q4_K_10, kwide_Q4_K_11, kwide_Q4_K_12, kwide_Q4_K_13,
      kwide_Q4_K_14, kwide_Q4_K_15, kwide_Q4_K_16},
     {KWIDE_ROW8(Q5_K), kwide_Q5_K_9, kwide_Q5_K_10, kwide_Q5_K_11, kwide_Q5_K_12, kwide_Q5_K_13,
      kwide_Q5_K_14, kwide_Q5_K_15, kwide_Q5_K_16},
     {KWIDE_ROW8(Q6_K)},
+    {KWIDE_ROW8(Q3_K)},
+    {KWIDE_ROW8(Q2_K)},
 };
+
+static inline int kw_index(kq_type t) {
+    return t == KQ_Q4_K ? 0 : t == KQ_Q5_K ? 1 : t == KQ_Q6_K ? 2 : t == KQ_Q3_K ? 3 : 4;
+}
 
 /* One band: 16 W rows x a->rows X rows (<= IX__MM_MCHUNK). */
 static inline __attribute__((always_inline)) void kwide_band(const ix__tile *a, kq_type t) {
     _Alignas(64) kwide_blk wb[W_KC];
     _Alignas(64) float acc[IX__MM_MCHUNK][W_RW];
-    const kwide_inner_fn *inner = k_kwide[t == KQ_Q4_K ? 0 : t == KQ_Q5_K ? 1 : 2];
-    const size_t nb = a->k / IX__QK, rows = a->rows, xr = t == KQ_Q6_K ? KW_Q6_XR : W_XR;
+    const kwide_inner_fn *inner = k_kwide[kw_index(t)];
+    const size_t nb = a->k / IX__QK, rows = a->rows, xr = kw_halves(t) ? KW_HALF_XR : W_XR;
     /* the byte offset of lane e's row, WIDE_ROW(e) * ws (kwide_ok: no overflow) */
     const __m512i off = _mm512_mullo_epi32(wide_rows(), _mm512_set1_epi32((int32_t)a->ws));
     for (size_t m = 0; m < rows; m++) _mm512_store_ps(acc[m], _mm512_setzero_ps());
@@ -1145,10 +1251,16 @@ static inline __attribute__((always_inline)) void kwide_band(const ix__tile *a, 
     wide_store(a, acc, rows);
 }
 
-static void kwide_band_q4_k(const ix__tile *a) { kwide_band(a, KQ_Q4_K); }
-static void kwide_band_q5_k(const ix__tile *a) { kwide_band(a, KQ_Q5_K); }
-static void kwide_band_q6_k(const ix__tile *a) { kwide_band(a, KQ_Q6_K); }
-static const ix__tile_fn k_kwide_band[3][1] = {{kwide_band_q4_k}, {kwide_band_q5_k}, {kwide_band_q6_k}};
+#define KWIDE_BAND(T, t)                                                                       \
+    static void kwide_band_##t(const ix__tile *a) { kwide_band(a, KQ_##T); }
+KWIDE_BAND(Q4_K, q4_k)
+KWIDE_BAND(Q5_K, q5_k)
+KWIDE_BAND(Q6_K, q6_k)
+KWIDE_BAND(Q3_K, q3_k)
+KWIDE_BAND(Q2_K, q2_k)
+/* [kw_index] */
+static const ix__tile_fn k_kwide_band[5][1] = {
+    {kwide_band_q4_k}, {kwide_band_q5_k}, {kwide_band_q6_k}, {kwide_band_q3_k}, {kwide_band_q2_k}};
 
 /* The band when a few X rows share its decoding and the rows' byte offsets
  * fit the gathers' int32 indices. */
@@ -1485,34 +1597,25 @@ void ix__mm_q4_0_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) { mm_q(mm, 
 
 void ix__mm_q5_0_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[1][KQ_Q5_0], Q_RX, Q_RW); }
 void ix__mm_q5_0_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[0][KQ_Q5_0], Q_RX, Q_RW); }
-void ix__mm_q4_k_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) {
-    if (kwide_ok(mm)) ix__matmul_tiles(mm, n0, n1, k_kwide_band[0], 0, W_RW);
-    else ix__matmul_tiles(mm, n0, n1, k_kqtiles[1][KQ_Q4_K], Q_RX, Q_RW);
-}
-void ix__mm_q4_k_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[0][KQ_Q4_K], Q_RX, Q_RW); }
-void ix__mm_q5_k_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) {
-    if (kwide_ok(mm)) ix__matmul_tiles(mm, n0, n1, k_kwide_band[1], 0, W_RW);
-    else ix__matmul_tiles(mm, n0, n1, k_kqtiles[1][KQ_Q5_K], Q_RX, Q_RW);
-}
-void ix__mm_q5_k_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[0][KQ_Q5_K], Q_RX, Q_RW); }
-void ix__mm_q6_k_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) {
-    if (kwide_ok(mm)) ix__matmul_tiles(mm, n0, n1, k_kwide_band[2], 0, W_RW);
-    else ix__matmul_tiles(mm, n0, n1, k_kqtiles[1][KQ_Q6_K], Q_RX, Q_RW);
-}
-void ix__mm_q6_k_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[0][KQ_Q6_K], Q_RX, Q_RW); }
-#define KQ_MM(t, T)                                                                            \
+/* kq_run's types; the super-block types (BAND) take the K-quant wide band
+ * where it pays. */
+#define KQ_MM(t, T, BAND)                                                                      \
     void ix__mm_##t##_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) {                    \
-        ix__matmul_tiles(mm, n0, n1, k_kqtiles[1][KQ_##T], Q_RX, Q_RW);                          \
+        if (BAND && kwide_ok(mm)) ix__matmul_tiles(mm, n0, n1, k_kwide_band[kw_index(KQ_##T)], 0, W_RW); \
+        else ix__matmul_tiles(mm, n0, n1, k_kqtiles[1][KQ_##T], Q_RX, Q_RW);                      \
     }                                                                                          \
     void ix__mm_##t##_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) {                      \
         ix__matmul_tiles(mm, n0, n1, k_kqtiles[0][KQ_##T], Q_RX, Q_RW);                          \
     }
-KQ_MM(q4_1, Q4_1)
-KQ_MM(q5_1, Q5_1)
-KQ_MM(iq4_nl, IQ4_NL)
-KQ_MM(iq4_xs, IQ4_XS)
-KQ_MM(q2_k, Q2_K)
-KQ_MM(q3_k, Q3_K)
+KQ_MM(q4_1, Q4_1, false)
+KQ_MM(q5_1, Q5_1, false)
+KQ_MM(iq4_nl, IQ4_NL, false)
+KQ_MM(iq4_xs, IQ4_XS, false)
+KQ_MM(q4_k, Q4_K, true)
+KQ_MM(q5_k, Q5_K, true)
+KQ_MM(q6_k, Q6_K, true)
+KQ_MM(q3_k, Q3_K, true)
+KQ_MM(q2_k, Q2_K, true)
 
 /* Float weights: the same on both tables. */
 void ix__mm_f32_avx512(const ix_matmul *mm, size_t n0, size_t n1) {

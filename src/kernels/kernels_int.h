@@ -124,7 +124,10 @@ static inline void ix__q8a_out(void *dst, size_t k, int8_t **qs, ix__q8a_blk **b
  * and each product of scales is one f32 multiply. So every path, every tile
  * shape and every thread split gives the same bits for a quantized matmul,
  * and a token's output does not depend on the batch it is in. For Q8_0 and
- * Q4_0 (sc = 1, no mins) this is acc = fma(dot_b, d_w * d_x, acc). */
+ * Q4_0 (sc = 1, no mins) this is acc = fma(dot_b, d_w * d_x, acc). Q4_K and
+ * Q5_K fold their sub-block scale and min into d and dm (d_super * sc and
+ * -dmin * mn, exact), with sc = mn = 1: one float scale per block, no
+ * integer multiply. */
 
 /* The block scale of a q8a block, shared so that every path divides the same
  * way: returns d and sets *inv to the multiplier used before rounding. */
