@@ -564,11 +564,13 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
                 if (t == KQ_IQ4_XS) idot = _mm256_mullo_epi32(sc0, idot);
             }
             acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(idot), _mm256_mul_ps(k4 ? dsc : dw, sx), acc[i]);
-            if (k4 || m1 || t == KQ_Q2_K) {
-                __m256i imin = k4 || m1 ? _mm256_set1_epi32(xb->s)
+            if (k4) { /* the min_sx form */
+                acc[i] = _mm256_fmadd_ps(dmn, _mm256_set1_ps((float)xb->s * xb->d), acc[i]);
+            } else if (m1 || t == KQ_Q2_K) {
+                __m256i imin = m1 ? _mm256_set1_epi32(xb->s)
                                     : _mm256_add_epi32(_mm256_mullo_epi32(mn, _mm256_set1_epi32(s0)),
                                                        _mm256_mullo_epi32(mn1, _mm256_set1_epi32(s1)));
-                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(k4 ? dmn : dm, sx), acc[i]);
+                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dm, sx), acc[i]);
             }
         }
     }

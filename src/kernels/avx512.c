@@ -866,11 +866,13 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
                 if (t == KQ_IQ4_XS) idot = _mm512_mullo_epi32(sc0, idot);
             }
             acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(idot), _mm512_mul_ps(k4 ? dsc : dw, sx), acc[i]);
-            if (k4 || m1 || t == KQ_Q2_K) {
-                __m512i imin = k4 || m1 ? _mm512_set1_epi32(xb->s)
+            if (k4) { /* the min_sx form */
+                acc[i] = _mm512_fmadd_ps(dmn, _mm512_set1_ps((float)xb->s * xb->d), acc[i]);
+            } else if (m1 || t == KQ_Q2_K) {
+                __m512i imin = m1 ? _mm512_set1_epi32(xb->s)
                                     : _mm512_add_epi32(_mm512_mullo_epi32(mn, _mm512_set1_epi32(s0)),
                                                        _mm512_mullo_epi32(mn1, _mm512_set1_epi32(s1)));
-                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(k4 ? dmn : dm, sx), acc[i]);
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(dm, sx), acc[i]);
             }
         }
     }
@@ -935,7 +937,7 @@ static const ix__tile_fn k_kqtiles[2][KQ_N][Q_RX] = {
  * for Q6_K, less for Q3_K / Q2_K, two of them below 2^24), so the bits are
  * the generic path's:
  *   Q4_K / Q5_K  unsigned codes; acc = fma(cvt(dot), (d sc) dx, acc);
- *                acc = fma(s, (-dmin mn) dx, acc)
+ *                acc = fma(-dmin mn, s dx, acc)
  *   Q6_K, Q3_K,  a scale per 16: the codes go signed (Q6_K q - 32, Q3_K
  *   Q2_K         q - 4, Q2_K q) and X unsigned instead (x + 128: a copy of
  *                the X rows' codes xor 0x80 per band and K chunk), so each
@@ -1185,7 +1187,7 @@ static inline __attribute__((always_inline)) void kwide_inner(const ix__tile *a,
                 }
             } else {
                 r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i]), _mm512_mul_ps(dw, dx), r);
-                r = _mm512_fmadd_ps(_mm512_set1_ps((float)WIDE_XBLK(wx, i)->s), _mm512_mul_ps(dm, dx), r);
+                r = _mm512_fmadd_ps(dm, _mm512_set1_ps((float)WIDE_XBLK(wx, i)->s * WIDE_XBLK(wx, i)->d), r);
             }
             _mm512_store_ps(acc[i], r);
         }

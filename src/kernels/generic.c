@@ -73,7 +73,7 @@ void ix__mm_float_generic(const ix_matmul *mm, size_t n0, size_t n1) {
 
 /* One step of the canonical dot (kernels_int.h): the 32 weights u against
  * q8a block b of xa, added to acc. */
-static float dot32(const ix__q32 *u, bool has_min, ix__q8a_row xa, size_t b, float acc) {
+static float dot32(const ix__q32 *u, const ix__wtype *wt, ix__q8a_row xa, size_t b, float acc) {
     const int8_t *x = xa.qs + b * IX__QK;
     int32_t dot[2] = {0, 0}, sum[2] = {0, 0};
     for (int i = 0; i < IX__QK; i++) {
@@ -81,7 +81,8 @@ static float dot32(const ix__q32 *u, bool has_min, ix__q8a_row xa, size_t b, flo
         sum[i / 16] += x[i];
     }
     acc = fmaf((float)(u->sc[0] * dot[0] + u->sc[1] * dot[1]), u->d * xa.blk[b].d, acc);
-    if (has_min) acc = fmaf((float)(u->mn[0] * sum[0] + u->mn[1] * sum[1]), u->dm * xa.blk[b].d, acc);
+    if (wt->min_sx) acc = fmaf(u->dm, (float)(sum[0] + sum[1]) * xa.blk[b].d, acc);
+    else if (wt->has_min) acc = fmaf((float)(u->mn[0] * sum[0] + u->mn[1] * sum[1]), u->dm * xa.blk[b].d, acc);
     return acc;
 }
 
@@ -130,7 +131,7 @@ void ix__mm_q_generic(const ix_matmul *mm, size_t n0, size_t n1) {
                 if (mm->w_packed) unpack_packed(mm->w_type, codes, scales, n % IX__PK, b, &u);
                 else wt->unpack(w + b / per * wt->bytes, b % per, &u);
                 for (size_t r = 0; r < rows; r++)
-                    acc[r] = dot32(&u, wt->has_min, ix__q8a_at(mm->scratch, mm->K, m0 + r), b, acc[r]);
+                    acc[r] = dot32(&u, wt, ix__q8a_at(mm->scratch, mm->K, m0 + r), b, acc[r]);
             }
             for (size_t r = 0; r < rows; r++) mm->y[(m0 + r) * ldy + n] = acc[r];
         }

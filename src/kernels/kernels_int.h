@@ -120,14 +120,17 @@ static inline void ix__q8a_out(void *dst, size_t k, int8_t **qs, ix__q8a_blk **b
  *         if the type has mins (ix__wtype.has_min):
  *             imin = mn[0] * sum_{i<16} x_i + mn[1] * sum_{i>=16} x_i
  *             acc = fma((float)imin, dm * d_x[b], acc)
+ *         or, where ix__wtype.min_sx (mn = 1: the q8a block sum s = imin),
+ *             acc = fma(dm, (float)s * d_x[b], acc)
  * where x_i are the q8a codes, idot and imin are exact int32 sums (any order)
  * and each product of scales is one f32 multiply. So every path, every tile
  * shape and every thread split gives the same bits for a quantized matmul,
  * and a token's output does not depend on the batch it is in. For Q8_0 and
  * Q4_0 (sc = 1, no mins) this is acc = fma(dot_b, d_w * d_x, acc). Q4_K and
  * Q5_K fold their sub-block scale and min into d and dm (d_super * sc and
- * -dmin * mn, exact), with sc = mn = 1: one float scale per block, no
- * integer multiply. */
+ * -dmin * mn, exact), with sc = mn = 1, and take the min_sx form: per block
+ * one float scale product, one FMA with the X-side s d_x, no integer
+ * multiply. */
 
 /* The block scale of a q8a block, shared so that every path divides the same
  * way: returns d and sets *inv to the multiplier used before rounding. */
@@ -253,6 +256,7 @@ struct ix__wtype {
     uint16_t bytes; /* bytes per block */
     bool q8a;       /* its matmul reads q8a activations (else f32 X) */
     bool has_min;   /* the canonical dot adds the min term */
+    bool min_sx;    /* ... as fma(dm, (float)s * d_x, acc) (Q4_K, Q5_K: mins folded into dm) */
     ix__pack pack;
     uint16_t pk_code_bytes; /* IX__PACK_PLANES: code bytes of 16 rows' block */
     /* n elements (whole blocks) of a row to f32 */

@@ -166,7 +166,9 @@ static inline __attribute__((always_inline)) void NQ(kq_run)(const ix__tile *a, 
                 if (t == KQ_IQ4_XS) idot = vmulq_s32(vsc0, idot);
             }
             acc[i] = vfmaq_f32(acc[i], vcvtq_f32_s32(idot), vmulq_n_f32(bw, xb->d));
-            if (k4 || m1 || t == KQ_Q2_K) {
+            if (k4) { /* the min_sx form */
+                acc[i] = vfmaq_f32(acc[i], bm, vdupq_n_f32((float)xb->s * xb->d));
+            } else if (m1 || t == KQ_Q2_K) {
                 int32x4_t imin;
                 if (t == KQ_Q2_K) { /* a min per 16: the halves' X sums */
                     const int32_t s0 = vaddlvq_s8(x0), s1 = xb->s - s0;
@@ -174,7 +176,7 @@ static inline __attribute__((always_inline)) void NQ(kq_run)(const ix__tile *a, 
                 } else {
                     imin = vdupq_n_s32(xb->s);
                 }
-                acc[i] = vfmaq_f32(acc[i], vcvtq_f32_s32(imin), vmulq_n_f32(bm, xb->d));
+                acc[i] = vfmaq_f32(acc[i], vcvtq_f32_s32(imin), vmulq_n_f32(dm, xb->d));
             }
         }
     }
