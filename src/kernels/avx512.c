@@ -957,6 +957,8 @@ typedef struct kwide_blk {
 #define KW_HALF_XR 8 /* halves: two dots per X row, so half as many rows per inner tile */
 
 static inline bool kw_halves(kq_type t) { return t == KQ_Q6_K || t == KQ_Q3_K || t == KQ_Q2_K; }
+/* the types whose codes go signed, against x + 128 */
+static inline bool kw_signed(kq_type t) { return kw_halves(t) || t == KQ_IQ4_XS; }
 
 /* Byte k of each dword of v, as int32. */
 static inline __attribute__((always_inline)) __m512i kw_byte(__m512i v, int k, bool sgn) {
@@ -979,13 +981,13 @@ static inline __m512 kw_neg(__m512 x) {
     return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u)));
 }
 
-/* A halves type's block: its signed codes c[8] stored, with -128 x the code
- * sums of its two halves. */
-static inline __attribute__((always_inline)) void kw_store_signed(kwide_blk *o, const __m512i c[8]) {
+/* A signed type's block: its codes c[8] stored, with -128 x the code sums
+ * of its two halves (halves) or of all 32 (in hb[0]). */
+static inline __attribute__((always_inline)) void kw_store_signed(kwide_blk *o, const __m512i c[8], bool halves) {
     const __m512i ones = _mm512_set1_epi8(1);
     __m512i sum[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
     for (int q = 0; q < 8; q++) {
-        sum[q / 4] = _mm512_dpbusd_epi32(sum[q / 4], ones, c[q]);
+        sum[halves ? q / 4 : 0] = _mm512_dpbusd_epi32(sum[halves ? q / 4 : 0], ones, c[q]);
         _mm512_store_si512(&o->T[q], c[q]);
     }
     for (int k = 0; k < 2; k++)
@@ -1010,9 +1012,39 @@ static inline __attribute__((always_inline)) __m512 kw_q3_scale(const __m512i w[
 static inline __attribute__((always_inline)) void kwide_super(const ix__tile *a, kq_type t, size_t s, __m512i off,
                                                               kwide_blk out[8]) {
     const size_t ws = a->ws;
-    const size_t bytes = t == KQ_Q4_K ? 144 : t == KQ_Q5_K ? 176 : t == KQ_Q6_K ? 210 : t == KQ_Q3_K ? 110 : 84;
+    const size_t bytes = t == KQ_Q4_K ? 144 : t == KQ_Q5_K ? 176 : t == KQ_Q6_K ? 210 : t == KQ_Q3_K ? 110
+                         : t == KQ_Q2_K ? 84 : 136;
     const uint8_t *sb = a->w + s * bytes;
     const __m512i nib = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1), three = _mm512_set1_epi8(3);
+    if (t == KQ_IQ4_XS) {
+        /* d | scales_h << 16 at 0, scales_l at 4; block j's codes at 8 + 16 j:
+         * element i in the low nibble of byte i, 16 + i in the high one */
+        const __m512i dd = _mm512_i32gather_epi32(off, sb, 1), sl = _mm512_i32gather_epi32(off, sb + 4, 1);
+        const __m512 d = kw_half(dd, false);
+        const __m512i vgrid = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)ix__iq4_grid));
+        for (int p = 0; p < 4; p++) {
+            __m512i Q[8];
+            wide_load32(sb + 8 + 32 * p, ws, Q);
+            for (int hf = 0; hf < 2; hf++) {
+                const int j = 2 * p + hf;
+                kwide_blk *o = &out[j];
+                __m512i c[8];
+                for (int q = 0; q < 4; q++) {
+                    c[q] = _mm512_shuffle_epi8(vgrid, _mm512_and_si512(Q[4 * hf + q], nib));
+                    c[q + 4] = _mm512_shuffle_epi8(vgrid, _mm512_and_si512(_mm512_srli_epi16(Q[4 * hf + q], 4), nib));
+                }
+                kw_store_signed(o, c, false);
+                /* ls - 32: nibble j % 2 of scales_l[j / 2] | bits 2j of scales_h << 4 */
+                __m512i lo = _mm512_and_si512(_mm512_srl_epi32(kw_byte(sl, j / 2, false), _mm_cvtsi32_si128(4 * (j % 2))),
+                                              _mm512_set1_epi32(15));
+                __m512i hi = _mm512_and_si512(_mm512_srl_epi32(dd, _mm_cvtsi32_si128(16 + 2 * j)), _mm512_set1_epi32(3));
+                __m512i ls = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), _mm512_set1_epi32(32));
+                _mm512_store_ps(&o->s0, _mm512_cvtepi32_ps(ls));
+                _mm512_store_ps(&o->dw, d);
+            }
+        }
+        return;
+    }
     if (t == KQ_Q6_K) {
         /* bytes 206..209 (the last two scales and d): no read past the block */
         const __m512 d = kw_half(_mm512_i32gather_epi32(off, sb + 206, 1), true);
@@ -1032,7 +1064,7 @@ static inline __attribute__((always_inline)) void kwide_super(const ix__tile *a,
                     __m512i hi = _mm512_and_si512(_mm512_srl_epi16(H[q], shh), three);
                     c[q] = _mm512_sub_epi8(_mm512_or_si512(lo, _mm512_slli_epi16(hi, 4)), _mm512_set1_epi8(32));
                 }
-                kw_store_signed(o, c);
+                kw_store_signed(o, c, true);
                 const int j = 4 * h + e; /* scales 2j, 2j + 1: bytes 2 (j % 2), +1 of word j / 2 */
                 _mm512_store_ps(&o->s0, kw_byte_ps(scw[j / 2], 2 * (j % 2), true));
                 _mm512_store_ps(&o->s1, kw_byte_ps(scw[j / 2], 2 * (j % 2) + 1, true));
@@ -1064,7 +1096,7 @@ static inline __attribute__((always_inline)) void kwide_super(const ix__tile *a,
                             _mm512_or_si512(c[q], _mm512_slli_epi16(_mm512_and_si512(_mm512_srl_epi16(Hm[q], sj), one), 2)),
                             _mm512_set1_epi8(4));
                 }
-                kw_store_signed(o, c);
+                kw_store_signed(o, c, true);
                 if (q3) {
                     _mm512_store_ps(&o->s0, kw_q3_scale(w, 2 * j));
                     _mm512_store_ps(&o->s1, kw_q3_scale(w, 2 * j + 1));
@@ -1122,12 +1154,12 @@ static inline __attribute__((always_inline)) void kwide_inner(const ix__tile *a,
                                                               const kwide_blk *wb, size_t n, size_t b0,
                                                               const uint8_t *x, float (*acc)[W_RW]) {
     const size_t xs = a->xs;
-    const bool halves = kw_halves(t), q2 = t == KQ_Q2_K;
-    /* halves: the rows' X codes of these blocks + 128 (unsigned); Q2_K: the
-     * sums of each block's two halves of X codes, as floats */
+    const bool halves = kw_halves(t), sgn = kw_signed(t), q2 = t == KQ_Q2_K;
+    /* signed types: the rows' X codes of these blocks + 128 (unsigned); Q2_K:
+     * the sums of each block's two halves of X codes, as floats */
     _Alignas(64) uint8_t xu[KW_HALF_XR][W_KC * IX__QK];
     float xh[KW_HALF_XR][W_KC][2];
-    if (halves) {
+    if (sgn) {
         const __m512i flip = _mm512_set1_epi8((char)0x80);
         for (int i = 0; i < rx; i++)
             for (size_t o = 0; o < n * IX__QK; o += 64)
@@ -1162,6 +1194,16 @@ static inline __attribute__((always_inline)) void kwide_inner(const ix__tile *a,
                     dot1[i] = _mm512_dpbusd_epi32(dot1[i], _mm512_broadcastd_epi32(_mm_loadu_si32(xp + 16)), T[q + 4]);
                 }
             }
+        } else if (sgn) { /* IQ4_XS: one dot, from -128 x the block's code sum */
+            const __m512i hb0 = _mm512_load_si512(&wb[j].hb[0]);
+            IX__UNROLL(8)
+            for (int i = 0; i < rx; i++) dot[i] = hb0;
+            IX__UNROLL(8)
+            for (int q = 0; q < 8; q++) {
+                IX__UNROLL(8)
+                for (int i = 0; i < rx; i++)
+                    dot[i] = _mm512_dpbusd_epi32(dot[i], _mm512_broadcastd_epi32(_mm_loadu_si32(&xu[i][j * IX__QK + 4 * (size_t)q])), T[q]);
+            }
         } else {
             IX__UNROLL(16)
             for (int i = 0; i < rx; i++) dot[i] = _mm512_setzero_si512();
@@ -1185,6 +1227,8 @@ static inline __attribute__((always_inline)) void kwide_inner(const ix__tile *a,
                     __m512 imin = _mm512_fmadd_ps(m1, _mm512_set1_ps(xh[i][j][1]), _mm512_mul_ps(m0, _mm512_set1_ps(xh[i][j][0])));
                     r = _mm512_fmadd_ps(imin, _mm512_mul_ps(dm, dx), r);
                 }
+            } else if (sgn) { /* (float)(sc dot), exact */
+                r = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot[i]), _mm512_load_ps(&wb[j].s0)), _mm512_mul_ps(dw, dx), r);
             } else {
                 r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i]), _mm512_mul_ps(dw, dx), r);
                 r = _mm512_fmadd_ps(dm, _mm512_set1_ps((float)WIDE_XBLK(wx, i)->s * WIDE_XBLK(wx, i)->d), r);
@@ -1212,11 +1256,12 @@ KWIDE_16(Q5_K)
 KWIDE_8(Q6_K)
 KWIDE_8(Q3_K)
 KWIDE_8(Q2_K)
+KWIDE_8(IQ4_XS)
 #define KWIDE_ROW8(T)                                                                          \
     kwide_##T##_1, kwide_##T##_2, kwide_##T##_3, kwide_##T##_4, kwide_##T##_5, kwide_##T##_6,   \
     kwide_##T##_7, kwide_##T##_8
 /* [kw_index][rx - 1] */
-static const kwide_inner_fn k_kwide[5][W_XR] = {
+static const kwide_inner_fn k_kwide[6][W_XR] = {
     {KWIDE_ROW8(Q4_K), kwide_Q4_K_9, kwide_Q4_K_10, kwide_Q4_K_11, kwide_Q4_K_12, kwide_Q4_K_13,
      kwide_Q4_K_14, kwide_Q4_K_15, kwide_Q4_K_16},
     {KWIDE_ROW8(Q5_K), kwide_Q5_K_9, kwide_Q5_K_10, kwide_Q5_K_11, kwide_Q5_K_12, kwide_Q5_K_13,
@@ -1224,10 +1269,11 @@ static const kwide_inner_fn k_kwide[5][W_XR] = {
     {KWIDE_ROW8(Q6_K)},
     {KWIDE_ROW8(Q3_K)},
     {KWIDE_ROW8(Q2_K)},
+    {KWIDE_ROW8(IQ4_XS)},
 };
 
 static inline int kw_index(kq_type t) {
-    return t == KQ_Q4_K ? 0 : t == KQ_Q5_K ? 1 : t == KQ_Q6_K ? 2 : t == KQ_Q3_K ? 3 : 4;
+    return t == KQ_Q4_K ? 0 : t == KQ_Q5_K ? 1 : t == KQ_Q6_K ? 2 : t == KQ_Q3_K ? 3 : t == KQ_Q2_K ? 4 : 5;
 }
 
 /* One band: 16 W rows x a->rows X rows (<= IX__MM_MCHUNK). */
@@ -1235,7 +1281,7 @@ static inline __attribute__((always_inline)) void kwide_band(const ix__tile *a, 
     _Alignas(64) kwide_blk wb[W_KC];
     _Alignas(64) float acc[IX__MM_MCHUNK][W_RW];
     const kwide_inner_fn *inner = k_kwide[kw_index(t)];
-    const size_t nb = a->k / IX__QK, rows = a->rows, xr = kw_halves(t) ? KW_HALF_XR : W_XR;
+    const size_t nb = a->k / IX__QK, rows = a->rows, xr = kw_signed(t) ? KW_HALF_XR : W_XR;
     /* the byte offset of lane e's row, WIDE_ROW(e) * ws (kwide_ok: no overflow) */
     const __m512i off = _mm512_mullo_epi32(wide_rows(), _mm512_set1_epi32((int32_t)a->ws));
     for (size_t m = 0; m < rows; m++) _mm512_store_ps(acc[m], _mm512_setzero_ps());
@@ -1260,9 +1306,10 @@ KWIDE_BAND(Q5_K, q5_k)
 KWIDE_BAND(Q6_K, q6_k)
 KWIDE_BAND(Q3_K, q3_k)
 KWIDE_BAND(Q2_K, q2_k)
+KWIDE_BAND(IQ4_XS, iq4_xs)
 /* [kw_index] */
-static const ix__tile_fn k_kwide_band[5][1] = {
-    {kwide_band_q4_k}, {kwide_band_q5_k}, {kwide_band_q6_k}, {kwide_band_q3_k}, {kwide_band_q2_k}};
+static const ix__tile_fn k_kwide_band[6][1] = {{kwide_band_q4_k}, {kwide_band_q5_k}, {kwide_band_q6_k},
+                                               {kwide_band_q3_k}, {kwide_band_q2_k}, {kwide_band_iq4_xs}};
 
 /* The band when a few X rows share its decoding and the rows' byte offsets
  * fit the gathers' int32 indices. */
@@ -1612,7 +1659,7 @@ void ix__mm_q5_0_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmu
 KQ_MM(q4_1, Q4_1, false)
 KQ_MM(q5_1, Q5_1, false)
 KQ_MM(iq4_nl, IQ4_NL, false)
-KQ_MM(iq4_xs, IQ4_XS, false)
+KQ_MM(iq4_xs, IQ4_XS, true)
 KQ_MM(q4_k, Q4_K, true)
 KQ_MM(q5_k, Q5_K, true)
 KQ_MM(q6_k, Q6_K, true)
