@@ -954,7 +954,7 @@ typedef struct kwide_blk {
     __m512 dw, dm;  /* Q4_K / Q5_K: d sc and -dmin mn (the unpack's float scales); halves: d, -dmin */
 } kwide_blk;
 
-#define KW_HALF_XR 8 /* halves: two dots per X row, so half as many rows per inner tile */
+#define KW_XR 8 /* X rows per inner tile: their accumulators (or second dots) share the registers */
 
 static inline bool kw_halves(kq_type t) { return t == KQ_Q6_K || t == KQ_Q3_K || t == KQ_Q2_K; }
 /* the types whose codes go signed, against x + 128 */
@@ -1157,8 +1157,8 @@ static inline __attribute__((always_inline)) void kwide_inner(const ix__tile *a,
     const bool halves = kw_halves(t), sgn = kw_signed(t), q2 = t == KQ_Q2_K;
     /* signed types: the rows' X codes of these blocks + 128 (unsigned); Q2_K:
      * the sums of each block's two halves of X codes, as floats */
-    _Alignas(64) uint8_t xu[KW_HALF_XR][W_KC * IX__QK];
-    float xh[KW_HALF_XR][W_KC][2];
+    _Alignas(64) uint8_t xu[KW_XR][W_KC * IX__QK];
+    float xh[KW_XR][W_KC][2];
     if (sgn) {
         const __m512i flip = _mm512_set1_epi8((char)0x80);
         for (int i = 0; i < rx; i++)
@@ -1173,11 +1173,16 @@ static inline __attribute__((always_inline)) void kwide_inner(const ix__tile *a,
                                                      _mm_setzero_si128());
                     xh[i][j][k] = (float)(_mm_cvtsi128_si32(sad) + _mm_extract_epi32(sad, 2) - 16 * 128);
                 }
+    /* one dot per block: the rows' accumulators stay in registers over the
+     * chunk (halves: two dots per row leave no room, they stay in L1) */
+    __m512 ra[KW_XR];
+    if (!halves)
+        for (int i = 0; i < rx; i++) ra[i] = _mm512_load_ps(acc[i]);
     for (size_t j = 0; j < n; j++) {
         const wide_x wx = wide_x_at(a, x, b0 + j);
         __m512i T[8];
         wide_codes(wb[j].T, T);
-        __m512i dot[W_XR], dot1[KW_HALF_XR];
+        __m512i dot[KW_XR], dot1[KW_XR];
         if (halves) {
             const __m512i hb0 = _mm512_load_si512(&wb[j].hb[0]), hb1 = _mm512_load_si512(&wb[j].hb[1]);
             IX__UNROLL(8)
@@ -1205,19 +1210,19 @@ static inline __attribute__((always_inline)) void kwide_inner(const ix__tile *a,
                     dot[i] = _mm512_dpbusd_epi32(dot[i], _mm512_broadcastd_epi32(_mm_loadu_si32(&xu[i][j * IX__QK + 4 * (size_t)q])), T[q]);
             }
         } else {
-            IX__UNROLL(16)
+            IX__UNROLL(8)
             for (int i = 0; i < rx; i++) dot[i] = _mm512_setzero_si512();
             IX__UNROLL(8)
             for (int q = 0; q < 8; q++) {
-                IX__UNROLL(16)
+                IX__UNROLL(8)
                 for (int i = 0; i < rx; i++) dot[i] = dpbusd_bcast(dot[i], T[q], WIDE_XROW(wx, i) + 4 * q);
             }
         }
         const __m512 dw = _mm512_load_ps(&wb[j].dw), dm = _mm512_load_ps(&wb[j].dm);
-        IX__UNROLL(16)
+        IX__UNROLL(8)
         for (int i = 0; i < rx; i++) {
             const __m512 dx = _mm512_set1_ps(WIDE_XBLK(wx, i)->d);
-            __m512 r = _mm512_load_ps(acc[i]);
+            __m512 r = halves ? _mm512_load_ps(acc[i]) : ra[i];
             if (halves) {
                 const __m512 s0 = _mm512_load_ps(&wb[j].s0), s1 = _mm512_load_ps(&wb[j].s1);
                 __m512 idot = _mm512_fmadd_ps(s1, _mm512_cvtepi32_ps(dot1[i]), _mm512_mul_ps(s0, _mm512_cvtepi32_ps(dot[i])));
@@ -1233,10 +1238,14 @@ static inline __attribute__((always_inline)) void kwide_inner(const ix__tile *a,
                 r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i]), _mm512_mul_ps(dw, dx), r);
                 r = _mm512_fmadd_ps(dm, _mm512_set1_ps((float)WIDE_XBLK(wx, i)->s * WIDE_XBLK(wx, i)->d), r);
             }
-            _mm512_store_ps(acc[i], r);
+            if (halves) _mm512_store_ps(acc[i], r);
+            else ra[i] = r;
         }
     }
+    if (!halves)
+        for (int i = 0; i < rx; i++) _mm512_store_ps(acc[i], ra[i]);
 }
+
 
 typedef void (*kwide_inner_fn)(const ix__tile *a, const kwide_blk *wb, size_t n, size_t b0, const uint8_t *x,
                                float (*acc)[W_RW]);
@@ -1248,11 +1257,8 @@ typedef void (*kwide_inner_fn)(const ix__tile *a, const kwide_blk *wb, size_t n,
 #define KWIDE_8(T)                                                                             \
     KWIDE_INST(T, 1) KWIDE_INST(T, 2) KWIDE_INST(T, 3) KWIDE_INST(T, 4) KWIDE_INST(T, 5)        \
     KWIDE_INST(T, 6) KWIDE_INST(T, 7) KWIDE_INST(T, 8)
-#define KWIDE_16(T)                                                                            \
-    KWIDE_8(T) KWIDE_INST(T, 9) KWIDE_INST(T, 10) KWIDE_INST(T, 11) KWIDE_INST(T, 12)           \
-    KWIDE_INST(T, 13) KWIDE_INST(T, 14) KWIDE_INST(T, 15) KWIDE_INST(T, 16)
-KWIDE_16(Q4_K)
-KWIDE_16(Q5_K)
+KWIDE_8(Q4_K)
+KWIDE_8(Q5_K)
 KWIDE_8(Q6_K)
 KWIDE_8(Q3_K)
 KWIDE_8(Q2_K)
@@ -1261,11 +1267,9 @@ KWIDE_8(IQ4_XS)
     kwide_##T##_1, kwide_##T##_2, kwide_##T##_3, kwide_##T##_4, kwide_##T##_5, kwide_##T##_6,   \
     kwide_##T##_7, kwide_##T##_8
 /* [kw_index][rx - 1] */
-static const kwide_inner_fn k_kwide[6][W_XR] = {
-    {KWIDE_ROW8(Q4_K), kwide_Q4_K_9, kwide_Q4_K_10, kwide_Q4_K_11, kwide_Q4_K_12, kwide_Q4_K_13,
-     kwide_Q4_K_14, kwide_Q4_K_15, kwide_Q4_K_16},
-    {KWIDE_ROW8(Q5_K), kwide_Q5_K_9, kwide_Q5_K_10, kwide_Q5_K_11, kwide_Q5_K_12, kwide_Q5_K_13,
-     kwide_Q5_K_14, kwide_Q5_K_15, kwide_Q5_K_16},
+static const kwide_inner_fn k_kwide[6][KW_XR] = {
+    {KWIDE_ROW8(Q4_K)},
+    {KWIDE_ROW8(Q5_K)},
     {KWIDE_ROW8(Q6_K)},
     {KWIDE_ROW8(Q3_K)},
     {KWIDE_ROW8(Q2_K)},
@@ -1281,7 +1285,7 @@ static inline __attribute__((always_inline)) void kwide_band(const ix__tile *a, 
     _Alignas(64) kwide_blk wb[W_KC];
     _Alignas(64) float acc[IX__MM_MCHUNK][W_RW];
     const kwide_inner_fn *inner = k_kwide[kw_index(t)];
-    const size_t nb = a->k / IX__QK, rows = a->rows, xr = kw_signed(t) ? KW_HALF_XR : W_XR;
+    const size_t nb = a->k / IX__QK, rows = a->rows, xr = KW_XR;
     /* the byte offset of lane e's row, WIDE_ROW(e) * ws (kwide_ok: no overflow) */
     const __m512i off = _mm512_mullo_epi32(wide_rows(), _mm512_set1_epi32((int32_t)a->ws));
     for (size_t m = 0; m < rows; m++) _mm512_store_ps(acc[m], _mm512_setzero_ps());
