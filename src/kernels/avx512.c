@@ -954,7 +954,8 @@ typedef struct kwide_blk {
     __m512 dw, dm;  /* Q4_K / Q5_K: d sc and -dmin mn (the unpack's float scales); halves: d, -dmin */
 } kwide_blk;
 
-#define KW_XR 8 /* X rows per inner tile: their accumulators (or second dots) share the registers */
+#define KW_XR 8 /* X rows per inner tile: their accumulators stay in registers */
+#define KW_HALF_XR 6 /* ... with a scale per 16, whose two dots per row take more of them */
 
 static inline bool kw_halves(kq_type t) { return t == KQ_Q6_K || t == KQ_Q3_K || t == KQ_Q2_K; }
 /* the types whose codes go signed, against x + 128 */
@@ -1173,11 +1174,9 @@ static inline __attribute__((always_inline)) void kwide_inner(const ix__tile *a,
                                                      _mm_setzero_si128());
                     xh[i][j][k] = (float)(_mm_cvtsi128_si32(sad) + _mm_extract_epi32(sad, 2) - 16 * 128);
                 }
-    /* one dot per block: the rows' accumulators stay in registers over the
-     * chunk (halves: two dots per row leave no room, they stay in L1) */
+    /* the rows' accumulators stay in registers over the chunk */
     __m512 ra[KW_XR];
-    if (!halves)
-        for (int i = 0; i < rx; i++) ra[i] = _mm512_load_ps(acc[i]);
+    for (int i = 0; i < rx; i++) ra[i] = _mm512_load_ps(acc[i]);
     for (size_t j = 0; j < n; j++) {
         const wide_x wx = wide_x_at(a, x, b0 + j);
         __m512i T[8];
@@ -1222,7 +1221,7 @@ static inline __attribute__((always_inline)) void kwide_inner(const ix__tile *a,
         IX__UNROLL(8)
         for (int i = 0; i < rx; i++) {
             const __m512 dx = _mm512_set1_ps(WIDE_XBLK(wx, i)->d);
-            __m512 r = halves ? _mm512_load_ps(acc[i]) : ra[i];
+            __m512 r = ra[i];
             if (halves) {
                 const __m512 s0 = _mm512_load_ps(&wb[j].s0), s1 = _mm512_load_ps(&wb[j].s1);
                 __m512 idot = _mm512_fmadd_ps(s1, _mm512_cvtepi32_ps(dot1[i]), _mm512_mul_ps(s0, _mm512_cvtepi32_ps(dot[i])));
@@ -1238,12 +1237,10 @@ static inline __attribute__((always_inline)) void kwide_inner(const ix__tile *a,
                 r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i]), _mm512_mul_ps(dw, dx), r);
                 r = _mm512_fmadd_ps(dm, _mm512_set1_ps((float)WIDE_XBLK(wx, i)->s * WIDE_XBLK(wx, i)->d), r);
             }
-            if (halves) _mm512_store_ps(acc[i], r);
-            else ra[i] = r;
+            ra[i] = r;
         }
     }
-    if (!halves)
-        for (int i = 0; i < rx; i++) _mm512_store_ps(acc[i], ra[i]);
+    for (int i = 0; i < rx; i++) _mm512_store_ps(acc[i], ra[i]);
 }
 
 
@@ -1285,7 +1282,7 @@ static inline __attribute__((always_inline)) void kwide_band(const ix__tile *a, 
     _Alignas(64) kwide_blk wb[W_KC];
     _Alignas(64) float acc[IX__MM_MCHUNK][W_RW];
     const kwide_inner_fn *inner = k_kwide[kw_index(t)];
-    const size_t nb = a->k / IX__QK, rows = a->rows, xr = KW_XR;
+    const size_t nb = a->k / IX__QK, rows = a->rows, xr = kw_halves(t) ? KW_HALF_XR : KW_XR;
     /* the byte offset of lane e's row, WIDE_ROW(e) * ws (kwide_ok: no overflow) */
     const __m512i off = _mm512_mullo_epi32(wide_rows(), _mm512_set1_epi32((int32_t)a->ws));
     for (size_t m = 0; m < rows; m++) _mm512_store_ps(acc[m], _mm512_setzero_ps());
