@@ -474,27 +474,23 @@ static inline __attribute__((always_inline)) void wide_inner(const ix__tile *a, 
         __m512i T[8];
         wide_codes(wb[j].T, T);
         const wide_x wx = wide_x_at(a, x, b);
-#define XROW(i) WIDE_XROW(wx, i)
-#define XBLK(i) WIDE_XBLK(wx, i)
         /* each dot starts from the block's offset correction (a broadcast
          * load); the rows' chains interleave (q outer) so rx independent
          * vpdpbusd are in flight */
         __m512i dot[W_XR];
         IX__UNROLL(16)
-        for (int i = 0; i < rx; i++) dot[i] = _mm512_set1_epi32(q8 ? XBLK(i)->neg128s : XBLK(i)->neg8s);
+        for (int i = 0; i < rx; i++) dot[i] = _mm512_set1_epi32(q8 ? WIDE_XBLK(wx, i)->neg128s : WIDE_XBLK(wx, i)->neg8s);
         IX__UNROLL(8)
         for (int q = 0; q < 8; q++) {
             IX__UNROLL(16)
-            for (int i = 0; i < rx; i++) dot[i] = dpbusd_bcast(dot[i], T[q], XROW(i) + 4 * q);
+            for (int i = 0; i < rx; i++) dot[i] = dpbusd_bcast(dot[i], T[q], WIDE_XROW(wx, i) + 4 * q);
         }
         const __m512 dw = _mm512_load_ps(&wb[j].dw);
         IX__UNROLL(16)
         for (int i = 0; i < rx; i++) {
-            __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(XBLK(i)->d));
+            __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(WIDE_XBLK(wx, i)->d));
             _mm512_store_ps(acc[i], _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i]), sc, _mm512_load_ps(acc[i])));
         }
-#undef XROW
-#undef XBLK
     }
 }
 
@@ -923,8 +919,8 @@ static const ix__tile_fn k_kqtiles[2][KQ_N][Q_RX] = {
 };
 
 /* ---- K-quant wide band (prefill, VNNI) ---------------------------------------------------
- * The wide band's scheme for the super-block types Q4_K, Q5_K, Q6_K, Q3_K
- * and Q2_K: per super-block the 16 W rows' codes are decoded into bytes and
+ * The wide band's scheme for the super-block types Q4_K, Q5_K, Q6_K, Q3_K,
+ * Q2_K and IQ4_XS: per super-block the 16 W rows' codes are decoded into bytes and
  * transposed (wide_load32) so that dword q of lane e holds elements 4q.. of
  * row WIDE_ROW(e), the rows' scales and mins become float vectors in the
  * same lane order (gathered with the rows' byte offsets and decoded on 16
@@ -945,11 +941,13 @@ static const ix__tile_fn k_kqtiles[2][KQ_N][Q_RX] = {
  *                the decode) and needs no X sums; acc = fma(fma(sc1,
  *                cvt(dot_1), sc0 cvt(dot_0)), d dx, acc); Q2_K's min per 16
  *                takes the halves' X sums (vpsadbw of the copy):
- *                acc = fma(fma(mn1, s_1, mn0 s_0), -dmin dx, acc). */
+ *                acc = fma(fma(mn1, s_1, mn0 s_0), -dmin dx, acc).
+ *   IQ4_XS       the grid values, signed as above, one dot per block from
+ *                -128 times its code sum; acc = fma(cvt(dot) sc, d dx, acc). */
 typedef struct kwide_blk {
-    __m512i T[8];   /* the block's codes (unsigned, or signed with halves), lanes in WIDE_ROW order */
-    __m512i hb[2];  /* halves: -128 x the sum of each half's 16 codes */
-    __m512 s0, s1;  /* halves: the two scales */
+    __m512i T[8];   /* the block's codes (unsigned; signed: kw_signed), lanes in WIDE_ROW order */
+    __m512i hb[2];  /* signed: -128 x the sum of each half's 16 codes (IQ4_XS: of all 32, in hb[0]) */
+    __m512 s0, s1;  /* halves: the two scales; IQ4_XS: its scale in s0 */
     __m512 m0, m1;  /* Q2_K: the two mins */
     __m512 dw, dm;  /* Q4_K / Q5_K: d sc and -dmin mn (the unpack's float scales); halves: d, -dmin */
 } kwide_blk;
@@ -1218,21 +1216,24 @@ static inline __attribute__((always_inline)) void kwide_inner(const ix__tile *a,
             }
         }
         const __m512 dw = _mm512_load_ps(&wb[j].dw), dm = _mm512_load_ps(&wb[j].dm);
+        /* only what the type's decode stored */
+        const __m512 s0 = sgn ? _mm512_load_ps(&wb[j].s0) : _mm512_setzero_ps();
+        const __m512 s1 = halves ? _mm512_load_ps(&wb[j].s1) : _mm512_setzero_ps();
+        const __m512 m0 = q2 ? _mm512_load_ps(&wb[j].m0) : _mm512_setzero_ps();
+        const __m512 m1 = q2 ? _mm512_load_ps(&wb[j].m1) : _mm512_setzero_ps();
         IX__UNROLL(8)
         for (int i = 0; i < rx; i++) {
             const __m512 dx = _mm512_set1_ps(WIDE_XBLK(wx, i)->d);
             __m512 r = ra[i];
             if (halves) {
-                const __m512 s0 = _mm512_load_ps(&wb[j].s0), s1 = _mm512_load_ps(&wb[j].s1);
                 __m512 idot = _mm512_fmadd_ps(s1, _mm512_cvtepi32_ps(dot1[i]), _mm512_mul_ps(s0, _mm512_cvtepi32_ps(dot[i])));
                 r = _mm512_fmadd_ps(idot, _mm512_mul_ps(dw, dx), r);
                 if (q2) {
-                    const __m512 m0 = _mm512_load_ps(&wb[j].m0), m1 = _mm512_load_ps(&wb[j].m1);
                     __m512 imin = _mm512_fmadd_ps(m1, _mm512_set1_ps(xh[i][j][1]), _mm512_mul_ps(m0, _mm512_set1_ps(xh[i][j][0])));
                     r = _mm512_fmadd_ps(imin, _mm512_mul_ps(dm, dx), r);
                 }
             } else if (sgn) { /* (float)(sc dot), exact */
-                r = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot[i]), _mm512_load_ps(&wb[j].s0)), _mm512_mul_ps(dw, dx), r);
+                r = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot[i]), s0), _mm512_mul_ps(dw, dx), r);
             } else {
                 r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i]), _mm512_mul_ps(dw, dx), r);
                 r = _mm512_fmadd_ps(dm, _mm512_set1_ps((float)WIDE_XBLK(wx, i)->s * WIDE_XBLK(wx, i)->d), r);
