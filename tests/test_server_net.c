@@ -300,19 +300,31 @@ static void test_framing(void **state) {
         assert_null(strstr(out, "200 OK"));
         free(out);
     }
-    /* Request lines with many query parameters: 500 are served; 3000 do not
-     * fit libmicrohttpd's memory and get the header deadline's 408. One
-     * answer each, then the connection closed. */
+    /* Request targets: up to 1000 query parameters and 8192 bytes are
+     * served; past either, a 414 at once (not the header deadline's 408:
+     * libmicrohttpd would hang or close unanswered on a pool it cannot fit
+     * them in), whether the parameters are long or as short as they come.
+     * One answer each, then the connection closed. */
     static const struct {
         int n_params;
+        int form;        /* one parameter: 0 empty, 1 "a", 2 "a<index>=b" */
+        size_t pad;      /* bytes of path before the query */
         const char *want;
-    } queries[] = {{500, "HTTP/1.1 200"}, {3000, "HTTP/1.1 408"}};
+    } queries[] = {
+        {500, 2, 0, "HTTP/1.1 200"},  {1000, 1, 0, "HTTP/1.1 200"}, {1001, 1, 0, "HTTP/1.1 414"},
+        {3000, 2, 0, "HTTP/1.1 414"}, {20000, 0, 0, "HTTP/1.1 414"}, {1, 1, 8000, "HTTP/1.1 404"},
+        {1, 1, 9000, "HTTP/1.1 414"},
+    };
     for (size_t q = 0; q < sizeof queries / sizeof queries[0]; q++) {
         ix_buf b = {0};
-        ix_buf_append(&b, "GET /health?", 12);
+        ix_buf_append(&b, "GET /health", 11);
+        for (size_t i = 0; i < queries[q].pad; i++) ix_buf_append(&b, "x", 1);
+        ix_buf_append(&b, "?", 1);
         for (int i = 0; i < queries[q].n_params; i++) {
             char kv[32];
-            int n = snprintf(kv, sizeof kv, "%sa%d=b", i ? "&" : "", i);
+            int form = queries[q].form;
+            int n = snprintf(kv, sizeof kv, "%s%s", i ? "&" : "", form ? "a" : "");
+            if (form == 2) n += snprintf(kv + n, sizeof kv - (size_t)n, "%d=b", i);
             ix_buf_append(&b, kv, (size_t)n);
         }
         const char tail[] = " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
@@ -320,7 +332,8 @@ static void test_framing(void **state) {
         bool closed;
         char *out = raw_exchange(port, b.data, b.len, 10000, &closed);
         if (!closed || count_status_lines(out) != 1 || strncmp(out, queries[q].want, 12))
-            fail_msg("%d query parameters: closed %d, answer: %s", queries[q].n_params, closed, out);
+            fail_msg("%d query parameters, %zu bytes: closed %d, answer: %s", queries[q].n_params, b.len, closed,
+                     out);
         free(out);
         ix_buf_free(&b);
     }

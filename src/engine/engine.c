@@ -489,8 +489,12 @@ static void req_finish(ix_engine *e, req *r, ix_finish_reason why, const char *m
     if (why == IX_FINISH_DEADLINE) e->stats.n_deadline_shed++;
     list_unlink(&e->active, r);
     publish(e); /* whoever waits on this finish sees the freed blocks */
-    if (r->cb.on_finish) r->cb.on_finish(r->cb.user, &info);
+    /* Freed before the report: once a caller has seen its finish, nothing
+     * of the request is left in the engine (a server destroyed right after
+     * its last finish leaves no allocation behind). */
+    ix_request_callbacks cb = r->cb;
     req_free(e, r);
+    if (cb.on_finish) cb.on_finish(cb.user, &info);
 }
 
 /* ---- submission (any thread) -------------------------------------------------------- */

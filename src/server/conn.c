@@ -45,6 +45,12 @@
 #define IXS_EOF_GRACE_NS 300000000ull
 /* libmicrohttpd's memory per connection (request line, headers, buffers). */
 #define IXS_CONN_POOL_BYTES (128 * 1024)
+/* The longest request target served (nginx's default header buffer), and
+ * the most query parameters: both fit the pool above with room to spare. */
+#define IXS_MAX_URI_BYTES 8192
+#define IXS_MAX_QUERY_PARAMS 1000
+#define IXS_STR_(x) #x
+#define IXS_STR(x) IXS_STR_(x)
 
 ixs_sock *ix__conn_sock(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
@@ -95,13 +101,43 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     *socket_context = NULL;
 }
 
-/* A request line has arrived: a kept-alive connection starts its headers'
- * clock (a fresh connection's started at the accept). */
+/* Whether a request target is past what is served: longer than
+ * IXS_MAX_URI_BYTES, or more query parameters than IXS_MAX_QUERY_PARAMS
+ * (libmicrohttpd 0.9.75 stores each in the connection's pool, and one that
+ * does not fit leaves the request hanging or the connection closed without
+ * an answer, depending on how the bytes arrived). */
+static bool uri_too_long(const char *uri) {
+    size_t n = 0, params = 1;
+    for (const char *p = uri; *p; p++, n++) {
+        if (n >= IXS_MAX_URI_BYTES) return true;
+        params += *p == '&';
+    }
+    return params > IXS_MAX_QUERY_PARAMS;
+}
+
+/* A request line has arrived (libmicrohttpd calls this before it parses the
+ * query): a target past the limits is answered 414 here, on the
+ * connection's own thread before anything else writes, and the socket shut
+ * so that MHD drops the request; a kept-alive connection starts its
+ * headers' clock (a fresh connection's started at the accept). */
 static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *c) {
-    (void)uri;
     ix_server *s = cls;
     ixs_sock *k = ix__conn_sock(c);
-    if (k && atomic_load(&k->phase) == IXS_SOCK_IDLE) ix__conn_phase(s, k, IXS_SOCK_HEADERS);
+    if (!k) return NULL;
+    if (uri && uri_too_long(uri)) {
+        pthread_mutex_lock(&s->socks_mu); /* the sweeper writes and shuts under it too */
+        k->refused = true;
+        atomic_store(&k->phase, (int)IXS_SOCK_BUSY);
+        atomic_store(&k->deadline_ns, 0);
+        if (!s->tls)
+            ix__conn_send_raw(k->fd, 414, "URI Too Long", "uri_too_long",
+                              "the request target is over " IXS_STR(IXS_MAX_URI_BYTES) " bytes or "
+                              IXS_STR(IXS_MAX_QUERY_PARAMS) " query parameters");
+        shutdown(k->fd, SHUT_RDWR);
+        pthread_mutex_unlock(&s->socks_mu);
+        return NULL;
+    }
+    if (atomic_load(&k->phase) == IXS_SOCK_IDLE) ix__conn_phase(s, k, IXS_SOCK_HEADERS);
     return NULL;
 }
 
@@ -113,8 +149,8 @@ void ix__conn_options(ix_server *s, struct MHD_OptionItem *opts, size_t *n) {
     opts[(*n)++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT, s->conn_limit, NULL};
     opts[(*n)++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT, s->p.conn_timeout_s, NULL};
     /* MHD's default 32 KiB pool runs out storing a few hundred query
-     * parameters, and then the request hangs (0.9.75): room for about a
-     * thousand; past that the header deadline answers. */
+     * parameters (0.9.75): room for IXS_MAX_QUERY_PARAMS and the longest
+     * target, past which on_request_line answers 414. */
     opts[(*n)++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_MEMORY_LIMIT, IXS_CONN_POOL_BYTES, NULL};
     if (s->p.max_conns_per_ip > 0)
         opts[(*n)++] = (struct MHD_OptionItem){MHD_OPTION_PER_IP_CONNECTION_LIMIT, s->p.max_conns_per_ip, NULL};

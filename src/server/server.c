@@ -711,6 +711,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     ix_server *s = cls;
     ixs_conn *cc = *con_cls;
     if (!cc) {
+        const ixs_sock *k = ix__conn_sock(c);
+        if (k && k->refused) return MHD_NO; /* answered 414 at its request line (conn.c) */
         cc = ix_calloc(1, sizeof *cc);
         if (!cc) return MHD_NO;
         cc->s = s;

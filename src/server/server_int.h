@@ -305,6 +305,7 @@ typedef struct ixs_sock {
     atomic_uint_fast64_t deadline_ns; /* 0: none */
     atomic_int phase;                 /* ixs_sock_phase */
     bool excess;                      /* opened over max_connections: refused with 503 */
+    bool refused;                     /* its request line was answered 414 (MHD's thread only) */
     atomic_uint gen;                  /* bumped by every phase change */
     uint64_t eof_ns;                  /* the sweeper's: when it saw the client's end of stream mid-request */
     unsigned eof_gen;                 /* the sweeper's: gen at eof_ns */
