@@ -865,7 +865,11 @@ void MM(q4_0)(const ix_matmul *mm, size_t n0, size_t n1) {
 }
 
 void MM(q5_0)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_Q5_0], Q_RX, Q_RW); }
-void MM(q4_k)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_Q4_K], Q_RX, Q_RW); }
+void MM(q4_k)(const ix_matmul *mm, size_t n0, size_t n1) {
+    /* packed Q4_K has tiles on AVX-512 only (ix_kernels_pack_pays): read here exactly, slowly */
+    if (mm->w_packed) ix__mm_q_generic(mm, n0, n1);
+    else ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_Q4_K], Q_RX, Q_RW);
+}
 void MM(q5_k)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_Q5_K], Q_RX, Q_RW); }
 void MM(q6_k)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_Q6_K], Q_RX, Q_RW); }
 void MM(q4_1)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_Q4_1], Q_RX, Q_RW); }

@@ -1345,13 +1345,31 @@ static inline __attribute__((always_inline)) __m512i pk_dp(__m512i acc, __m512i 
     return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_abs_epi8(w), sx), ones));
 }
 
-static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, bool q8, bool vnni, int rx) {
+/* The packed quantized types: Q8_0, Q4_0, and Q4_K (IX__PACK_K4: Q4_0's
+ * planes with unsigned codes, so no offset, and per 32 elements the 16
+ * rows' sub-block scales and mins, two byte loads widened to floats and
+ * multiplied into the super-block's d and -dmin: the d sc and -dmin mn of
+ * unpack_q45_k, so the canonical min_sx dot and its bits). */
+typedef enum pk_kind { PK_Q8, PK_Q4, PK_K4 } pk_kind;
+
+static inline __attribute__((always_inline)) __m512 pk4_sub(const uint8_t *p, __m512 d) {
+    return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p))));
+}
+/* Q4_K's super-block scales of a group at S: d and -dmin (exact). */
+static inline __attribute__((always_inline)) void pk4_super(const uint8_t *S, __m512 *d, __m512 *ndm) {
+    *d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)S));
+    __m512 v = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + 32)));
+    *ndm = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), _mm512_set1_epi32((int)0x80000000u)));
+}
+
+static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, pk_kind kind, bool vnni, int rx) {
+    const bool q8 = kind == PK_Q8, k4 = kind == PK_K4;
     const size_t cb = q8 ? 512 : 256, nb = a->k / IX__QK;
     const __m512i nib = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8((char)0x80);
-    __m512 acc[PK_RX];
+    __m512 acc[PK_RX], d = _mm512_setzero_ps(), ndm = d;
     for (int i = 0; i < rx; i++) acc[i] = _mm512_setzero_ps();
     for (size_t b = 0; b < nb; b++) {
-        const uint8_t *c = a->w + b * cb;
+        const uint8_t *c = a->w + b * cb, *S = k4 ? a->scales + b / 8 * 320 : a->scales;
         for (size_t o = 0; o < cb; o += 64) __builtin_prefetch(c + PK_PF_BYTES + o, 0, 3);
         __m512i T[8];
         if (q8) {
@@ -1368,12 +1386,19 @@ static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, b
                 T[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
             }
         }
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(a->scales + b * 2 * IX__PK)));
+        __m512 dw, dmn = _mm512_setzero_ps();
+        if (k4) {
+            if (b % 8 == 0) pk4_super(S, &d, &ndm);
+            dw = pk4_sub(S + 64 + b % 8 * IX__PK, d);
+            dmn = pk4_sub(S + 192 + b % 8 * IX__PK, ndm);
+        } else {
+            dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(a->scales + b * 2 * IX__PK)));
+        }
         __m512i dot[PK_RX];
         IX__UNROLL(8)
         for (int i = 0; i < rx; i++) {
             const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + (size_t)i * a->xs + a->blk_off) + b;
-            dot[i] = _mm512_set1_epi32(q8 ? (vnni ? xb->neg128s : 0) : xb->neg8s);
+            dot[i] = _mm512_set1_epi32(k4 ? 0 : q8 ? (vnni ? xb->neg128s : 0) : xb->neg8s);
         }
         IX__UNROLL(8)
         for (int j = 0; j < 8; j++) {
@@ -1385,31 +1410,39 @@ static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, b
         for (int i = 0; i < rx; i++) {
             const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + (size_t)i * a->xs + a->blk_off) + b;
             acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i]), _mm512_mul_ps(dw, _mm512_set1_ps(xb->d)), acc[i]);
+            if (k4) acc[i] = _mm512_fmadd_ps(dmn, _mm512_set1_ps((float)xb->s * xb->d), acc[i]);
         }
     }
     for (int i = 0; i < rx; i++) _mm512_storeu_ps(a->y + (size_t)i * a->ldy, acc[i]);
 }
 
 /* The lockstep tile (IX__PK_LOCK groups, one X row: decode), VNNI. The x
- * broadcasts are shared by the groups. Q4_0 splits a byte's nibbles by
- * masking alone: the high nibble stays scaled by 16 in its own sum, which is
- * divided back exactly (a multiple of 16; no int32 overflow at these
- * magnitudes), so the integer dot, and with it every bit, equals pk_run's. */
+ * broadcasts are shared by the groups. The 4-bit types split a byte's
+ * nibbles by masking alone: the high nibble stays scaled by 16 in its own
+ * sum, which is divided back exactly (a multiple of 16; no int32 overflow at
+ * these magnitudes), so the integer dot, and with it every bit, equals
+ * pk_run's. */
 #define PK_LOCK_PF_BYTES 2048 /* per stream; the four streams together run 8 KiB ahead */
 
-static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile *a, bool q8) {
+static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile *a, pk_kind kind) {
     enum { G = IX__PK_LOCK };
+    const bool q8 = kind == PK_Q8, k4 = kind == PK_K4;
     const size_t cb = q8 ? 512 : 256, nb = a->k / IX__QK, gs = a->gstride;
     const __m512i lo = _mm512_set1_epi8(0x0f), hi = _mm512_set1_epi8((char)0xf0),
                   flip = _mm512_set1_epi8((char)0x80);
-    __m512 acc[G];
-    for (int g = 0; g < G; g++) acc[g] = _mm512_setzero_ps();
+    __m512 acc[G], d[G], ndm[G];
+    for (int g = 0; g < G; g++) acc[g] = d[g] = ndm[g] = _mm512_setzero_ps();
     for (size_t b = 0; b < nb; b++) {
         const uint8_t *c = a->w + b * cb, *x = a->x + b * IX__QK;
+        const uint8_t *S = k4 ? a->scales + b / 8 * 320 : a->scales;
         const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + a->blk_off) + b;
         IX__UNROLL(4)
         for (int g = 0; g < G; g++)
             for (size_t o = 0; o < cb; o += 64) __builtin_prefetch(c + g * gs + PK_LOCK_PF_BYTES + o, 0, 3);
+        if (k4 && b % 8 == 0) {
+            IX__UNROLL(4)
+            for (int g = 0; g < G; g++) pk4_super(S + g * gs, &d[g], &ndm[g]);
+        }
         __m512i dl[G], dh[G];
         IX__UNROLL(4)
         for (int g = 0; g < G; g++) dl[g] = dh[g] = _mm512_setzero_si512();
@@ -1436,39 +1469,46 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
                 }
             }
         }
-        const __m512i off = _mm512_set1_epi32(q8 ? xb->neg128s : xb->neg8s);
-        const __m512 xd = _mm512_set1_ps(xb->d);
+        const __m512i off = _mm512_set1_epi32(k4 ? 0 : q8 ? xb->neg128s : xb->neg8s);
+        const __m512 xd = _mm512_set1_ps(xb->d), sxd = _mm512_set1_ps((float)xb->s * xb->d);
         IX__UNROLL(4)
         for (int g = 0; g < G; g++) {
-            __m512i d = _mm512_add_epi32(off, dl[g]);
-            if (!q8) d = _mm512_add_epi32(d, _mm512_srai_epi32(dh[g], 4));
+            __m512i dot = _mm512_add_epi32(off, dl[g]);
+            if (!q8) dot = _mm512_add_epi32(dot, _mm512_srai_epi32(dh[g], 4));
+            const uint8_t *Sg = S + g * gs;
             const __m512 dw =
-                _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(a->scales + g * gs + b * 2 * IX__PK)));
-            acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(dw, xd), acc[g]);
+                k4 ? pk4_sub(Sg + 64 + b % 8 * IX__PK, d[g])
+                   : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(a->scales + g * gs + b * 2 * IX__PK)));
+            acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, xd), acc[g]);
+            if (k4) acc[g] = _mm512_fmadd_ps(pk4_sub(Sg + 192 + b % 8 * IX__PK, ndm[g]), sxd, acc[g]);
         }
     }
     for (int g = 0; g < G; g++) _mm512_storeu_ps(a->y + g * IX__PK, acc[g]);
 }
-static void pk_lock_q8(const ix__pk_tile *a) { pk_lock_run(a, true); }
-static void pk_lock_q4(const ix__pk_tile *a) { pk_lock_run(a, false); }
-static const ix__pk_fn k_lock_q8[IX__PK_LOCK_RX] = {pk_lock_q8}, k_lock_q4[IX__PK_LOCK_RX] = {pk_lock_q4};
+static void pk_lock_q8(const ix__pk_tile *a) { pk_lock_run(a, PK_Q8); }
+static void pk_lock_q4(const ix__pk_tile *a) { pk_lock_run(a, PK_Q4); }
+static void pk_lock_k4(const ix__pk_tile *a) { pk_lock_run(a, PK_K4); }
+/* [kind] */
+static const ix__pk_fn k_lock[3][IX__PK_LOCK_RX] = {{pk_lock_q8}, {pk_lock_q4}, {pk_lock_k4}};
 
-#define PK_INST(T, TAG, V, R)                                                                  \
-    static void pk_##T##_##TAG##_##R(const ix__pk_tile *a) { pk_run(a, IX_DTYPE_##T == IX_DTYPE_Q8_0, V, R); }
-#define PK_ALL(T, TAG, V)                                                                      \
-    PK_INST(T, TAG, V, 1) PK_INST(T, TAG, V, 2) PK_INST(T, TAG, V, 3) PK_INST(T, TAG, V, 4)     \
-    PK_INST(T, TAG, V, 5) PK_INST(T, TAG, V, 6) PK_INST(T, TAG, V, 7) PK_INST(T, TAG, V, 8)
-PK_ALL(Q8_0, vnni, true)
-PK_ALL(Q4_0, vnni, true)
-PK_ALL(Q8_0, bw, false)
-PK_ALL(Q4_0, bw, false)
-#define PK_ROW(T, TAG)                                                                         \
-    {pk_##T##_##TAG##_1, pk_##T##_##TAG##_2, pk_##T##_##TAG##_3, pk_##T##_##TAG##_4,             \
-     pk_##T##_##TAG##_5, pk_##T##_##TAG##_6, pk_##T##_##TAG##_7, pk_##T##_##TAG##_8}
-/* [vnni][q4][rx - 1] */
-static const ix__pk_fn k_pk[2][2][PK_RX] = {
-    {PK_ROW(Q8_0, bw), PK_ROW(Q4_0, bw)},
-    {PK_ROW(Q8_0, vnni), PK_ROW(Q4_0, vnni)},
+#define PK_INST(K, TAG, V, R)                                                                  \
+    static void pk_##K##_##TAG##_##R(const ix__pk_tile *a) { pk_run(a, PK_##K, V, R); }
+#define PK_ALL(K, TAG, V)                                                                      \
+    PK_INST(K, TAG, V, 1) PK_INST(K, TAG, V, 2) PK_INST(K, TAG, V, 3) PK_INST(K, TAG, V, 4)     \
+    PK_INST(K, TAG, V, 5) PK_INST(K, TAG, V, 6) PK_INST(K, TAG, V, 7) PK_INST(K, TAG, V, 8)
+PK_ALL(Q8, vnni, true)
+PK_ALL(Q4, vnni, true)
+PK_ALL(K4, vnni, true)
+PK_ALL(Q8, bw, false)
+PK_ALL(Q4, bw, false)
+PK_ALL(K4, bw, false)
+#define PK_ROW(K, TAG)                                                                         \
+    {pk_##K##_##TAG##_1, pk_##K##_##TAG##_2, pk_##K##_##TAG##_3, pk_##K##_##TAG##_4,             \
+     pk_##K##_##TAG##_5, pk_##K##_##TAG##_6, pk_##K##_##TAG##_7, pk_##K##_##TAG##_8}
+/* [vnni][kind][rx - 1] */
+static const ix__pk_fn k_pk[2][3][PK_RX] = {
+    {PK_ROW(Q8, bw), PK_ROW(Q4, bw), PK_ROW(K4, bw)},
+    {PK_ROW(Q8, vnni), PK_ROW(Q4, vnni), PK_ROW(K4, vnni)},
 };
 
 /* F16 / BF16 packed weights: element k of the group's 16 rows is one
@@ -1635,7 +1675,7 @@ static const ix__tile_fn k_ftiles[3][F_RX] = {FTILE_ROW(F32), FTILE_ROW(F16), FT
 static inline __attribute__((always_inline)) void mm_q(const ix_matmul *mm, size_t n0, size_t n1, bool q4,
                                                        bool vnni) {
     if (mm->w_packed)
-        ix__pk_walk(mm, n0, n1, k_pk[vnni][q4], PK_RX, PK_MCHUNK, !vnni ? NULL : q4 ? k_lock_q4 : k_lock_q8);
+        ix__pk_walk(mm, n0, n1, k_pk[vnni][q4], PK_RX, PK_MCHUNK, vnni ? k_lock[q4] : NULL);
     /* the wide tile's transpose pays off once a few X rows share it */
     else if (vnni && mm->M >= WIDE_MIN_M) ix__matmul_tiles(mm, n0, n1, k_wide_band[q4], 0, W_RW);
     else ix__matmul_tiles(mm, n0, n1, k_qtiles[vnni][q4], Q_RX, Q_RW);
@@ -1662,7 +1702,16 @@ KQ_MM(q4_1, Q4_1, false)
 KQ_MM(q5_1, Q5_1, false)
 KQ_MM(iq4_nl, IQ4_NL, false)
 KQ_MM(iq4_xs, IQ4_XS, true)
-KQ_MM(q4_k, Q4_K, true)
+/* Q4_K: packed weights (ix_kernels_pack_pays) through pk_run's PK_K4, else as the others */
+void ix__mm_q4_k_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) {
+    if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pk[1][PK_K4], PK_RX, PK_MCHUNK, k_lock[PK_K4]);
+    else if (kwide_ok(mm)) ix__matmul_tiles(mm, n0, n1, k_kwide_band[kw_index(KQ_Q4_K)], 0, W_RW);
+    else ix__matmul_tiles(mm, n0, n1, k_kqtiles[1][KQ_Q4_K], Q_RX, Q_RW);
+}
+void ix__mm_q4_k_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) {
+    if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pk[0][PK_K4], PK_RX, PK_MCHUNK, NULL);
+    else ix__matmul_tiles(mm, n0, n1, k_kqtiles[0][KQ_Q4_K], Q_RX, Q_RW);
+}
 KQ_MM(q5_k, Q5_K, true)
 KQ_MM(q6_k, Q6_K, true)
 KQ_MM(q3_k, Q3_K, true)

@@ -137,6 +137,14 @@ bool ix_kernels_packable(ix_dtype type, size_t N, size_t K) {
     return wt->pack != IX__PACK_NONE;
 }
 
+bool ix_kernels_pack_pays(ix_dtype type) {
+    const ix__wtype *wt = ix__wtype_of(type);
+    if (!wt || wt->pack == IX__PACK_NONE) return false;
+    if (wt->pack != IX__PACK_K4) return true;
+    const unsigned p = ix_kernels()->path;
+    return p == IX__PATH_AVX512_BW || p == IX__PATH_AVX512_VNNI;
+}
+
 size_t ix_kernels_packed_bytes(ix_dtype type, size_t N, size_t K) {
     if (!ix_kernels_packable(type, N, K)) return 0;
     return N / IX__PK * ix__pk_group_bytes(type, K);
@@ -181,6 +189,42 @@ void ix__pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *fns
     }
 }
 
+/* IX__PACK_K4 (Q4_K): per super-block and row, sub-block j's 32 codes (the
+ * low or high nibbles of qs[32 (j / 2) ..]) re-paired into Q4_0's planes
+ * (element i with element 16 + i), and the 6-bit scales and mins unpacked
+ * beside the fp16 d and dmin (kernels_int.h). */
+static void pack_k4(const void *w, size_t ws, size_t K, size_t n0, size_t n1, void *dst) {
+    const ix_dtype t = IX_DTYPE_Q4_K;
+    const size_t nsb = K / 256, gb = ix__pk_group_bytes(t, K);
+    for (size_t g = n0 / IX__PK; g < n1 / IX__PK; g++) {
+        uint8_t *codes = (uint8_t *)ix__pk_codes(t, dst, K, g);
+        uint8_t *scales = (uint8_t *)ix__pk_scales(t, dst, K, g);
+        const uint8_t *src = (const uint8_t *)w + g * IX__PK * ws;
+        for (size_t sb = 0; sb < nsb; sb++) {
+            uint8_t *S = scales + sb * 320;
+            for (size_t r = 0; r < IX__PK; r++) {
+                const uint8_t *blk = src + r * ws + sb * 144;
+                uint8_t sm[16];
+                memcpy(S + 2 * r, blk, 2);
+                memcpy(S + 32 + 2 * r, blk + 2, 2);
+                ix__k4_scales(blk + 4, sm);
+                for (size_t j = 0; j < 8; j++) {
+                    S[64 + j * IX__PK + r] = sm[j];
+                    S[192 + j * IX__PK + r] = sm[8 + j];
+                    const uint8_t *q = blk + 16 + 32 * (j / 2);
+                    const int sh = 4 * (int)(j % 2);
+                    uint8_t *cd = codes + (sb * 8 + j) * 256 + r * 4;
+                    for (size_t p = 0; p < 4; p++)
+                        for (size_t i = 0; i < 4; i++)
+                            cd[p * 64 + i] = (uint8_t)(((q[4 * p + i] >> sh) & 15) | ((q[16 + 4 * p + i] >> sh) & 15) << 4);
+                }
+            }
+        }
+        size_t used = (size_t)(scales - codes) + nsb * 320;
+        memset(codes + used, 0, gb - used);
+    }
+}
+
 ix_status ix_kernels_pack(ix_dtype type, const void *w, size_t w_stride_bytes, size_t N, size_t K,
                           size_t n0, size_t n1, void *dst) {
     if (!ix_kernels_packable(type, N, K)) return IX_ERR_UNSUPPORTED;
@@ -196,6 +240,10 @@ ix_status ix_kernels_pack(ix_dtype type, const void *w, size_t w_stride_bytes, s
                 for (size_t r = 0; r < IX__PK; r++) memcpy(out + (k * IX__PK + r) * 2, src + r * ws + k * 2, 2);
             memset(out + K * 2 * IX__PK, 0, ix__pk_group_bytes(type, K) - K * 2 * IX__PK);
         }
+        return IX_OK;
+    }
+    if (ix__wtype_of(type)->pack == IX__PACK_K4) {
+        pack_k4(w, ws, K, n0, n1, dst);
         return IX_OK;
     }
     /* IX__PACK_PLANES: a block is an fp16 scale and its code bytes, a dword

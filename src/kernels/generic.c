@@ -91,6 +91,19 @@ static float dot32(const ix__q32 *u, const ix__wtype *wt, ix__q8a_row xa, size_t
 static void unpack_packed(ix_dtype t, const uint8_t *codes, const uint8_t *scales, size_t r, size_t b,
                           ix__q32 *u) {
     const uint8_t *c = codes + b * ix__pk_code_bytes(t) + r * 4;
+    if (t == IX_DTYPE_Q4_K) { /* unsigned codes; the sub-block's scale and min folded in, as unpack_q45_k */
+        for (int j = 0; j < 4; j++)
+            for (int i = 0; i < 4; i++) {
+                u->q[4 * j + i] = (int8_t)(c[j * 64 + i] & 15);
+                u->q[16 + 4 * j + i] = (int8_t)(c[j * 64 + i] >> 4);
+            }
+        const uint8_t *S = scales + b / 8 * 320;
+        u->sc[0] = u->sc[1] = 1;
+        u->mn[0] = u->mn[1] = 1;
+        u->d = ix__fp16_to_fp32(ix__load_u16(S + 2 * r)) * (float)S[64 + b % 8 * IX__PK + r];
+        u->dm = -ix__fp16_to_fp32(ix__load_u16(S + 32 + 2 * r)) * (float)S[192 + b % 8 * IX__PK + r];
+        return;
+    }
     for (int j = 0; j < 4; j++)
         for (int i = 0; i < 4; i++) {
             if (t == IX_DTYPE_Q8_0) {

@@ -246,7 +246,8 @@ typedef struct ix__q32 {
 typedef enum ix__pack {
     IX__PACK_NONE,   /* rows only */
     IX__PACK_HALVES, /* F16 / BF16: element k of 16 rows side by side */
-    IX__PACK_PLANES  /* Q8_0 / Q4_0: code dwords of 16 rows interleaved, scales apart */
+    IX__PACK_PLANES, /* Q8_0 / Q4_0: code dwords of 16 rows interleaved, scales apart */
+    IX__PACK_K4      /* Q4_K: Q4_0's code planes per 32, the super-blocks' scales unpacked apart */
 } ix__pack;
 
 typedef struct ix__wtype ix__wtype;
@@ -258,7 +259,8 @@ struct ix__wtype {
     bool has_min;   /* the canonical dot adds the min term */
     bool min_sx;    /* ... as fma(dm, (float)s * d_x, acc) (Q4_K, Q5_K: mins folded into dm) */
     ix__pack pack;
-    uint16_t pk_code_bytes; /* IX__PACK_PLANES: code bytes of 16 rows' block */
+    uint16_t pk_code_bytes;  /* IX__PACK_PLANES / _K4: code bytes of 16 rows' 32 elements */
+    uint16_t pk_scale_bytes; /* ... and scale bytes of 16 rows' block (blck elements) */
     /* n elements (whole blocks) of a row to f32 */
     void (*dequant)(const ix__wtype *wt, const uint8_t *src, float *dst, size_t n);
     /* quantized types: 32-element part j (< blck / 32) of the block at blk */
@@ -345,13 +347,18 @@ IX__MM_DECL_NEON(q2_k) IX__MM_DECL_NEON(q3_k)
 /* ---- packed weights (ix_kernels_pack) ---------------------------------------
  * Group g (W rows 16g..16g+15) occupies ix__pk_group_bytes(t, K) bytes at
  * w + g * that, 64-byte aligned. F16 / BF16: element k of the 16 rows side
- * by side, halves[K][16]. Q8_0 / Q4_0:
- *     codes[K/32][CB]     CB = 256 (Q4_0) or 512 (Q8_0) bytes per block:
- *                         plane j (64 bytes at j * 64) holds, in 32-bit lane r,
- *                         bytes 4j..4j+3 of row r's block codes: Q4_0 planes
- *                         0..3 (low nibble = element 4j+i, high = 16+4j+i),
+ * by side, halves[K][16]. Q8_0 / Q4_0 / Q4_K:
+ *     codes[K/32][CB]     CB = 256 (Q4_0, Q4_K) or 512 (Q8_0) bytes per 32
+ *                         elements: plane j (64 bytes at j * 64) holds, in
+ *                         32-bit lane r, bytes 4j..4j+3 of row r's codes:
+ *                         4-bit planes 0..3 (low nibble = element 4j+i, high
+ *                         = 16+4j+i; Q4_K's sub-block codes re-paired so),
  *                         Q8_0 planes 0..7 (int8 element 4j+i)
- *     scales[K/32][16]    the rows' fp16 block scales, row order
+ *     scales              Q8_0 / Q4_0: [K/32][16] the rows' fp16 block scales,
+ *                         row order; Q4_K, 320 bytes per super-block of 256:
+ *                         d[16], dmin[16] (fp16, row order), then the 6-bit
+ *                         scales and mins unpacked to bytes, sc[8][16] and
+ *                         mn[8][16] (sub-block, row)
  *     padding to 64 bytes */
 #define IX__PK IX_KERNELS_PACK_ROWS
 
@@ -368,8 +375,8 @@ static inline bool ix__pk_halves(ix_dtype t) {
 
 static inline size_t ix__pk_group_bytes(ix_dtype t, size_t k) {
     if (ix__pk_halves(t)) return ix__align64(k * 2 * IX__PK);
-    size_t nb = k / IX__QK;
-    return ix__align64(nb * (ix__pk_code_bytes(t) + 2 * IX__PK));
+    const ix__wtype *wt = ix__wtype_of(t);
+    return ix__align64(k / IX__QK * wt->pk_code_bytes + k / wt->blck * wt->pk_scale_bytes);
 }
 
 /* Group g's codes and scales. */

@@ -705,14 +705,15 @@ static void quantize_q6_k(const float *src, uint8_t *p, size_t n, const float *q
 
 #define NO_VECTOR_PATH
 #define FLOAT_ROW(T, t, pack_)                                                                     \
-    [IX_DTYPE_##T] = {IX_DTYPE_##T, BLCK_##T, BYTES_##T, false, false, false, pack_, 0, dequant_##t, NULL, \
+    [IX_DTYPE_##T] = {IX_DTYPE_##T, BLCK_##T, BYTES_##T, false, false, false, pack_, 0, 0, dequant_##t, NULL, \
                       quantize_##t,                                                                \
                       {[IX__PATH_GENERIC] = ix__mm_float_generic, AVX2(t)                          \
                            AVX512(ix__mm_##t##_avx512, ix__mm_##t##_avx512)                         \
                                NEON(ix__mm_float_neon, ix__mm_float_neon)}}
 /* min_: 0 none, 1 the integer min term, 2 the min_sx form (kernels_int.h) */
-#define Q_ROW(T, t, min_, pack_, pk_code_, paths)                                                   \
-    [IX_DTYPE_##T] = {IX_DTYPE_##T, BLCK_##T, BYTES_##T, true, (min_) != 0, (min_) == 2, pack_, pk_code_, dequant_q, \
+#define Q_ROW(T, t, min_, pack_, pk_code_, pk_scale_, paths)                                        \
+    [IX_DTYPE_##T] = {IX_DTYPE_##T, BLCK_##T, BYTES_##T, true, (min_) != 0, (min_) == 2, pack_, pk_code_, pk_scale_, \
+                      dequant_q, \
                       unpack_##t, quantize_##t, {[IX__PATH_GENERIC] = ix__mm_q_generic, paths}}
 
 /* Indexed by type code. */
@@ -720,31 +721,31 @@ static const ix__wtype k_wtypes[] = {
     FLOAT_ROW(F32, f32, IX__PACK_NONE),
     FLOAT_ROW(F16, f16, IX__PACK_HALVES),
     FLOAT_ROW(BF16, bf16, IX__PACK_HALVES),
-    Q_ROW(Q8_0, q8_0, 0, IX__PACK_PLANES, 512,
+    Q_ROW(Q8_0, q8_0, 0, IX__PACK_PLANES, 512, 32,
           AVX2(q8_0) AVX512(ix__mm_q8_0_avx512bw, ix__mm_q8_0_avx512vnni)
               NEON(ix__mm_q8_0_neon, ix__mm_q8_0_neondot)),
-    Q_ROW(Q4_0, q4_0, 0, IX__PACK_PLANES, 256,
+    Q_ROW(Q4_0, q4_0, 0, IX__PACK_PLANES, 256, 32,
           AVX2(q4_0) AVX512(ix__mm_q4_0_avx512bw, ix__mm_q4_0_avx512vnni)
               NEON(ix__mm_q4_0_neon, ix__mm_q4_0_neondot)),
-    Q_ROW(Q4_1, q4_1, 1, IX__PACK_NONE, 0, AVX2(q4_1) AVX512(ix__mm_q4_1_avx512bw, ix__mm_q4_1_avx512vnni)
+    Q_ROW(Q4_1, q4_1, 1, IX__PACK_NONE, 0, 0, AVX2(q4_1) AVX512(ix__mm_q4_1_avx512bw, ix__mm_q4_1_avx512vnni)
               NEON(ix__mm_q4_1_neon, ix__mm_q4_1_neondot)),
-    Q_ROW(Q5_0, q5_0, 0, IX__PACK_NONE, 0, AVX2(q5_0) AVX512(ix__mm_q5_0_avx512bw, ix__mm_q5_0_avx512vnni)
+    Q_ROW(Q5_0, q5_0, 0, IX__PACK_NONE, 0, 0, AVX2(q5_0) AVX512(ix__mm_q5_0_avx512bw, ix__mm_q5_0_avx512vnni)
               NEON(ix__mm_q5_0_neon, ix__mm_q5_0_neondot)),
-    Q_ROW(Q5_1, q5_1, 1, IX__PACK_NONE, 0, AVX2(q5_1) AVX512(ix__mm_q5_1_avx512bw, ix__mm_q5_1_avx512vnni)
+    Q_ROW(Q5_1, q5_1, 1, IX__PACK_NONE, 0, 0, AVX2(q5_1) AVX512(ix__mm_q5_1_avx512bw, ix__mm_q5_1_avx512vnni)
               NEON(ix__mm_q5_1_neon, ix__mm_q5_1_neondot)),
-    Q_ROW(Q2_K, q2_k, 1, IX__PACK_NONE, 0, AVX2(q2_k) AVX512(ix__mm_q2_k_avx512bw, ix__mm_q2_k_avx512vnni)
+    Q_ROW(Q2_K, q2_k, 1, IX__PACK_NONE, 0, 0, AVX2(q2_k) AVX512(ix__mm_q2_k_avx512bw, ix__mm_q2_k_avx512vnni)
               NEON(ix__mm_q2_k_neon, ix__mm_q2_k_neondot)),
-    Q_ROW(Q3_K, q3_k, 0, IX__PACK_NONE, 0, AVX2(q3_k) AVX512(ix__mm_q3_k_avx512bw, ix__mm_q3_k_avx512vnni)
+    Q_ROW(Q3_K, q3_k, 0, IX__PACK_NONE, 0, 0, AVX2(q3_k) AVX512(ix__mm_q3_k_avx512bw, ix__mm_q3_k_avx512vnni)
               NEON(ix__mm_q3_k_neon, ix__mm_q3_k_neondot)),
-    Q_ROW(Q4_K, q4_k, 2, IX__PACK_NONE, 0, AVX2(q4_k) AVX512(ix__mm_q4_k_avx512bw, ix__mm_q4_k_avx512vnni)
+    Q_ROW(Q4_K, q4_k, 2, IX__PACK_K4, 256, 320, AVX2(q4_k) AVX512(ix__mm_q4_k_avx512bw, ix__mm_q4_k_avx512vnni)
               NEON(ix__mm_q4_k_neon, ix__mm_q4_k_neondot)),
-    Q_ROW(Q5_K, q5_k, 2, IX__PACK_NONE, 0,
+    Q_ROW(Q5_K, q5_k, 2, IX__PACK_NONE, 0, 0,
           AVX2(q5_k) AVX512(ix__mm_q5_k_avx512bw, ix__mm_q5_k_avx512vnni) NEON(ix__mm_q5_k_neon, ix__mm_q5_k_neondot)),
-    Q_ROW(Q6_K, q6_k, 0, IX__PACK_NONE, 0, AVX2(q6_k) AVX512(ix__mm_q6_k_avx512bw, ix__mm_q6_k_avx512vnni)
+    Q_ROW(Q6_K, q6_k, 0, IX__PACK_NONE, 0, 0, AVX2(q6_k) AVX512(ix__mm_q6_k_avx512bw, ix__mm_q6_k_avx512vnni)
               NEON(ix__mm_q6_k_neon, ix__mm_q6_k_neondot)),
-    Q_ROW(IQ4_NL, iq4_nl, 0, IX__PACK_NONE, 0, AVX2(iq4_nl) AVX512(ix__mm_iq4_nl_avx512bw, ix__mm_iq4_nl_avx512vnni)
+    Q_ROW(IQ4_NL, iq4_nl, 0, IX__PACK_NONE, 0, 0, AVX2(iq4_nl) AVX512(ix__mm_iq4_nl_avx512bw, ix__mm_iq4_nl_avx512vnni)
               NEON(ix__mm_iq4_nl_neon, ix__mm_iq4_nl_neondot)),
-    Q_ROW(IQ4_XS, iq4_xs, 0, IX__PACK_NONE, 0, AVX2(iq4_xs) AVX512(ix__mm_iq4_xs_avx512bw, ix__mm_iq4_xs_avx512vnni)
+    Q_ROW(IQ4_XS, iq4_xs, 0, IX__PACK_NONE, 0, 0, AVX2(iq4_xs) AVX512(ix__mm_iq4_xs_avx512bw, ix__mm_iq4_xs_avx512vnni)
               NEON(ix__mm_iq4_xs_neon, ix__mm_iq4_xs_neondot)),
 };
 

@@ -325,7 +325,7 @@ static void pack_worker(void *ctx, int ith, int nth) {
     }
 }
 
-/* Repacks every packable matmul weight (Q8_0 / Q4_0 / F16 / BF16:
+/* Repacks every packable matmul weight (Q8_0 / Q4_0 / F16 / BF16, Q4_K on AVX-512:
  * ix_kernels_pack) into one buffer, so the kernels read 16 rows per vector
  * load with no run-time transposes. Quantized results are the same bits,
  * float ones agree to rounding; INFERX_REPACK=0 keeps the mapped GGUF rows
@@ -336,7 +336,9 @@ static ix_status repack_weights(loader *L) {
     if (env && strcmp(env, "0") == 0) return IX_OK;
     ix__weight **ws = ix_malloc(((size_t)m->hp.n_layer * 7 + 1) * sizeof *ws);
     if (!ws) return ix_errf(L->err, IX_ERR_NOMEM, "out of memory");
-    size_t n = matmul_weights(m, ws);
+    size_t n = 0, n_all = matmul_weights(m, ws);
+    for (size_t i = 0; i < n_all; i++) /* what the active kernels read packed with tiles of their own */
+        if (ix_kernels_pack_pays(ws[i]->type)) ws[n++] = ws[i];
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++)
         total += ix_kernels_packed_bytes(ws[i]->type, (size_t)ws[i]->ne1, (size_t)ws[i]->ne0);
@@ -453,7 +455,8 @@ static ix_status shard_view(loader *L, ix__weight *w, int64_t row0, int64_t n) {
     if (!w->data) return IX_OK;
     const char *env = getenv("INFERX_REPACK");
     bool repack = !env || strcmp(env, "0") != 0;
-    if (repack && ix_kernels_packable(w->type, (size_t)w->ne1, (size_t)w->ne0) && (row0 % 16 || n % 16))
+    if (repack && ix_kernels_pack_pays(w->type) && ix_kernels_packable(w->type, (size_t)w->ne1, (size_t)w->ne0) &&
+        (row0 % 16 || n % 16))
         return ix_errf(L->err, IX_ERR_UNSUPPORTED,
                        "%.*s: a tensor-parallel shard of rows %lld..%lld is not on 16-row boundaries, which its "
                        "packed layout needs (try another number of ranks)",
