@@ -1357,8 +1357,8 @@ static inline __attribute__((always_inline)) __m512 pk4_sub(const uint8_t *p, __
 }
 /* Q4_K's super-block scales of a group at S: d and -dmin (exact). */
 static inline __attribute__((always_inline)) void pk4_super(const uint8_t *S, __m512 *d, __m512 *ndm) {
-    *d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)S));
-    __m512 v = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + 32)));
+    *d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + IX__PK4_D)));
+    __m512 v = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + IX__PK4_DMIN)));
     *ndm = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), _mm512_set1_epi32((int)0x80000000u)));
 }
 
@@ -1369,7 +1369,7 @@ static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, p
     __m512 acc[PK_RX], d = _mm512_setzero_ps(), ndm = d;
     for (int i = 0; i < rx; i++) acc[i] = _mm512_setzero_ps();
     for (size_t b = 0; b < nb; b++) {
-        const uint8_t *c = a->w + b * cb, *S = k4 ? a->scales + b / 8 * 320 : a->scales;
+        const uint8_t *c = a->w + b * cb, *S = k4 ? a->scales + b / 8 * IX__PK4_SUPER : a->scales;
         for (size_t o = 0; o < cb; o += 64) __builtin_prefetch(c + PK_PF_BYTES + o, 0, 3);
         __m512i T[8];
         if (q8) {
@@ -1389,8 +1389,8 @@ static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, p
         __m512 dw, dmn = _mm512_setzero_ps();
         if (k4) {
             if (b % 8 == 0) pk4_super(S, &d, &ndm);
-            dw = pk4_sub(S + 64 + b % 8 * IX__PK, d);
-            dmn = pk4_sub(S + 192 + b % 8 * IX__PK, ndm);
+            dw = pk4_sub(S + IX__PK4_SC + b % 8 * IX__PK, d);
+            dmn = pk4_sub(S + IX__PK4_MN + b % 8 * IX__PK, ndm);
         } else {
             dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(a->scales + b * 2 * IX__PK)));
         }
@@ -1434,7 +1434,7 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
     for (int g = 0; g < G; g++) acc[g] = d[g] = ndm[g] = _mm512_setzero_ps();
     for (size_t b = 0; b < nb; b++) {
         const uint8_t *c = a->w + b * cb, *x = a->x + b * IX__QK;
-        const uint8_t *S = k4 ? a->scales + b / 8 * 320 : a->scales;
+        const uint8_t *S = k4 ? a->scales + b / 8 * IX__PK4_SUPER : a->scales;
         const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + a->blk_off) + b;
         IX__UNROLL(4)
         for (int g = 0; g < G; g++)
@@ -1477,10 +1477,10 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
             if (!q8) dot = _mm512_add_epi32(dot, _mm512_srai_epi32(dh[g], 4));
             const uint8_t *Sg = S + g * gs;
             const __m512 dw =
-                k4 ? pk4_sub(Sg + 64 + b % 8 * IX__PK, d[g])
+                k4 ? pk4_sub(Sg + IX__PK4_SC + b % 8 * IX__PK, d[g])
                    : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(a->scales + g * gs + b * 2 * IX__PK)));
             acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, xd), acc[g]);
-            if (k4) acc[g] = _mm512_fmadd_ps(pk4_sub(Sg + 192 + b % 8 * IX__PK, ndm[g]), sxd, acc[g]);
+            if (k4) acc[g] = _mm512_fmadd_ps(pk4_sub(Sg + IX__PK4_MN + b % 8 * IX__PK, ndm[g]), sxd, acc[g]);
         }
     }
     for (int g = 0; g < G; g++) _mm512_storeu_ps(a->y + g * IX__PK, acc[g]);

@@ -201,16 +201,16 @@ static void pack_k4(const void *w, size_t ws, size_t K, size_t n0, size_t n1, vo
         uint8_t *scales = (uint8_t *)ix__pk_scales(t, dst, K, g);
         const uint8_t *src = (const uint8_t *)w + g * IX__PK * ws;
         for (size_t sb = 0; sb < nsb; sb++) {
-            uint8_t *S = scales + sb * 320;
+            uint8_t *S = scales + sb * IX__PK4_SUPER;
             for (size_t r = 0; r < IX__PK; r++) {
                 const uint8_t *blk = src + r * ws + sb * 144;
                 uint8_t sm[16];
-                memcpy(S + 2 * r, blk, 2);
-                memcpy(S + 32 + 2 * r, blk + 2, 2);
+                memcpy(S + IX__PK4_D + 2 * r, blk, 2);
+                memcpy(S + IX__PK4_DMIN + 2 * r, blk + 2, 2);
                 ix__k4_scales(blk + 4, sm);
                 for (size_t j = 0; j < 8; j++) {
-                    S[64 + j * IX__PK + r] = sm[j];
-                    S[192 + j * IX__PK + r] = sm[8 + j];
+                    S[IX__PK4_SC + j * IX__PK + r] = sm[j];
+                    S[IX__PK4_MN + j * IX__PK + r] = sm[8 + j];
                     const uint8_t *q = blk + 16 + 32 * (j / 2);
                     const int sh = 4 * (int)(j % 2);
                     uint8_t *cd = codes + (sb * 8 + j) * 256 + r * 4;
@@ -220,7 +220,7 @@ static void pack_k4(const void *w, size_t ws, size_t K, size_t n0, size_t n1, vo
                 }
             }
         }
-        size_t used = (size_t)(scales - codes) + nsb * 320;
+        size_t used = (size_t)(scales - codes) + nsb * IX__PK4_SUPER;
         memset(codes + used, 0, gb - used);
     }
 }

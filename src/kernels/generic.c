@@ -91,29 +91,27 @@ static float dot32(const ix__q32 *u, const ix__wtype *wt, ix__q8a_row xa, size_t
 static void unpack_packed(ix_dtype t, const uint8_t *codes, const uint8_t *scales, size_t r, size_t b,
                           ix__q32 *u) {
     const uint8_t *c = codes + b * ix__pk_code_bytes(t) + r * 4;
-    if (t == IX_DTYPE_Q4_K) { /* unsigned codes; the sub-block's scale and min folded in, as unpack_q45_k */
-        for (int j = 0; j < 4; j++)
-            for (int i = 0; i < 4; i++) {
-                u->q[4 * j + i] = (int8_t)(c[j * 64 + i] & 15);
-                u->q[16 + 4 * j + i] = (int8_t)(c[j * 64 + i] >> 4);
-            }
-        const uint8_t *S = scales + b / 8 * 320;
-        u->sc[0] = u->sc[1] = 1;
-        u->mn[0] = u->mn[1] = 1;
-        u->d = ix__fp16_to_fp32(ix__load_u16(S + 2 * r)) * (float)S[64 + b % 8 * IX__PK + r];
-        u->dm = -ix__fp16_to_fp32(ix__load_u16(S + 32 + 2 * r)) * (float)S[192 + b % 8 * IX__PK + r];
-        return;
-    }
+    const bool k4 = t == IX_DTYPE_Q4_K;
+    const int off = k4 ? 0 : 8; /* Q4_K's codes are unsigned */
     for (int j = 0; j < 4; j++)
         for (int i = 0; i < 4; i++) {
             if (t == IX_DTYPE_Q8_0) {
                 u->q[4 * j + i] = (int8_t)c[j * 64 + i];
                 u->q[16 + 4 * j + i] = (int8_t)c[(j + 4) * 64 + i];
-            } else { /* Q4_0: plane j holds elements 4j.. (low nibbles) and 16 + 4j.. (high) */
-                u->q[4 * j + i] = (int8_t)((c[j * 64 + i] & 15) - 8);
-                u->q[16 + 4 * j + i] = (int8_t)((c[j * 64 + i] >> 4) - 8);
+            } else { /* Q4_0 / Q4_K: plane j holds elements 4j.. (low nibbles) and 16 + 4j.. (high) */
+                u->q[4 * j + i] = (int8_t)((c[j * 64 + i] & 15) - off);
+                u->q[16 + 4 * j + i] = (int8_t)((c[j * 64 + i] >> 4) - off);
             }
         }
+    if (k4) { /* the sub-block's scale and min folded in, as unpack_q45_k */
+        const uint8_t *S = scales + b / 8 * IX__PK4_SUPER;
+        const size_t at = b % 8 * IX__PK + r;
+        u->sc[0] = u->sc[1] = 1;
+        u->mn[0] = u->mn[1] = 1;
+        u->d = ix__fp16_to_fp32(ix__load_u16(S + IX__PK4_D + 2 * r)) * (float)S[IX__PK4_SC + at];
+        u->dm = -ix__fp16_to_fp32(ix__load_u16(S + IX__PK4_DMIN + 2 * r)) * (float)S[IX__PK4_MN + at];
+        return;
+    }
     u->sc[0] = u->sc[1] = 1;
     u->mn[0] = u->mn[1] = 0;
     u->d = ix__fp16_to_fp32(ix__load_u16(scales + (b * IX__PK + r) * 2));

@@ -361,6 +361,12 @@ IX__MM_DECL_NEON(q2_k) IX__MM_DECL_NEON(q3_k)
  *                         mn[8][16] (sub-block, row)
  *     padding to 64 bytes */
 #define IX__PK IX_KERNELS_PACK_ROWS
+/* Q4_K's packed scales, per super-block of a group (offsets in its bytes) */
+#define IX__PK4_D 0          /* fp16 d[16] */
+#define IX__PK4_DMIN 32      /* fp16 dmin[16] */
+#define IX__PK4_SC 64        /* u8 sc[8][16] */
+#define IX__PK4_MN 192       /* u8 mn[8][16] */
+#define IX__PK4_SUPER 320    /* bytes */
 
 static inline size_t ix__pk_code_bytes(ix_dtype t) {
     const ix__wtype *wt = ix__wtype_of(t);

@@ -737,7 +737,7 @@ static const ix__wtype k_wtypes[] = {
               NEON(ix__mm_q2_k_neon, ix__mm_q2_k_neondot)),
     Q_ROW(Q3_K, q3_k, 0, IX__PACK_NONE, 0, 0, AVX2(q3_k) AVX512(ix__mm_q3_k_avx512bw, ix__mm_q3_k_avx512vnni)
               NEON(ix__mm_q3_k_neon, ix__mm_q3_k_neondot)),
-    Q_ROW(Q4_K, q4_k, 2, IX__PACK_K4, 256, 320, AVX2(q4_k) AVX512(ix__mm_q4_k_avx512bw, ix__mm_q4_k_avx512vnni)
+    Q_ROW(Q4_K, q4_k, 2, IX__PACK_K4, 256, IX__PK4_SUPER, AVX2(q4_k) AVX512(ix__mm_q4_k_avx512bw, ix__mm_q4_k_avx512vnni)
               NEON(ix__mm_q4_k_neon, ix__mm_q4_k_neondot)),
     Q_ROW(Q5_K, q5_k, 2, IX__PACK_NONE, 0, 0,
           AVX2(q5_k) AVX512(ix__mm_q5_k_avx512bw, ix__mm_q5_k_avx512vnni) NEON(ix__mm_q5_k_neon, ix__mm_q5_k_neondot)),
