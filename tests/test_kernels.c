@@ -775,7 +775,8 @@ static void test_matmul_packed(void **state) {
     const size_t Ms[] = {1, 2, 3, 4, 5, 6, 8, 9, 17, 150}; /* up to 6: the lockstep tiles */
     const size_t Ns[] = {16, 48, 80}; /* 80: lockstep runs of groups (4 or 2), then one more */
     const size_t Ks[] = {32, 224, 1024};
-    const ix_dtype qt[] = {IX_DTYPE_Q8_0, IX_DTYPE_Q4_0, IX_DTYPE_Q4_K, IX_DTYPE_F16, IX_DTYPE_BF16};
+    const ix_dtype qt[] = {IX_DTYPE_Q8_0, IX_DTYPE_Q4_0, IX_DTYPE_Q4_K, IX_DTYPE_Q5_K,
+                           IX_DTYPE_Q6_K, IX_DTYPE_F16, IX_DTYPE_BF16};
     for (size_t ti = 0; ti < IX_ARRAY_LEN(qt); ti++)
         for (size_t a = 0; a < IX_ARRAY_LEN(Ms); a++)
             for (size_t b = 0; b < IX_ARRAY_LEN(Ns); b++)
@@ -783,7 +784,7 @@ static void test_matmul_packed(void **state) {
                     bool q = ix__w_quantized(qt[ti]);
                     /* F16 / BF16: odd K too (no blocks) */
                     size_t M = Ms[a], N = Ns[b], K = q ? Ks[k] : Ks[k] + 1, pad = (a + k) % 2 ? 7 : 0;
-                    if (qt[ti] == IX_DTYPE_Q4_K) K = 256 * (k + 1); /* super-blocks: 1..3 of them */
+                    if (q && ix__wtype_of(qt[ti])->blck == 256) K = 256 * (k + 1); /* super-blocks: 1..3 */
                     if (M == 150 && K == 1024 && N > 16) continue; /* keep it cheap */
                     mm_case c;
                     mm_setup(&c, qt[ti], M, N, K, pad);
@@ -846,12 +847,17 @@ static void test_matmul_packed(void **state) {
     assert_true(ix_kernels_packable(IX_DTYPE_BF16, 16, 33));
     assert_false(ix_kernels_packable(IX_DTYPE_Q8_0, 16, 48));
     assert_false(ix_kernels_packable(IX_DTYPE_Q4_K, 16, 128));
-    assert_false(ix_kernels_packable(IX_DTYPE_Q6_K, 16, 256));
+    assert_false(ix_kernels_packable(IX_DTYPE_Q6_K, 16, 128));
     assert_true(ix_kernels_packable(IX_DTYPE_Q4_K, 16, 512));
-    assert_false(ix_kernels_pack_pays(IX_DTYPE_Q6_K));
+    assert_true(ix_kernels_packable(IX_DTYPE_Q6_K, 16, 256));
+    assert_false(ix_kernels_packable(IX_DTYPE_Q3_K, 16, 256));
+    assert_false(ix_kernels_pack_pays(IX_DTYPE_Q3_K));
     assert_true(ix_kernels_pack_pays(IX_DTYPE_Q4_0));
-    /* 16 rows of 256: 8 x 256 code bytes, 320 of scales (2.8% over the rows' 2304) */
+    /* 16 rows of 256: 8 x 256 code bytes, 320 of scales (2.8% over the rows' 2304);
+     * Q5_K 8 x 320 + 320 (2.3% over 2816); Q6_K 8 x 384 + 288, the rows' 3360 exactly */
     assert_int_equal(ix_kernels_packed_bytes(IX_DTYPE_Q4_K, 16, 256), 2368);
+    assert_int_equal(ix_kernels_packed_bytes(IX_DTYPE_Q5_K, 16, 256), 2880);
+    assert_int_equal(ix_kernels_packed_bytes(IX_DTYPE_Q6_K, 16, 256), 3392);
     assert_int_equal(ix_kernels_packed_bytes(IX_DTYPE_F32, 16, 64), 0);
     assert_int_equal(ix_kernels_pack(IX_DTYPE_Q4_0, buf, 0, 17, 64, 0, 16, buf), IX_ERR_UNSUPPORTED);
     assert_int_equal(ix_kernels_pack(IX_DTYPE_Q4_0, buf, 0, 32, 64, 0, 8, buf), IX_ERR_INVALID);

@@ -132,16 +132,17 @@ typedef struct ix_matmul {
  * 16 rows side by side, so one vcvtph2ps (BF16: a widen and a shift) gives a
  * vector of 16 rows to FMA with a broadcast X element (float results agree
  * with the row layout to rounding).
- * Q4_K packs as Q4_0's code planes per 32 elements, with the super-blocks'
- * fp16 scales and their 6-bit sub-block scales and mins unpacked to bytes
- * apart (2.8% more bytes than the rows: no decode of scales, no transposes).
- * Whether (type, N, K) can be packed: N % 16 == 0 and F16 / BF16, or Q8_0 /
- * Q4_0 / Q4_K with K a multiple of the type's block. Every path reads every
- * packed form. */
+ * Q4_K, Q5_K and Q6_K pack as Q4_0's code planes per 32 elements (the low 4
+ * bits) plus planes of the high bits, with the super-blocks' fp16 scales and
+ * their sub-block scales (and mins) unpacked to bytes apart (Q4_K 2.8%,
+ * Q5_K 2.3% more bytes than the rows, Q6_K the same: no decode of scales, no
+ * transposes). Whether (type, N, K) can be packed: N % 16 == 0 and F16 /
+ * BF16, or Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K with K a multiple of the type's
+ * block. Every path reads every packed form. */
 bool ix_kernels_packable(ix_dtype type, size_t N, size_t K);
 /* Whether the active kernels read type's packed form with tiles of their own
- * (so that a loader should pack it): the packable types, Q4_K on AVX-512
- * only (the other paths read it through the generic code). */
+ * (so that a loader should pack it): the packable types, the K-quants on
+ * AVX-512 only (the other paths read them through the generic code). */
 bool ix_kernels_pack_pays(ix_dtype type);
 /* Bytes of the packed form (0 when not packable). */
 size_t ix_kernels_packed_bytes(ix_dtype type, size_t N, size_t K);

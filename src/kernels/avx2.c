@@ -241,11 +241,13 @@ static void quantize_act(const float *x, void *dst, size_t k) {
         __m256i p8 = _mm256_packs_epi16(p16a, p16b);
         p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
         _mm256_storeu_si256((__m256i *)(qs + b * IX__QK), p8);
-        __m256i sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
-        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
-        ix__q8a_set_sum(&blk[b], _mm_cvtsi128_si32(s4));
+        /* the halves' sums side by side: lanes 0..3 the first 16, 4..7 the second */
+        __m256i sum = _mm256_add_epi32(_mm256_permute2x128_si256(q[0], q[2], 0x20), _mm256_permute2x128_si256(q[0], q[2], 0x31));
+        sum = _mm256_add_epi32(sum, _mm256_add_epi32(_mm256_permute2x128_si256(q[1], q[3], 0x20),
+                                                     _mm256_permute2x128_si256(q[1], q[3], 0x31)));
+        sum = _mm256_hadd_epi32(sum, sum);
+        sum = _mm256_hadd_epi32(sum, sum);
+        ix__q8a_set_sums(&blk[b], _mm256_cvtsi256_si32(sum), _mm256_extract_epi32(sum, 4));
     }
 }
 
@@ -552,9 +554,7 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
             __m256i idot;
             int32_t s0 = 0, s1 = 0;
             if (halves) {
-                /* sum of the first 16 x: vpsadbw of x + 128 */
-                __m128i sad = _mm_sad_epu8(_mm_xor_si128(x16, _mm_set1_epi8((char)0x80)), _mm_setzero_si128());
-                s0 = _mm_cvtsi128_si32(sad) + _mm_extract_epi32(sad, 2) - 16 * 128, s1 = xb->s - s0;
+                s0 = xb->s0, s1 = xb->s - xb->s0; /* the halves' sums (q8a) */
                 __m256i il = reduce2(kq_dp(_mm256_set1_epi32(-c4 * s0), wl, xl));
                 __m256i ih = reduce2(kq_dp(_mm256_set1_epi32(-c4 * s1), wh, xh));
                 idot = _mm256_add_epi32(_mm256_mullo_epi32(sc0, il), _mm256_mullo_epi32(sc1, ih));
@@ -865,13 +865,15 @@ void MM(q4_0)(const ix_matmul *mm, size_t n0, size_t n1) {
 }
 
 void MM(q5_0)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_Q5_0], Q_RX, Q_RW); }
-void MM(q4_k)(const ix_matmul *mm, size_t n0, size_t n1) {
-    /* packed Q4_K has tiles on AVX-512 only (ix_kernels_pack_pays): read here exactly, slowly */
-    if (mm->w_packed) ix__mm_q_generic(mm, n0, n1);
-    else ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_Q4_K], Q_RX, Q_RW);
-}
-void MM(q5_k)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_Q5_K], Q_RX, Q_RW); }
-void MM(q6_k)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_Q6_K], Q_RX, Q_RW); }
+/* the packed K-quants have tiles on AVX-512 only (ix_kernels_pack_pays): read here exactly, slowly */
+#define MM_KP(t, T)                                                                            \
+    void MM(t)(const ix_matmul *mm, size_t n0, size_t n1) {                                    \
+        if (mm->w_packed) ix__mm_q_generic(mm, n0, n1);                                       \
+        else ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_##T], Q_RX, Q_RW);                      \
+    }
+MM_KP(q4_k, Q4_K)
+MM_KP(q5_k, Q5_K)
+MM_KP(q6_k, Q6_K)
 void MM(q4_1)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_Q4_1], Q_RX, Q_RW); }
 void MM(q5_1)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_Q5_1], Q_RX, Q_RW); }
 void MM(iq4_nl)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_IQ4_NL], Q_RX, Q_RW); }

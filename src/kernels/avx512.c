@@ -206,7 +206,7 @@ static void quantize_act(const float *x, void *dst, size_t k) {
         __m512i q1 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(x1, vid), lo), hi));
         _mm_storeu_si128((__m128i *)(qs + b * IX__QK), _mm512_cvtsepi32_epi8(q0));
         _mm_storeu_si128((__m128i *)(qs + b * IX__QK + 16), _mm512_cvtsepi32_epi8(q1));
-        ix__q8a_set_sum(&blk[b], _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)));
+        ix__q8a_set_sums(&blk[b], _mm512_reduce_add_epi32(q0), _mm512_reduce_add_epi32(q1));
     }
 }
 
@@ -578,8 +578,7 @@ static const ix__tile_fn k_qtiles[2][2][Q_RX] = {
  *         time once per super-block), min term mn * s;
  *   Q5_K  as Q4_K, with the fifth bits from qh;
  *   Q6_K  c = 32 and a scale per 16: the halves are dotted and reduced apart,
- *         each starting from -c times its share of the X block sum (the first
- *         half's from vpsadbw). */
+ *         each starting from -c times its half's X sum (q8a's s0, s - s0). */
 typedef enum kq_type {
     KQ_Q5_0, KQ_Q4_K, KQ_Q5_K, KQ_Q6_K, KQ_Q4_1, KQ_Q5_1, KQ_IQ4_NL, KQ_IQ4_XS, KQ_Q2_K, KQ_Q3_K, KQ_N
 } kq_type;
@@ -842,9 +841,7 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
             __m512i idot;
             int32_t s0 = 0, s1 = 0;
             if (halves) {
-                /* sum of the first 16 x: vpsadbw of x + 128 */
-                __m128i sad = _mm_sad_epu8(_mm_xor_si128(x16, _mm_set1_epi8((char)0x80)), _mm_setzero_si128());
-                s0 = _mm_cvtsi128_si32(sad) + _mm_extract_epi32(sad, 2) - 16 * 128, s1 = xb->s - s0;
+                s0 = xb->s0, s1 = xb->s - xb->s0; /* the halves' sums (q8a) */
                 __m512i il[Q_RG], ih[Q_RG];
                 for (int g = 0; g < Q_RG; g++) {
                     il[g] = kq_dp(_mm512_set1_epi32(-c4 * s0), wl[g], xl, vnni);
@@ -1345,31 +1342,71 @@ static inline __attribute__((always_inline)) __m512i pk_dp(__m512i acc, __m512i 
     return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_abs_epi8(w), sx), ones));
 }
 
-/* The packed quantized types: Q8_0, Q4_0, and Q4_K (IX__PACK_K4: Q4_0's
- * planes with unsigned codes, so no offset, and per 32 elements the 16
- * rows' sub-block scales and mins, two byte loads widened to floats and
+/* The packed quantized types: Q8_0, Q4_0, and the K-quants (IX__PACK_K4 /
+ * _K6: Q4_0's planes of unsigned codes, the high bits ORed in from their
+ * own planes). Q4_K / Q5_K (no offset) take per 32 elements the 16 rows'
+ * sub-block scales and mins, two byte loads widened to floats and
  * multiplied into the super-block's d and -dmin: the d sc and -dmin mn of
- * unpack_q45_k, so the canonical min_sx dot and its bits). */
-typedef enum pk_kind { PK_Q8, PK_Q4, PK_K4 } pk_kind;
+ * unpack_q45_k, so the canonical min_sx dot and its bits. Q6_K (codes
+ * q + 32) dots its two halves of 16 apart, each starting from -32 times the
+ * X half's sum, and takes the int8 scale per 16 as an integer: idot =
+ * sc0 dot0 + sc1 dot1, as the canonical dot. */
+typedef enum pk_kind { PK_Q8, PK_Q4, PK_K4, PK_K5, PK_K6, PK_KINDS } pk_kind;
+
+static inline size_t pk_cb(pk_kind kind) {
+    return kind == PK_Q8 ? 512 : kind == PK_K5 ? 320 : kind == PK_K6 ? 384 : 256;
+}
+
+/* v's 16-bit lanes shifted left by n (right by -n) */
+static inline __attribute__((always_inline)) __m512i pk_shl(__m512i v, int n) {
+    return n > 0 ? _mm512_slli_epi16(v, (unsigned)n) : n < 0 ? _mm512_srli_epi16(v, (unsigned)-n) : v;
+}
+
+/* The unsigned codes of a 4-bit or K-quant block at c: T[j] elements 4j..
+ * of each row's dword, T[4 + j] elements 16 + 4j.. (the high bits from
+ * their planes: a shift brings a plane's bits for j to bit 4, a mask keeps
+ * them; what a 16-bit shift carries across bytes is masked off). */
+static inline __attribute__((always_inline)) void pk_codes(pk_kind kind, const uint8_t *c, __m512i T[8]) {
+    const __m512i nib = _mm512_set1_epi8(0x0f), b4 = _mm512_set1_epi8(0x10), b45 = _mm512_set1_epi8(0x30);
+    const __m512i h0 = kind >= PK_K5 ? _mm512_load_si512((const void *)(c + IX__PK_HI)) : _mm512_setzero_si512();
+    const __m512i h1 = kind == PK_K6 ? _mm512_load_si512((const void *)(c + IX__PK_HI + 64)) : h0;
+    IX__UNROLL(4)
+    for (int j = 0; j < 4; j++) {
+        __m512i v = _mm512_load_si512((const void *)(c + 64 * j));
+        T[j] = _mm512_and_si512(v, nib);
+        T[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+        if (kind == PK_K5) {
+            T[j] = _mm512_or_si512(T[j], _mm512_and_si512(pk_shl(h0, 4 - j), b4));
+            T[j + 4] = _mm512_or_si512(T[j + 4], _mm512_and_si512(pk_shl(h0, -j), b4));
+        } else if (kind == PK_K6) {
+            T[j] = _mm512_or_si512(T[j], _mm512_and_si512(pk_shl(h0, 4 - 2 * j), b45));
+            T[j + 4] = _mm512_or_si512(T[j + 4], _mm512_and_si512(pk_shl(h1, 4 - 2 * j), b45));
+        }
+    }
+}
 
 static inline __attribute__((always_inline)) __m512 pk4_sub(const uint8_t *p, __m512 d) {
     return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p))));
 }
-/* Q4_K's super-block scales of a group at S: d and -dmin (exact). */
+/* Q4_K / Q5_K's super-block scales of a group at S: d and -dmin (exact). */
 static inline __attribute__((always_inline)) void pk4_super(const uint8_t *S, __m512 *d, __m512 *ndm) {
     *d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + IX__PK4_D)));
     __m512 v = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + IX__PK4_DMIN)));
     *ndm = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), _mm512_set1_epi32((int)0x80000000u)));
 }
+/* Q6_K's int8 scales of sub-block s (of 16) of the 16 rows, as int32 */
+static inline __attribute__((always_inline)) __m512i pk6_sc(const uint8_t *S, size_t s) {
+    return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(S + IX__PK6_SC + s * IX__PK)));
+}
 
 static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, pk_kind kind, bool vnni, int rx) {
-    const bool q8 = kind == PK_Q8, k4 = kind == PK_K4;
-    const size_t cb = q8 ? 512 : 256, nb = a->k / IX__QK;
-    const __m512i nib = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8((char)0x80);
+    const bool q8 = kind == PK_Q8, k45 = kind == PK_K4 || kind == PK_K5, k6 = kind == PK_K6;
+    const size_t cb = pk_cb(kind), nb = a->k / IX__QK, sup = k6 ? IX__PK6_SUPER : IX__PK4_SUPER;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
     __m512 acc[PK_RX], d = _mm512_setzero_ps(), ndm = d;
     for (int i = 0; i < rx; i++) acc[i] = _mm512_setzero_ps();
     for (size_t b = 0; b < nb; b++) {
-        const uint8_t *c = a->w + b * cb, *S = k4 ? a->scales + b / 8 * IX__PK4_SUPER : a->scales;
+        const uint8_t *c = a->w + b * cb, *S = k45 || k6 ? a->scales + b / 8 * sup : a->scales;
         for (size_t o = 0; o < cb; o += 64) __builtin_prefetch(c + PK_PF_BYTES + o, 0, 3);
         __m512i T[8];
         if (q8) {
@@ -1379,26 +1416,43 @@ static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, p
                 T[j] = vnni ? _mm512_xor_si512(v, flip) : v;
             }
         } else {
-            IX__UNROLL(4)
-            for (int j = 0; j < 4; j++) {
-                __m512i v = _mm512_load_si512((const void *)(c + 64 * j));
-                T[j] = _mm512_and_si512(v, nib);
-                T[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
-            }
+            pk_codes(kind, c, T);
         }
         __m512 dw, dmn = _mm512_setzero_ps();
-        if (k4) {
+        __m512i sc0 = _mm512_setzero_si512(), sc1 = sc0;
+        if (k45) {
             if (b % 8 == 0) pk4_super(S, &d, &ndm);
             dw = pk4_sub(S + IX__PK4_SC + b % 8 * IX__PK, d);
             dmn = pk4_sub(S + IX__PK4_MN + b % 8 * IX__PK, ndm);
+        } else if (k6) {
+            if (b % 8 == 0) d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + IX__PK6_D)));
+            dw = d;
+            sc0 = pk6_sc(S, 2 * (b % 8));
+            sc1 = pk6_sc(S, 2 * (b % 8) + 1);
         } else {
             dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(a->scales + b * 2 * IX__PK)));
+        }
+        if (k6) { /* row by row: two dots per row live, not 2 rx (no spills) */
+            IX__UNROLL(8)
+            for (int i = 0; i < rx; i++) {
+                const uint8_t *xr = a->x + (size_t)i * a->xs, *xq = xr + b * IX__QK;
+                const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(xr + a->blk_off) + b;
+                __m512i lo = _mm512_set1_epi32(-32 * xb->s0), hi = _mm512_set1_epi32(-32 * (xb->s - xb->s0));
+                IX__UNROLL(4)
+                for (int j = 0; j < 4; j++) {
+                    lo = pk_dp(lo, T[j], xq + 4 * j, false, vnni);
+                    hi = pk_dp(hi, T[j + 4], xq + 16 + 4 * j, false, vnni);
+                }
+                __m512i dot = _mm512_add_epi32(_mm512_mullo_epi32(lo, sc0), _mm512_mullo_epi32(hi, sc1));
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_set1_ps(xb->d)), acc[i]);
+            }
+            continue;
         }
         __m512i dot[PK_RX];
         IX__UNROLL(8)
         for (int i = 0; i < rx; i++) {
             const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + (size_t)i * a->xs + a->blk_off) + b;
-            dot[i] = _mm512_set1_epi32(k4 ? 0 : q8 ? (vnni ? xb->neg128s : 0) : xb->neg8s);
+            dot[i] = _mm512_set1_epi32(k45 ? 0 : q8 ? (vnni ? xb->neg128s : 0) : xb->neg8s);
         }
         IX__UNROLL(8)
         for (int j = 0; j < 8; j++) {
@@ -1410,42 +1464,51 @@ static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, p
         for (int i = 0; i < rx; i++) {
             const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + (size_t)i * a->xs + a->blk_off) + b;
             acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i]), _mm512_mul_ps(dw, _mm512_set1_ps(xb->d)), acc[i]);
-            if (k4) acc[i] = _mm512_fmadd_ps(dmn, _mm512_set1_ps((float)xb->s * xb->d), acc[i]);
+            if (k45) acc[i] = _mm512_fmadd_ps(dmn, _mm512_set1_ps((float)xb->s * xb->d), acc[i]);
         }
     }
     for (int i = 0; i < rx; i++) _mm512_storeu_ps(a->y + (size_t)i * a->ldy, acc[i]);
 }
 
 /* The lockstep tile (IX__PK_LOCK groups, one X row: decode), VNNI. The x
- * broadcasts are shared by the groups. The 4-bit types split a byte's
+ * broadcasts are shared by the groups. Q4_0 and Q4_K split a byte's
  * nibbles by masking alone: the high nibble stays scaled by 16 in its own
  * sum, which is divided back exactly (a multiple of 16; no int32 overflow at
  * these magnitudes), so the integer dot, and with it every bit, equals
- * pk_run's. */
+ * pk_run's. Q5_K and Q6_K, whose codes do not fit a byte times 16, take
+ * pk_run's codes. */
 #define PK_LOCK_PF_BYTES 2048 /* per stream; the four streams together run 8 KiB ahead */
 
 static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile *a, pk_kind kind) {
     enum { G = IX__PK_LOCK };
-    const bool q8 = kind == PK_Q8, k4 = kind == PK_K4;
-    const size_t cb = q8 ? 512 : 256, nb = a->k / IX__QK, gs = a->gstride;
+    const bool q8 = kind == PK_Q8, k45 = kind == PK_K4 || kind == PK_K5, k6 = kind == PK_K6;
+    const bool masked = kind == PK_Q4 || kind == PK_K4; /* the nibble split by masks alone */
+    const size_t cb = pk_cb(kind), nb = a->k / IX__QK, gs = a->gstride, sup = k6 ? IX__PK6_SUPER : IX__PK4_SUPER;
     const __m512i lo = _mm512_set1_epi8(0x0f), hi = _mm512_set1_epi8((char)0xf0),
                   flip = _mm512_set1_epi8((char)0x80);
     __m512 acc[G], d[G], ndm[G];
     for (int g = 0; g < G; g++) acc[g] = d[g] = ndm[g] = _mm512_setzero_ps();
     for (size_t b = 0; b < nb; b++) {
         const uint8_t *c = a->w + b * cb, *x = a->x + b * IX__QK;
-        const uint8_t *S = k4 ? a->scales + b / 8 * IX__PK4_SUPER : a->scales;
+        const uint8_t *S = k45 || k6 ? a->scales + b / 8 * sup : a->scales;
         const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + a->blk_off) + b;
         IX__UNROLL(4)
         for (int g = 0; g < G; g++)
             for (size_t o = 0; o < cb; o += 64) __builtin_prefetch(c + g * gs + PK_LOCK_PF_BYTES + o, 0, 3);
-        if (k4 && b % 8 == 0) {
+        if (b % 8 == 0) {
             IX__UNROLL(4)
-            for (int g = 0; g < G; g++) pk4_super(S + g * gs, &d[g], &ndm[g]);
+            for (int g = 0; g < G; g++) {
+                if (k45) pk4_super(S + g * gs, &d[g], &ndm[g]);
+                if (k6) d[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + g * gs + IX__PK6_D)));
+            }
         }
+        const int32_t s0 = xb->s0;
         __m512i dl[G], dh[G];
         IX__UNROLL(4)
-        for (int g = 0; g < G; g++) dl[g] = dh[g] = _mm512_setzero_si512();
+        for (int g = 0; g < G; g++) {
+            dl[g] = _mm512_set1_epi32(k6 ? -32 * s0 : 0);
+            dh[g] = _mm512_set1_epi32(k6 ? -32 * (xb->s - s0) : 0);
+        }
         if (q8) {
             IX__UNROLL(8)
             for (int j = 0; j < 8; j++) {
@@ -1456,7 +1519,7 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
                     dl[g] = _mm512_dpbusd_epi32(dl[g], v, xj);
                 }
             }
-        } else {
+        } else if (masked) {
             IX__UNROLL(4)
             for (int j = 0; j < 4; j++) {
                 const __m512i xl = _mm512_set1_epi32((int32_t)ix__load_u32(x + 4 * j));
@@ -1468,19 +1531,37 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
                     dh[g] = _mm512_dpbusd_epi32(dh[g], _mm512_and_si512(v, hi), xh);
                 }
             }
+        } else {
+            __m512i xv[8];
+            IX__UNROLL(8)
+            for (int j = 0; j < 8; j++) xv[j] = _mm512_set1_epi32((int32_t)ix__load_u32(x + 4 * j));
+            IX__UNROLL(4)
+            for (int g = 0; g < G; g++) {
+                __m512i T[8];
+                pk_codes(kind, c + g * gs, T);
+                IX__UNROLL(4)
+                for (int j = 0; j < 4; j++) {
+                    dl[g] = _mm512_dpbusd_epi32(dl[g], T[j], xv[j]);
+                    dh[g] = _mm512_dpbusd_epi32(dh[g], T[j + 4], xv[j + 4]);
+                }
+            }
         }
-        const __m512i off = _mm512_set1_epi32(k4 ? 0 : q8 ? xb->neg128s : xb->neg8s);
+        const __m512i off = _mm512_set1_epi32(k45 || k6 ? 0 : q8 ? xb->neg128s : xb->neg8s);
         const __m512 xd = _mm512_set1_ps(xb->d), sxd = _mm512_set1_ps((float)xb->s * xb->d);
         IX__UNROLL(4)
         for (int g = 0; g < G; g++) {
-            __m512i dot = _mm512_add_epi32(off, dl[g]);
-            if (!q8) dot = _mm512_add_epi32(dot, _mm512_srai_epi32(dh[g], 4));
             const uint8_t *Sg = S + g * gs;
+            __m512i dot;
+            if (k6) dot = _mm512_add_epi32(_mm512_mullo_epi32(dl[g], pk6_sc(Sg, 2 * (b % 8))),
+                                           _mm512_mullo_epi32(dh[g], pk6_sc(Sg, 2 * (b % 8) + 1)));
+            else if (masked) dot = _mm512_add_epi32(_mm512_add_epi32(off, dl[g]), _mm512_srai_epi32(dh[g], 4));
+            else dot = _mm512_add_epi32(_mm512_add_epi32(off, dl[g]), dh[g]);
             const __m512 dw =
-                k4 ? pk4_sub(Sg + IX__PK4_SC + b % 8 * IX__PK, d[g])
-                   : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(a->scales + g * gs + b * 2 * IX__PK)));
+                k45 ? pk4_sub(Sg + IX__PK4_SC + b % 8 * IX__PK, d[g])
+                : k6 ? d[g]
+                     : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(a->scales + g * gs + b * 2 * IX__PK)));
             acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, xd), acc[g]);
-            if (k4) acc[g] = _mm512_fmadd_ps(pk4_sub(Sg + IX__PK4_MN + b % 8 * IX__PK, ndm[g]), sxd, acc[g]);
+            if (k45) acc[g] = _mm512_fmadd_ps(pk4_sub(Sg + IX__PK4_MN + b % 8 * IX__PK, ndm[g]), sxd, acc[g]);
         }
     }
     for (int g = 0; g < G; g++) _mm512_storeu_ps(a->y + g * IX__PK, acc[g]);
@@ -1488,27 +1569,30 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
 static void pk_lock_q8(const ix__pk_tile *a) { pk_lock_run(a, PK_Q8); }
 static void pk_lock_q4(const ix__pk_tile *a) { pk_lock_run(a, PK_Q4); }
 static void pk_lock_k4(const ix__pk_tile *a) { pk_lock_run(a, PK_K4); }
+static void pk_lock_k5(const ix__pk_tile *a) { pk_lock_run(a, PK_K5); }
+static void pk_lock_k6(const ix__pk_tile *a) { pk_lock_run(a, PK_K6); }
 /* [kind] */
-static const ix__pk_fn k_lock[3][IX__PK_LOCK_RX] = {{pk_lock_q8}, {pk_lock_q4}, {pk_lock_k4}};
+static const ix__pk_fn k_lock[PK_KINDS][IX__PK_LOCK_RX] = {{pk_lock_q8}, {pk_lock_q4}, {pk_lock_k4}, {pk_lock_k5},
+                                                          {pk_lock_k6}};
 
 #define PK_INST(K, TAG, V, R)                                                                  \
     static void pk_##K##_##TAG##_##R(const ix__pk_tile *a) { pk_run(a, PK_##K, V, R); }
 #define PK_ALL(K, TAG, V)                                                                      \
     PK_INST(K, TAG, V, 1) PK_INST(K, TAG, V, 2) PK_INST(K, TAG, V, 3) PK_INST(K, TAG, V, 4)     \
     PK_INST(K, TAG, V, 5) PK_INST(K, TAG, V, 6) PK_INST(K, TAG, V, 7) PK_INST(K, TAG, V, 8)
-PK_ALL(Q8, vnni, true)
-PK_ALL(Q4, vnni, true)
-PK_ALL(K4, vnni, true)
-PK_ALL(Q8, bw, false)
-PK_ALL(Q4, bw, false)
-PK_ALL(K4, bw, false)
+#define PK_KIND(K) PK_ALL(K, vnni, true) PK_ALL(K, bw, false)
+PK_KIND(Q8)
+PK_KIND(Q4)
+PK_KIND(K4)
+PK_KIND(K5)
+PK_KIND(K6)
 #define PK_ROW(K, TAG)                                                                         \
     {pk_##K##_##TAG##_1, pk_##K##_##TAG##_2, pk_##K##_##TAG##_3, pk_##K##_##TAG##_4,             \
      pk_##K##_##TAG##_5, pk_##K##_##TAG##_6, pk_##K##_##TAG##_7, pk_##K##_##TAG##_8}
 /* [vnni][kind][rx - 1] */
-static const ix__pk_fn k_pk[2][3][PK_RX] = {
-    {PK_ROW(Q8, bw), PK_ROW(Q4, bw), PK_ROW(K4, bw)},
-    {PK_ROW(Q8, vnni), PK_ROW(Q4, vnni), PK_ROW(K4, vnni)},
+static const ix__pk_fn k_pk[2][PK_KINDS][PK_RX] = {
+    {PK_ROW(Q8, bw), PK_ROW(Q4, bw), PK_ROW(K4, bw), PK_ROW(K5, bw), PK_ROW(K6, bw)},
+    {PK_ROW(Q8, vnni), PK_ROW(Q4, vnni), PK_ROW(K4, vnni), PK_ROW(K5, vnni), PK_ROW(K6, vnni)},
 };
 
 /* F16 / BF16 packed weights: element k of the group's 16 rows is one
@@ -1702,18 +1786,21 @@ KQ_MM(q4_1, Q4_1, false)
 KQ_MM(q5_1, Q5_1, false)
 KQ_MM(iq4_nl, IQ4_NL, false)
 KQ_MM(iq4_xs, IQ4_XS, true)
-/* Q4_K: packed weights (ix_kernels_pack_pays) through pk_run's PK_K4, else as the others */
-void ix__mm_q4_k_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) {
-    if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pk[1][PK_K4], PK_RX, PK_MCHUNK, k_lock[PK_K4]);
-    else if (kwide_ok(mm)) ix__matmul_tiles(mm, n0, n1, k_kwide_band[kw_index(KQ_Q4_K)], 0, W_RW);
-    else ix__matmul_tiles(mm, n0, n1, k_kqtiles[1][KQ_Q4_K], Q_RX, Q_RW);
-}
-void ix__mm_q4_k_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) {
-    if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pk[0][PK_K4], PK_RX, PK_MCHUNK, NULL);
-    else ix__matmul_tiles(mm, n0, n1, k_kqtiles[0][KQ_Q4_K], Q_RX, Q_RW);
-}
-KQ_MM(q5_k, Q5_K, true)
-KQ_MM(q6_k, Q6_K, true)
+/* The K-quants with a packed form (ix_kernels_pack_pays) through pk_run,
+ * else as the others. */
+#define KP_MM(t, T, K)                                                                         \
+    void ix__mm_##t##_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) {                    \
+        if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pk[1][PK_##K], PK_RX, PK_MCHUNK, k_lock[PK_##K]); \
+        else if (kwide_ok(mm)) ix__matmul_tiles(mm, n0, n1, k_kwide_band[kw_index(KQ_##T)], 0, W_RW); \
+        else ix__matmul_tiles(mm, n0, n1, k_kqtiles[1][KQ_##T], Q_RX, Q_RW);                      \
+    }                                                                                          \
+    void ix__mm_##t##_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) {                      \
+        if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pk[0][PK_##K], PK_RX, PK_MCHUNK, NULL);        \
+        else ix__matmul_tiles(mm, n0, n1, k_kqtiles[0][KQ_##T], Q_RX, Q_RW);                      \
+    }
+KP_MM(q4_k, Q4_K, K4)
+KP_MM(q5_k, Q5_K, K5)
+KP_MM(q6_k, Q6_K, K6)
 KQ_MM(q3_k, Q3_K, true)
 KQ_MM(q2_k, Q2_K, true)
 

@@ -140,7 +140,7 @@ bool ix_kernels_packable(ix_dtype type, size_t N, size_t K) {
 bool ix_kernels_pack_pays(ix_dtype type) {
     const ix__wtype *wt = ix__wtype_of(type);
     if (!wt || wt->pack == IX__PACK_NONE) return false;
-    if (wt->pack != IX__PACK_K4) return true;
+    if (wt->pack != IX__PACK_K4 && wt->pack != IX__PACK_K6) return true;
     const unsigned p = ix_kernels()->path;
     return p == IX__PATH_AVX512_BW || p == IX__PATH_AVX512_VNNI;
 }
@@ -189,38 +189,57 @@ void ix__pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *fns
     }
 }
 
-/* IX__PACK_K4 (Q4_K): per super-block and row, sub-block j's 32 codes (the
- * low or high nibbles of qs[32 (j / 2) ..]) re-paired into Q4_0's planes
- * (element i with element 16 + i), and the 6-bit scales and mins unpacked
- * beside the fp16 d and dmin (kernels_int.h). */
-static void pack_k4(const void *w, size_t ws, size_t K, size_t n0, size_t n1, void *dst) {
-    const ix_dtype t = IX_DTYPE_Q4_K;
-    const size_t nsb = K / 256, gb = ix__pk_group_bytes(t, K);
+/* IX__PACK_K4 / _K6 (Q4_K, Q5_K, Q6_K): per super-block and row, each
+ * 32-element sub-block's unsigned codes (its unpack's, Q6_K's + 32)
+ * re-paired into Q4_0's nibble planes (element i with element 16 + i) and
+ * their high bits into the high-bit planes, and the scales unpacked beside
+ * the fp16 d (and dmin) (kernels_int.h). */
+static void pack_k(ix_dtype t, const void *w, size_t ws, size_t K, size_t n0, size_t n1, void *dst) {
+    const ix__wtype *wt = ix__wtype_of(t);
+    const bool k6 = wt->pack == IX__PACK_K6, q5 = wt->pk_code_bytes == IX__PK_HI + 64;
+    const size_t nsb = K / 256, gb = ix__pk_group_bytes(t, K), cb = wt->pk_code_bytes;
     for (size_t g = n0 / IX__PK; g < n1 / IX__PK; g++) {
         uint8_t *codes = (uint8_t *)ix__pk_codes(t, dst, K, g);
         uint8_t *scales = (uint8_t *)ix__pk_scales(t, dst, K, g);
         const uint8_t *src = (const uint8_t *)w + g * IX__PK * ws;
         for (size_t sb = 0; sb < nsb; sb++) {
-            uint8_t *S = scales + sb * IX__PK4_SUPER;
+            uint8_t *S = scales + sb * wt->pk_scale_bytes;
             for (size_t r = 0; r < IX__PK; r++) {
-                const uint8_t *blk = src + r * ws + sb * 144;
-                uint8_t sm[16];
-                memcpy(S + IX__PK4_D + 2 * r, blk, 2);
-                memcpy(S + IX__PK4_DMIN + 2 * r, blk + 2, 2);
-                ix__k4_scales(blk + 4, sm);
+                const uint8_t *blk = src + r * ws + sb * wt->bytes;
+                if (k6) { /* Q6_K: int8 scales[16] at 192, fp16 d at 208 */
+                    memcpy(S + IX__PK6_D + 2 * r, blk + 208, 2);
+                    for (size_t s = 0; s < 16; s++) S[IX__PK6_SC + s * IX__PK + r] = blk[192 + s];
+                } else {
+                    uint8_t sm[16];
+                    memcpy(S + IX__PK4_D + 2 * r, blk, 2);
+                    memcpy(S + IX__PK4_DMIN + 2 * r, blk + 2, 2);
+                    ix__k4_scales(blk + 4, sm);
+                    for (size_t j = 0; j < 8; j++) {
+                        S[IX__PK4_SC + j * IX__PK + r] = sm[j];
+                        S[IX__PK4_MN + j * IX__PK + r] = sm[8 + j];
+                    }
+                }
                 for (size_t j = 0; j < 8; j++) {
-                    S[IX__PK4_SC + j * IX__PK + r] = sm[j];
-                    S[IX__PK4_MN + j * IX__PK + r] = sm[8 + j];
-                    const uint8_t *q = blk + 16 + 32 * (j / 2);
-                    const int sh = 4 * (int)(j % 2);
-                    uint8_t *cd = codes + (sb * 8 + j) * 256 + r * 4;
-                    for (size_t p = 0; p < 4; p++)
-                        for (size_t i = 0; i < 4; i++)
-                            cd[p * 64 + i] = (uint8_t)(((q[4 * p + i] >> sh) & 15) | ((q[16 + 4 * p + i] >> sh) & 15) << 4);
+                    ix__q32 u;
+                    wt->unpack(blk, j, &u);
+                    uint8_t q[32];
+                    for (size_t i = 0; i < 32; i++) q[i] = (uint8_t)(u.q[i] + (k6 ? 32 : 0));
+                    uint8_t *cd = codes + (sb * 8 + j) * cb + r * 4;
+                    for (size_t i = 0; i < 4; i++) {
+                        uint8_t h0 = 0, h1 = 0;
+                        for (size_t p = 0; p < 4; p++) {
+                            const uint8_t a = q[4 * p + i], b = q[16 + 4 * p + i];
+                            cd[p * 64 + i] = (uint8_t)((a & 15) | (b & 15) << 4);
+                            if (q5) h0 |= (uint8_t)((a >> 4) << p | (b >> 4) << (4 + p));
+                            if (k6) h0 |= (uint8_t)((a >> 4) << (2 * p)), h1 |= (uint8_t)((b >> 4) << (2 * p));
+                        }
+                        if (q5 || k6) cd[IX__PK_HI + i] = h0;
+                        if (k6) cd[IX__PK_HI + 64 + i] = h1;
+                    }
                 }
             }
         }
-        size_t used = (size_t)(scales - codes) + nsb * IX__PK4_SUPER;
+        size_t used = (size_t)(scales - codes) + nsb * wt->pk_scale_bytes;
         memset(codes + used, 0, gb - used);
     }
 }
@@ -242,8 +261,8 @@ ix_status ix_kernels_pack(ix_dtype type, const void *w, size_t w_stride_bytes, s
         }
         return IX_OK;
     }
-    if (ix__wtype_of(type)->pack == IX__PACK_K4) {
-        pack_k4(w, ws, K, n0, n1, dst);
+    if (ix__wtype_of(type)->pack == IX__PACK_K4 || ix__wtype_of(type)->pack == IX__PACK_K6) {
+        pack_k(type, w, ws, K, n0, n1, dst);
         return IX_OK;
     }
     /* IX__PACK_PLANES: a block is an fp16 scale and its code bytes, a dword

@@ -32,14 +32,14 @@ static void quantize_act(const float *x, void *dst, size_t k) {
         float amax = 0.0f, id;
         for (int j = 0; j < IX__QK; j++) amax = fmaxf(amax, fabsf(xb[j]));
         blk[b].d = ix__q8a_scale(amax, &id);
-        int32_t sum = 0;
+        int32_t sum[2] = {0, 0};
         for (int j = 0; j < IX__QK; j++) {
             float v = fminf(fmaxf(xb[j] * id, -127.0f), 127.0f);
             int q = (int)nearbyintf(v);
             qs[b * IX__QK + j] = (int8_t)q;
-            sum += q;
+            sum[j / 16] += q;
         }
-        ix__q8a_set_sum(&blk[b], sum);
+        ix__q8a_set_sums(&blk[b], sum[0], sum[1]);
     }
 }
 
@@ -90,18 +90,23 @@ static float dot32(const ix__q32 *u, const ix__wtype *wt, ix__q8a_row xa, size_t
  * the type's unpack gives them from a row. */
 static void unpack_packed(ix_dtype t, const uint8_t *codes, const uint8_t *scales, size_t r, size_t b,
                           ix__q32 *u) {
-    const uint8_t *c = codes + b * ix__pk_code_bytes(t) + r * 4;
-    const bool k4 = t == IX_DTYPE_Q4_K;
-    const int off = k4 ? 0 : 8; /* Q4_K's codes are unsigned */
+    const ix__wtype *wt = ix__wtype_of(t);
+    const uint8_t *c = codes + b * wt->pk_code_bytes + r * 4;
+    const bool k4 = wt->pack == IX__PACK_K4, k6 = wt->pack == IX__PACK_K6, q5 = wt->pk_code_bytes == IX__PK_HI + 64;
+    const int off = t == IX_DTYPE_Q4_0 ? 8 : k6 ? 32 : 0; /* Q4_K / Q5_K's codes are unsigned */
     for (int j = 0; j < 4; j++)
         for (int i = 0; i < 4; i++) {
             if (t == IX_DTYPE_Q8_0) {
                 u->q[4 * j + i] = (int8_t)c[j * 64 + i];
                 u->q[16 + 4 * j + i] = (int8_t)c[(j + 4) * 64 + i];
-            } else { /* Q4_0 / Q4_K: plane j holds elements 4j.. (low nibbles) and 16 + 4j.. (high) */
-                u->q[4 * j + i] = (int8_t)((c[j * 64 + i] & 15) - off);
-                u->q[16 + 4 * j + i] = (int8_t)((c[j * 64 + i] >> 4) - off);
+                continue;
             }
+            /* plane j holds elements 4j.. (low nibbles) and 16 + 4j.. (high), the high-bit planes the rest */
+            int lo = c[j * 64 + i] & 15, hi = c[j * 64 + i] >> 4;
+            if (q5) lo |= (c[IX__PK_HI + i] >> j & 1) << 4, hi |= (c[IX__PK_HI + i] >> (4 + j) & 1) << 4;
+            if (k6) lo |= (c[IX__PK_HI + i] >> (2 * j) & 3) << 4, hi |= (c[IX__PK_HI + 64 + i] >> (2 * j) & 3) << 4;
+            u->q[4 * j + i] = (int8_t)(lo - off);
+            u->q[16 + 4 * j + i] = (int8_t)(hi - off);
         }
     if (k4) { /* the sub-block's scale and min folded in, as unpack_q45_k */
         const uint8_t *S = scales + b / 8 * IX__PK4_SUPER;
@@ -112,10 +117,17 @@ static void unpack_packed(ix_dtype t, const uint8_t *codes, const uint8_t *scale
         u->dm = -ix__fp16_to_fp32(ix__load_u16(S + IX__PK4_DMIN + 2 * r)) * (float)S[IX__PK4_MN + at];
         return;
     }
-    u->sc[0] = u->sc[1] = 1;
     u->mn[0] = u->mn[1] = 0;
-    u->d = ix__fp16_to_fp32(ix__load_u16(scales + (b * IX__PK + r) * 2));
     u->dm = 0.0f;
+    if (k6) { /* the int8 scales of sub-blocks 2 (b % 8) and the next, as unpack_q6_k */
+        const uint8_t *S = scales + b / 8 * IX__PK6_SUPER;
+        u->sc[0] = (int8_t)S[IX__PK6_SC + 2 * (b % 8) * IX__PK + r];
+        u->sc[1] = (int8_t)S[IX__PK6_SC + (2 * (b % 8) + 1) * IX__PK + r];
+        u->d = ix__fp16_to_fp32(ix__load_u16(S + IX__PK6_D + 2 * r));
+        return;
+    }
+    u->sc[0] = u->sc[1] = 1;
+    u->d = ix__fp16_to_fp32(ix__load_u16(scales + (b * IX__PK + r) * 2));
 }
 
 /* Every quantized type, rows through its unpack (or the packed planes of

@@ -63,7 +63,8 @@ static inline void ix__cpu_relax(void) {
  *     int8_t       qs[K]        q = round_even(x / d), |q| <= 127
  *     ix__q8a_blk  blk[K/32]    (64-byte aligned) per block:
  *         float    d            max|x| / 127 of the block (0 for a zero block)
- *         int32_t  s            sum of the block's q
+ *         int16_t  s            sum of the block's q (|s| <= 32 * 127)
+ *         int16_t  s0           ... of its first 16 (the types with a scale per 16)
  *         int32_t  neg8s        -8 * s
  *         int32_t  neg128s      -128 * s
  * Rows follow each other at ix__q8a_row_bytes(K), so a tile of X rows is one
@@ -71,17 +72,21 @@ static inline void ix__cpu_relax(void) {
  * codes (Q4_0's 0..15, or Q8_0 shifted by +128 for vpdpbusd) remove the
  * offset: sum (w - c) * q = sum w * q - c * s; the two products are stored so
  * that a dot can start from them with a broadcast load, which costs no ALU
- * work. Every path produces the same bits (same division, same
- * round-to-even), so they can mix. */
+ * work. s0 and s - s0 do the same per half for a scale per 16 (Q6_K). Every
+ * path produces the same bits (same division, same round-to-even), so they
+ * can mix. */
 typedef struct ix__q8a_blk {
     float d;
-    int32_t s, neg8s, neg128s;
+    int16_t s, s0;
+    int32_t neg8s, neg128s;
 } ix__q8a_blk;
 
-static inline void ix__q8a_set_sum(ix__q8a_blk *b, int32_t s) {
-    b->s = s;
-    b->neg8s = -8 * s;
-    b->neg128s = -128 * s;
+/* The sums of a block's first and second 16 codes. */
+static inline void ix__q8a_set_sums(ix__q8a_blk *b, int32_t s0, int32_t s1) {
+    b->s = (int16_t)(s0 + s1);
+    b->s0 = (int16_t)s0;
+    b->neg8s = -8 * (s0 + s1);
+    b->neg128s = -128 * (s0 + s1);
 }
 
 static inline size_t ix__align64(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -247,7 +252,10 @@ typedef enum ix__pack {
     IX__PACK_NONE,   /* rows only */
     IX__PACK_HALVES, /* F16 / BF16: element k of 16 rows side by side */
     IX__PACK_PLANES, /* Q8_0 / Q4_0: code dwords of 16 rows interleaved, scales apart */
-    IX__PACK_K4      /* Q4_K: Q4_0's code planes per 32, the super-blocks' scales unpacked apart */
+    IX__PACK_K4,     /* Q4_K / Q5_K: Q4_0's code planes per 32 (+ Q5_K's fifth bits), the
+                      * super-blocks' scales and mins unpacked apart */
+    IX__PACK_K6      /* Q6_K: Q4_0's planes of the low 4 bits, two planes of the high 2, the
+                      * super-blocks' scales apart */
 } ix__pack;
 
 typedef struct ix__wtype ix__wtype;
@@ -259,7 +267,7 @@ struct ix__wtype {
     bool has_min;   /* the canonical dot adds the min term */
     bool min_sx;    /* ... as fma(dm, (float)s * d_x, acc) (Q4_K, Q5_K: mins folded into dm) */
     ix__pack pack;
-    uint16_t pk_code_bytes;  /* IX__PACK_PLANES / _K4: code bytes of 16 rows' 32 elements */
+    uint16_t pk_code_bytes;  /* IX__PACK_PLANES / _K4 / _K6: code bytes of 16 rows' 32 elements */
     uint16_t pk_scale_bytes; /* ... and scale bytes of 16 rows' block (blck elements) */
     /* n elements (whole blocks) of a row to f32 */
     void (*dequant)(const ix__wtype *wt, const uint8_t *src, float *dst, size_t n);
@@ -347,26 +355,40 @@ IX__MM_DECL_NEON(q2_k) IX__MM_DECL_NEON(q3_k)
 /* ---- packed weights (ix_kernels_pack) ---------------------------------------
  * Group g (W rows 16g..16g+15) occupies ix__pk_group_bytes(t, K) bytes at
  * w + g * that, 64-byte aligned. F16 / BF16: element k of the 16 rows side
- * by side, halves[K][16]. Q8_0 / Q4_0 / Q4_K:
- *     codes[K/32][CB]     CB = 256 (Q4_0, Q4_K) or 512 (Q8_0) bytes per 32
- *                         elements: plane j (64 bytes at j * 64) holds, in
- *                         32-bit lane r, bytes 4j..4j+3 of row r's codes:
- *                         4-bit planes 0..3 (low nibble = element 4j+i, high
- *                         = 16+4j+i; Q4_K's sub-block codes re-paired so),
- *                         Q8_0 planes 0..7 (int8 element 4j+i)
+ * by side, halves[K][16]. The quantized types:
+ *     codes[K/32][CB]     CB = 256 (Q4_0, Q4_K), 320 (Q5_K), 384 (Q6_K) or 512
+ *                         (Q8_0) bytes per 32 elements: plane j (64 bytes at
+ *                         j * 64) holds, in 32-bit lane r, bytes 4j..4j+3 of
+ *                         row r's codes: 4-bit planes 0..3 (low nibble =
+ *                         element 4j+i, high = 16+4j+i; the K-quants' codes
+ *                         re-paired so), Q8_0 planes 0..7 (int8 element
+ *                         4j+i). Then the high bits, in lane r, byte i:
+ *                         Q5_K plane 4, bit j = fifth bit of element 4j+i,
+ *                         bit 4+j of element 16+4j+i; Q6_K planes 4 and 5,
+ *                         bits 2j..2j+1 = the high 2 bits of element 4j+i
+ *                         (plane 4) or 16+4j+i (plane 5). K-quant codes are
+ *                         unsigned (Q6_K: q + 32).
  *     scales              Q8_0 / Q4_0: [K/32][16] the rows' fp16 block scales,
- *                         row order; Q4_K, 320 bytes per super-block of 256:
- *                         d[16], dmin[16] (fp16, row order), then the 6-bit
- *                         scales and mins unpacked to bytes, sc[8][16] and
- *                         mn[8][16] (sub-block, row)
+ *                         row order; per super-block of 256: Q4_K / Q5_K, 320
+ *                         bytes: d[16], dmin[16] (fp16, row order), then the
+ *                         6-bit scales and mins unpacked to bytes, sc[8][16]
+ *                         and mn[8][16] (sub-block, row); Q6_K, 288 bytes:
+ *                         d[16] (fp16), then the int8 scales sc[16][16]
+ *                         (sub-block of 16, row)
  *     padding to 64 bytes */
 #define IX__PK IX_KERNELS_PACK_ROWS
-/* Q4_K's packed scales, per super-block of a group (offsets in its bytes) */
+/* Q4_K / Q5_K's packed scales, per super-block of a group (offsets in its bytes) */
 #define IX__PK4_D 0          /* fp16 d[16] */
 #define IX__PK4_DMIN 32      /* fp16 dmin[16] */
 #define IX__PK4_SC 64        /* u8 sc[8][16] */
 #define IX__PK4_MN 192       /* u8 mn[8][16] */
 #define IX__PK4_SUPER 320    /* bytes */
+/* Q6_K's */
+#define IX__PK6_D 0          /* fp16 d[16] */
+#define IX__PK6_SC 32        /* int8 sc[16][16] */
+#define IX__PK6_SUPER 288    /* bytes */
+/* the high-bit planes' offset in a K-quant's 32-element code bytes */
+#define IX__PK_HI 256
 
 static inline size_t ix__pk_code_bytes(ix_dtype t) {
     const ix__wtype *wt = ix__wtype_of(t);

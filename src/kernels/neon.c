@@ -249,20 +249,20 @@ static void quantize_act(const float *x, void *dst, size_t k) {
         }
         float id;
         blk[b].d = ix__q8a_scale(vmaxnmvq_f32(m), &id);
-        int32x4_t q[8], sum = vdupq_n_s32(0);
+        int32x4_t q[8], sum[2] = {vdupq_n_s32(0), vdupq_n_s32(0)};
         for (int j = 0; j < 8; j++) {
             /* the clamp as fminf / fmaxf (a NaN product becomes -127), then
              * fcvtns: nearest even, as nearbyintf */
             float32x4_t c = vminnmq_f32(vmaxnmq_f32(vmulq_n_f32(v[j], id), lo), hi);
             q[j] = vcvtnq_s32_f32(c);
-            sum = vaddq_s32(sum, q[j]);
+            sum[j / 4] = vaddq_s32(sum[j / 4], q[j]);
         }
         for (int j = 0; j < 2; j++) {
             int16x8_t a = vmovn_high_s32(vmovn_s32(q[4 * j]), q[4 * j + 1]);
             int16x8_t c = vmovn_high_s32(vmovn_s32(q[4 * j + 2]), q[4 * j + 3]);
             vst1q_s8(qs + b * IX__QK + 16 * j, vmovn_high_s16(vmovn_s16(a), c));
         }
-        ix__q8a_set_sum(&blk[b], vaddvq_s32(sum));
+        ix__q8a_set_sums(&blk[b], vaddvq_s32(sum[0]), vaddvq_s32(sum[1]));
     }
 }
 

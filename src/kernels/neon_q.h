@@ -171,7 +171,7 @@ static inline __attribute__((always_inline)) void NQ(kq_run)(const ix__tile *a, 
             } else if (m1 || t == KQ_Q2_K) {
                 int32x4_t imin;
                 if (t == KQ_Q2_K) { /* a min per 16: the halves' X sums */
-                    const int32_t s0 = vaddlvq_s8(x0), s1 = xb->s - s0;
+                    const int32_t s0 = xb->s0, s1 = xb->s - xb->s0;
                     imin = vmlaq_n_s32(vmulq_n_s32(vmn, s0), vmn1, s1);
                 } else {
                     imin = vdupq_n_s32(xb->s);
@@ -358,16 +358,14 @@ void NQ_MM(q4_0, NQ_PATH)(const ix_matmul *mm, size_t n0, size_t n1) {
     if (mm->w_packed) ix__pk_walk(mm, n0, n1, NQ(k_pk)[1], NQ_PK_RX, NQ_PK_MCHUNK, NULL);
     else ix__matmul_tiles(mm, n0, n1, NQ(k_qtiles)[1], NQ_RX, NQ_RW);
 }
+/* the packed K-quants have tiles on AVX-512 only (ix_kernels_pack_pays):
+ * read here exactly, slowly */
 #define NQ_MM_KQ(t, T)                                                                           \
     void NQ_MM(t, NQ_PATH)(const ix_matmul *mm, size_t n0, size_t n1) {                          \
-        ix__matmul_tiles(mm, n0, n1, NQ(k_kqtiles)[KQ_##T], NQ_RX, NQ_RW);                       \
+        if (mm->w_packed) ix__mm_q_generic(mm, n0, n1);                                         \
+        else ix__matmul_tiles(mm, n0, n1, NQ(k_kqtiles)[KQ_##T], NQ_RX, NQ_RW);                  \
     }
-/* packed Q4_K has tiles on AVX-512 only (ix_kernels_pack_pays): read here exactly, slowly */
-void NQ_MM(q4_k, NQ_PATH)(const ix_matmul *mm, size_t n0, size_t n1) {
-    if (mm->w_packed) ix__mm_q_generic(mm, n0, n1);
-    else ix__matmul_tiles(mm, n0, n1, NQ(k_kqtiles)[KQ_Q4_K], NQ_RX, NQ_RW);
-}
-NQ_MM_KQ(q5_0, Q5_0) NQ_MM_KQ(q5_k, Q5_K) NQ_MM_KQ(q6_k, Q6_K) NQ_MM_KQ(q4_1, Q4_1)
+NQ_MM_KQ(q4_k, Q4_K) NQ_MM_KQ(q5_0, Q5_0) NQ_MM_KQ(q5_k, Q5_K) NQ_MM_KQ(q6_k, Q6_K) NQ_MM_KQ(q4_1, Q4_1)
 NQ_MM_KQ(q5_1, Q5_1) NQ_MM_KQ(iq4_nl, IQ4_NL) NQ_MM_KQ(iq4_xs, IQ4_XS) NQ_MM_KQ(q2_k, Q2_K) NQ_MM_KQ(q3_k, Q3_K)
 #undef NQ_MM_KQ
 #undef NQ_MM

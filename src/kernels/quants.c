@@ -737,11 +737,11 @@ static const ix__wtype k_wtypes[] = {
               NEON(ix__mm_q2_k_neon, ix__mm_q2_k_neondot)),
     Q_ROW(Q3_K, q3_k, 0, IX__PACK_NONE, 0, 0, AVX2(q3_k) AVX512(ix__mm_q3_k_avx512bw, ix__mm_q3_k_avx512vnni)
               NEON(ix__mm_q3_k_neon, ix__mm_q3_k_neondot)),
-    Q_ROW(Q4_K, q4_k, 2, IX__PACK_K4, 256, IX__PK4_SUPER, AVX2(q4_k) AVX512(ix__mm_q4_k_avx512bw, ix__mm_q4_k_avx512vnni)
+    Q_ROW(Q4_K, q4_k, 2, IX__PACK_K4, IX__PK_HI, IX__PK4_SUPER, AVX2(q4_k) AVX512(ix__mm_q4_k_avx512bw, ix__mm_q4_k_avx512vnni)
               NEON(ix__mm_q4_k_neon, ix__mm_q4_k_neondot)),
-    Q_ROW(Q5_K, q5_k, 2, IX__PACK_NONE, 0, 0,
+    Q_ROW(Q5_K, q5_k, 2, IX__PACK_K4, IX__PK_HI + 64, IX__PK4_SUPER,
           AVX2(q5_k) AVX512(ix__mm_q5_k_avx512bw, ix__mm_q5_k_avx512vnni) NEON(ix__mm_q5_k_neon, ix__mm_q5_k_neondot)),
-    Q_ROW(Q6_K, q6_k, 0, IX__PACK_NONE, 0, 0, AVX2(q6_k) AVX512(ix__mm_q6_k_avx512bw, ix__mm_q6_k_avx512vnni)
+    Q_ROW(Q6_K, q6_k, 0, IX__PACK_K6, IX__PK_HI + 128, IX__PK6_SUPER, AVX2(q6_k) AVX512(ix__mm_q6_k_avx512bw, ix__mm_q6_k_avx512vnni)
               NEON(ix__mm_q6_k_neon, ix__mm_q6_k_neondot)),
     Q_ROW(IQ4_NL, iq4_nl, 0, IX__PACK_NONE, 0, 0, AVX2(iq4_nl) AVX512(ix__mm_iq4_nl_avx512bw, ix__mm_iq4_nl_avx512vnni)
               NEON(ix__mm_iq4_nl_neon, ix__mm_iq4_nl_neondot)),
