@@ -1495,9 +1495,11 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
         IX__UNROLL(4)
         for (int g = 0; g < G; g++)
             for (size_t o = 0; o < cb; o += 64) __builtin_prefetch(c + g * gs + PK_LOCK_PF_BYTES + o, 0, 3);
-        if (b % 8 == 0) {
+        if ((k45 || k6) && b % 8 == 0) {
             IX__UNROLL(4)
             for (int g = 0; g < G; g++) {
+                /* the scales are a stream of their own (after the group's codes) */
+                for (size_t o = 0; o < sup; o += 64) __builtin_prefetch(S + g * gs + 2 * sup + o, 0, 3);
                 if (k45) pk4_super(S + g * gs, &d[g], &ndm[g]);
                 if (k6) d[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + g * gs + IX__PK6_D)));
             }
