@@ -775,8 +775,8 @@ static void test_matmul_packed(void **state) {
     const size_t Ms[] = {1, 2, 3, 4, 5, 6, 8, 9, 17, 150}; /* up to 6: the lockstep tiles */
     const size_t Ns[] = {16, 48, 80}; /* 80: lockstep runs of groups (4 or 2), then one more */
     const size_t Ks[] = {32, 224, 1024};
-    const ix_dtype qt[] = {IX_DTYPE_Q8_0, IX_DTYPE_Q4_0, IX_DTYPE_Q4_K, IX_DTYPE_Q5_K,
-                           IX_DTYPE_Q6_K, IX_DTYPE_F16, IX_DTYPE_BF16};
+    const ix_dtype qt[] = {IX_DTYPE_Q8_0, IX_DTYPE_Q4_0, IX_DTYPE_Q4_K, IX_DTYPE_Q5_K, IX_DTYPE_Q6_K,
+                           IX_DTYPE_Q2_K, IX_DTYPE_Q3_K, IX_DTYPE_F16, IX_DTYPE_BF16};
     for (size_t ti = 0; ti < IX_ARRAY_LEN(qt); ti++)
         for (size_t a = 0; a < IX_ARRAY_LEN(Ms); a++)
             for (size_t b = 0; b < IX_ARRAY_LEN(Ns); b++)
@@ -850,14 +850,18 @@ static void test_matmul_packed(void **state) {
     assert_false(ix_kernels_packable(IX_DTYPE_Q6_K, 16, 128));
     assert_true(ix_kernels_packable(IX_DTYPE_Q4_K, 16, 512));
     assert_true(ix_kernels_packable(IX_DTYPE_Q6_K, 16, 256));
-    assert_false(ix_kernels_packable(IX_DTYPE_Q3_K, 16, 256));
-    assert_false(ix_kernels_pack_pays(IX_DTYPE_Q3_K));
+    assert_true(ix_kernels_packable(IX_DTYPE_Q3_K, 16, 256));
+    assert_false(ix_kernels_packable(IX_DTYPE_IQ4_XS, 16, 256));
+    assert_false(ix_kernels_pack_pays(IX_DTYPE_IQ4_XS));
     assert_true(ix_kernels_pack_pays(IX_DTYPE_Q4_0));
     /* 16 rows of 256: 8 x 256 code bytes, 320 of scales (2.8% over the rows' 2304);
      * Q5_K 8 x 320 + 320 (2.3% over 2816); Q6_K 8 x 384 + 288, the rows' 3360 exactly */
     assert_int_equal(ix_kernels_packed_bytes(IX_DTYPE_Q4_K, 16, 256), 2368);
     assert_int_equal(ix_kernels_packed_bytes(IX_DTYPE_Q5_K, 16, 256), 2880);
     assert_int_equal(ix_kernels_packed_bytes(IX_DTYPE_Q6_K, 16, 256), 3392);
+    /* Q2_K 8 x 128 + 320, the rows' 1344 exactly; Q3_K 8 x 192 + 288 (+2.3% over 1760) */
+    assert_int_equal(ix_kernels_packed_bytes(IX_DTYPE_Q2_K, 16, 256), 1344);
+    assert_int_equal(ix_kernels_packed_bytes(IX_DTYPE_Q3_K, 16, 256), 1856);
     assert_int_equal(ix_kernels_packed_bytes(IX_DTYPE_F32, 16, 64), 0);
     assert_int_equal(ix_kernels_pack(IX_DTYPE_Q4_0, buf, 0, 17, 64, 0, 16, buf), IX_ERR_UNSUPPORTED);
     assert_int_equal(ix_kernels_pack(IX_DTYPE_Q4_0, buf, 0, 32, 64, 0, 8, buf), IX_ERR_INVALID);

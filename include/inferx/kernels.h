@@ -133,12 +133,13 @@ typedef struct ix_matmul {
  * vector of 16 rows to FMA with a broadcast X element (float results agree
  * with the row layout to rounding).
  * Q4_K, Q5_K and Q6_K pack as Q4_0's code planes per 32 elements (the low 4
- * bits) plus planes of the high bits, with the super-blocks' fp16 scales and
+ * bits) plus planes of the high bits, Q2_K and Q3_K as planes of 2-bit
+ * codes (plus Q3_K's third bits), with the super-blocks' fp16 scales and
  * their sub-block scales (and mins) unpacked to bytes apart (Q4_K 2.8%,
- * Q5_K 2.3% more bytes than the rows, Q6_K the same: no decode of scales, no
- * transposes). Whether (type, N, K) can be packed: N % 16 == 0 and F16 /
- * BF16, or Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K with K a multiple of the type's
- * block. Every path reads every packed form. */
+ * Q5_K 2.3%, Q3_K 3.6% more bytes than the rows, Q6_K and Q2_K the same: no
+ * decode of scales, no transposes). Whether (type, N, K) can be packed:
+ * N % 16 == 0 and F16 / BF16, or Q8_0 / Q4_0 / a K-quant with K a multiple
+ * of the type's block. Every path reads every packed form. */
 bool ix_kernels_packable(ix_dtype type, size_t N, size_t K);
 /* Whether the active kernels read type's packed form with tiles of their own
  * (so that a loader should pack it): the packable types, the K-quants on

@@ -878,8 +878,8 @@ void MM(q4_1)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, 
 void MM(q5_1)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_Q5_1], Q_RX, Q_RW); }
 void MM(iq4_nl)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_IQ4_NL], Q_RX, Q_RW); }
 void MM(iq4_xs)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_IQ4_XS], Q_RX, Q_RW); }
-void MM(q2_k)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_Q2_K], Q_RX, Q_RW); }
-void MM(q3_k)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_Q3_K], Q_RX, Q_RW); }
+MM_KP(q2_k, Q2_K)
+MM_KP(q3_k, Q3_K)
 
 void MM(f32)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_ftiles[0], F_RX, F_RW); }
 

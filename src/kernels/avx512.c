@@ -1351,10 +1351,18 @@ static inline __attribute__((always_inline)) __m512i pk_dp(__m512i acc, __m512i 
  * q + 32) dots its two halves of 16 apart, each starting from -32 times the
  * X half's sum, and takes the int8 scale per 16 as an integer: idot =
  * sc0 dot0 + sc1 dot1, as the canonical dot. */
-typedef enum pk_kind { PK_Q8, PK_Q4, PK_K4, PK_K5, PK_K6, PK_KINDS } pk_kind;
+typedef enum pk_kind { PK_Q8, PK_Q4, PK_K4, PK_K5, PK_K6, PK_K2, PK_K3, PK_KINDS } pk_kind;
 
 static inline size_t pk_cb(pk_kind kind) {
-    return kind == PK_Q8 ? 512 : kind == PK_K5 ? 320 : kind == PK_K6 ? 384 : 256;
+    return kind == PK_Q8 ? 512 : kind == PK_K5 ? 320 : kind == PK_K6 ? 384 : kind == PK_K2 ? 128
+           : kind == PK_K3 ? 192 : 256;
+}
+/* The kinds with a scale per 16 (Q6_K, Q2_K, Q3_K): halves dotted apart; their code offset */
+static inline bool pk_halves(pk_kind kind) { return kind == PK_K6 || kind == PK_K2 || kind == PK_K3; }
+static inline int pk_off(pk_kind kind) { return kind == PK_K6 ? 32 : kind == PK_K3 ? 4 : 0; }
+/* Bytes of a super-block's scales */
+static inline size_t pk_sup(pk_kind kind) {
+    return kind == PK_K6 || kind == PK_K3 ? IX__PK6_SUPER : kind == PK_K2 ? IX__PK2_SUPER : IX__PK4_SUPER;
 }
 
 /* v's 16-bit lanes shifted left by n (right by -n) */
@@ -1367,6 +1375,21 @@ static inline __attribute__((always_inline)) __m512i pk_shl(__m512i v, int n) {
  * their planes: a shift brings a plane's bits for j to bit 4, a mask keeps
  * them; what a 16-bit shift carries across bytes is masked off). */
 static inline __attribute__((always_inline)) void pk_codes(pk_kind kind, const uint8_t *c, __m512i T[8]) {
+    if (kind == PK_K2 || kind == PK_K3) { /* 2-bit planes at bits 2j (+ Q3_K's third bits at j, 4 + j) */
+        const __m512i m3 = _mm512_set1_epi8(3), b2 = _mm512_set1_epi8(4);
+        const __m512i l0 = _mm512_load_si512((const void *)c), l1 = _mm512_load_si512((const void *)(c + 64));
+        const __m512i h = kind == PK_K3 ? _mm512_load_si512((const void *)(c + 128)) : l0;
+        IX__UNROLL(4)
+        for (int j = 0; j < 4; j++) {
+            T[j] = _mm512_and_si512(pk_shl(l0, -2 * j), m3);
+            T[j + 4] = _mm512_and_si512(pk_shl(l1, -2 * j), m3);
+            if (kind == PK_K3) {
+                T[j] = _mm512_or_si512(T[j], _mm512_and_si512(pk_shl(h, 2 - j), b2));
+                T[j + 4] = _mm512_or_si512(T[j + 4], _mm512_and_si512(pk_shl(h, -2 - j), b2));
+            }
+        }
+        return;
+    }
     const __m512i nib = _mm512_set1_epi8(0x0f), b4 = _mm512_set1_epi8(0x10), b45 = _mm512_set1_epi8(0x30);
     const __m512i h0 = kind >= PK_K5 ? _mm512_load_si512((const void *)(c + IX__PK_HI)) : _mm512_setzero_si512();
     const __m512i h1 = kind == PK_K6 ? _mm512_load_si512((const void *)(c + IX__PK_HI + 64)) : h0;
@@ -1398,10 +1421,27 @@ static inline __attribute__((always_inline)) void pk4_super(const uint8_t *S, __
 static inline __attribute__((always_inline)) __m512i pk6_sc(const uint8_t *S, size_t s) {
     return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(S + IX__PK6_SC + s * IX__PK)));
 }
+/* The integer scales of block b's halves (sub-blocks 2 (b % 8) and the
+ * next) of a scale-per-16 kind's group whose super-block scales are at S,
+ * and Q2_K's mins. */
+static inline __attribute__((always_inline)) void pk_half_scales(pk_kind kind, const uint8_t *S, size_t b, __m512i sc[2],
+                                                                  __m512i mn[2]) {
+    for (size_t k = 0; k < 2; k++) {
+        const size_t s = 2 * (b % 8) + k;
+        if (kind == PK_K2) {
+            __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(S + IX__PK2_SM + s * IX__PK)));
+            sc[k] = _mm512_and_si512(v, _mm512_set1_epi32(15));
+            mn[k] = _mm512_srli_epi32(v, 4);
+        } else {
+            sc[k] = pk6_sc(S, s);
+        }
+    }
+}
 
 static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, pk_kind kind, bool vnni, int rx) {
-    const bool q8 = kind == PK_Q8, k45 = kind == PK_K4 || kind == PK_K5, k6 = kind == PK_K6;
-    const size_t cb = pk_cb(kind), nb = a->k / IX__QK, sup = k6 ? IX__PK6_SUPER : IX__PK4_SUPER;
+    const bool q8 = kind == PK_Q8, k45 = kind == PK_K4 || kind == PK_K5, k6 = pk_halves(kind), q2 = kind == PK_K2;
+    const int c6 = pk_off(kind);
+    const size_t cb = pk_cb(kind), nb = a->k / IX__QK, sup = pk_sup(kind);
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     __m512 acc[PK_RX], d = _mm512_setzero_ps(), ndm = d;
     for (int i = 0; i < rx; i++) acc[i] = _mm512_setzero_ps();
@@ -1419,16 +1459,18 @@ static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, p
             pk_codes(kind, c, T);
         }
         __m512 dw, dmn = _mm512_setzero_ps();
-        __m512i sc0 = _mm512_setzero_si512(), sc1 = sc0;
+        __m512i sc[2], mn[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
         if (k45) {
             if (b % 8 == 0) pk4_super(S, &d, &ndm);
             dw = pk4_sub(S + IX__PK4_SC + b % 8 * IX__PK, d);
             dmn = pk4_sub(S + IX__PK4_MN + b % 8 * IX__PK, ndm);
         } else if (k6) {
-            if (b % 8 == 0) d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + IX__PK6_D)));
+            if (b % 8 == 0) {
+                if (q2) pk4_super(S, &d, &ndm); /* Q2_K's d and dmin sit where Q4_K's do */
+                else d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + IX__PK6_D)));
+            }
             dw = d;
-            sc0 = pk6_sc(S, 2 * (b % 8));
-            sc1 = pk6_sc(S, 2 * (b % 8) + 1);
+            pk_half_scales(kind, S, b, sc, mn);
         } else {
             dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(a->scales + b * 2 * IX__PK)));
         }
@@ -1437,14 +1479,21 @@ static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, p
             for (int i = 0; i < rx; i++) {
                 const uint8_t *xr = a->x + (size_t)i * a->xs, *xq = xr + b * IX__QK;
                 const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(xr + a->blk_off) + b;
-                __m512i lo = _mm512_set1_epi32(-32 * xb->s0), hi = _mm512_set1_epi32(-32 * (xb->s - xb->s0));
+                const int32_t s0 = xb->s0, s1 = xb->s - xb->s0;
+                __m512i lo = _mm512_set1_epi32(-c6 * s0), hi = _mm512_set1_epi32(-c6 * s1);
                 IX__UNROLL(4)
                 for (int j = 0; j < 4; j++) {
                     lo = pk_dp(lo, T[j], xq + 4 * j, false, vnni);
                     hi = pk_dp(hi, T[j + 4], xq + 16 + 4 * j, false, vnni);
                 }
-                __m512i dot = _mm512_add_epi32(_mm512_mullo_epi32(lo, sc0), _mm512_mullo_epi32(hi, sc1));
-                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_set1_ps(xb->d)), acc[i]);
+                __m512i dot = _mm512_add_epi32(_mm512_mullo_epi32(lo, sc[0]), _mm512_mullo_epi32(hi, sc[1]));
+                const __m512 xd = _mm512_set1_ps(xb->d);
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, xd), acc[i]);
+                if (q2) { /* the integer min term mn0 s0 + mn1 s1 */
+                    __m512i im = _mm512_add_epi32(_mm512_mullo_epi32(mn[0], _mm512_set1_epi32(s0)),
+                                                  _mm512_mullo_epi32(mn[1], _mm512_set1_epi32(s1)));
+                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(im), _mm512_mul_ps(ndm, xd), acc[i]);
+                }
             }
             continue;
         }
@@ -1481,9 +1530,10 @@ static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, p
 
 static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile *a, pk_kind kind) {
     enum { G = IX__PK_LOCK };
-    const bool q8 = kind == PK_Q8, k45 = kind == PK_K4 || kind == PK_K5, k6 = kind == PK_K6;
+    const bool q8 = kind == PK_Q8, k45 = kind == PK_K4 || kind == PK_K5, k6 = pk_halves(kind), q2 = kind == PK_K2;
     const bool masked = kind == PK_Q4 || kind == PK_K4; /* the nibble split by masks alone */
-    const size_t cb = pk_cb(kind), nb = a->k / IX__QK, gs = a->gstride, sup = k6 ? IX__PK6_SUPER : IX__PK4_SUPER;
+    const int c6 = pk_off(kind);
+    const size_t cb = pk_cb(kind), nb = a->k / IX__QK, gs = a->gstride, sup = pk_sup(kind);
     const __m512i lo = _mm512_set1_epi8(0x0f), hi = _mm512_set1_epi8((char)0xf0),
                   flip = _mm512_set1_epi8((char)0x80);
     __m512 acc[G], d[G], ndm[G];
@@ -1500,16 +1550,16 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
             for (int g = 0; g < G; g++) {
                 /* the scales are a stream of their own (after the group's codes) */
                 for (size_t o = 0; o < sup; o += 64) __builtin_prefetch(S + g * gs + 2 * sup + o, 0, 3);
-                if (k45) pk4_super(S + g * gs, &d[g], &ndm[g]);
-                if (k6) d[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + g * gs + IX__PK6_D)));
+                if (k45 || q2) pk4_super(S + g * gs, &d[g], &ndm[g]); /* Q2_K's d and dmin sit where Q4_K's do */
+                else if (k6) d[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + g * gs + IX__PK6_D)));
             }
         }
-        const int32_t s0 = xb->s0;
+        const int32_t s0 = xb->s0, s1 = xb->s - xb->s0;
         __m512i dl[G], dh[G];
         IX__UNROLL(4)
         for (int g = 0; g < G; g++) {
-            dl[g] = _mm512_set1_epi32(k6 ? -32 * s0 : 0);
-            dh[g] = _mm512_set1_epi32(k6 ? -32 * (xb->s - s0) : 0);
+            dl[g] = _mm512_set1_epi32(-c6 * s0);
+            dh[g] = _mm512_set1_epi32(-c6 * s1);
         }
         if (q8) {
             IX__UNROLL(8)
@@ -1553,9 +1603,11 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
         IX__UNROLL(4)
         for (int g = 0; g < G; g++) {
             const uint8_t *Sg = S + g * gs;
-            __m512i dot;
-            if (k6) dot = _mm512_add_epi32(_mm512_mullo_epi32(dl[g], pk6_sc(Sg, 2 * (b % 8))),
-                                           _mm512_mullo_epi32(dh[g], pk6_sc(Sg, 2 * (b % 8) + 1)));
+            __m512i dot, sc[2], mn[2];
+            if (k6) {
+                pk_half_scales(kind, Sg, b, sc, mn);
+                dot = _mm512_add_epi32(_mm512_mullo_epi32(dl[g], sc[0]), _mm512_mullo_epi32(dh[g], sc[1]));
+            }
             else if (masked) dot = _mm512_add_epi32(_mm512_add_epi32(off, dl[g]), _mm512_srai_epi32(dh[g], 4));
             else dot = _mm512_add_epi32(_mm512_add_epi32(off, dl[g]), dh[g]);
             const __m512 dw =
@@ -1564,6 +1616,11 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
                      : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(a->scales + g * gs + b * 2 * IX__PK)));
             acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, xd), acc[g]);
             if (k45) acc[g] = _mm512_fmadd_ps(pk4_sub(Sg + IX__PK4_MN + b % 8 * IX__PK, ndm[g]), sxd, acc[g]);
+            if (q2) { /* the integer min term mn0 s0 + mn1 s1 */
+                __m512i im = _mm512_add_epi32(_mm512_mullo_epi32(mn[0], _mm512_set1_epi32(s0)),
+                                              _mm512_mullo_epi32(mn[1], _mm512_set1_epi32(s1)));
+                acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(im), _mm512_mul_ps(ndm[g], xd), acc[g]);
+            }
         }
     }
     for (int g = 0; g < G; g++) _mm512_storeu_ps(a->y + g * IX__PK, acc[g]);
@@ -1573,9 +1630,11 @@ static void pk_lock_q4(const ix__pk_tile *a) { pk_lock_run(a, PK_Q4); }
 static void pk_lock_k4(const ix__pk_tile *a) { pk_lock_run(a, PK_K4); }
 static void pk_lock_k5(const ix__pk_tile *a) { pk_lock_run(a, PK_K5); }
 static void pk_lock_k6(const ix__pk_tile *a) { pk_lock_run(a, PK_K6); }
+static void pk_lock_k2(const ix__pk_tile *a) { pk_lock_run(a, PK_K2); }
+static void pk_lock_k3(const ix__pk_tile *a) { pk_lock_run(a, PK_K3); }
 /* [kind] */
 static const ix__pk_fn k_lock[PK_KINDS][IX__PK_LOCK_RX] = {{pk_lock_q8}, {pk_lock_q4}, {pk_lock_k4}, {pk_lock_k5},
-                                                          {pk_lock_k6}};
+                                                          {pk_lock_k6}, {pk_lock_k2}, {pk_lock_k3}};
 
 #define PK_INST(K, TAG, V, R)                                                                  \
     static void pk_##K##_##TAG##_##R(const ix__pk_tile *a) { pk_run(a, PK_##K, V, R); }
@@ -1588,13 +1647,16 @@ PK_KIND(Q4)
 PK_KIND(K4)
 PK_KIND(K5)
 PK_KIND(K6)
+PK_KIND(K2)
+PK_KIND(K3)
 #define PK_ROW(K, TAG)                                                                         \
     {pk_##K##_##TAG##_1, pk_##K##_##TAG##_2, pk_##K##_##TAG##_3, pk_##K##_##TAG##_4,             \
      pk_##K##_##TAG##_5, pk_##K##_##TAG##_6, pk_##K##_##TAG##_7, pk_##K##_##TAG##_8}
 /* [vnni][kind][rx - 1] */
 static const ix__pk_fn k_pk[2][PK_KINDS][PK_RX] = {
-    {PK_ROW(Q8, bw), PK_ROW(Q4, bw), PK_ROW(K4, bw), PK_ROW(K5, bw), PK_ROW(K6, bw)},
-    {PK_ROW(Q8, vnni), PK_ROW(Q4, vnni), PK_ROW(K4, vnni), PK_ROW(K5, vnni), PK_ROW(K6, vnni)},
+    {PK_ROW(Q8, bw), PK_ROW(Q4, bw), PK_ROW(K4, bw), PK_ROW(K5, bw), PK_ROW(K6, bw), PK_ROW(K2, bw), PK_ROW(K3, bw)},
+    {PK_ROW(Q8, vnni), PK_ROW(Q4, vnni), PK_ROW(K4, vnni), PK_ROW(K5, vnni), PK_ROW(K6, vnni), PK_ROW(K2, vnni),
+     PK_ROW(K3, vnni)},
 };
 
 /* F16 / BF16 packed weights: element k of the group's 16 rows is one
@@ -1803,8 +1865,8 @@ KQ_MM(iq4_xs, IQ4_XS, true)
 KP_MM(q4_k, Q4_K, K4)
 KP_MM(q5_k, Q5_K, K5)
 KP_MM(q6_k, Q6_K, K6)
-KQ_MM(q3_k, Q3_K, true)
-KQ_MM(q2_k, Q2_K, true)
+KP_MM(q3_k, Q3_K, K3)
+KP_MM(q2_k, Q2_K, K2)
 
 /* Float weights: the same on both tables. */
 void ix__mm_f32_avx512(const ix_matmul *mm, size_t n0, size_t n1) {

@@ -140,7 +140,7 @@ bool ix_kernels_packable(ix_dtype type, size_t N, size_t K) {
 bool ix_kernels_pack_pays(ix_dtype type) {
     const ix__wtype *wt = ix__wtype_of(type);
     if (!wt || wt->pack == IX__PACK_NONE) return false;
-    if (wt->pack != IX__PACK_K4 && wt->pack != IX__PACK_K6) return true;
+    if (wt->pack != IX__PACK_K4 && wt->pack != IX__PACK_K6 && wt->pack != IX__PACK_K2) return true;
     const unsigned p = ix_kernels()->path;
     return p == IX__PATH_AVX512_BW || p == IX__PATH_AVX512_VNNI;
 }
@@ -197,6 +197,8 @@ void ix__pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *fns
 static void pack_k(ix_dtype t, const void *w, size_t ws, size_t K, size_t n0, size_t n1, void *dst) {
     const ix__wtype *wt = ix__wtype_of(t);
     const bool k6 = wt->pack == IX__PACK_K6, q5 = wt->pk_code_bytes == IX__PK_HI + 64;
+    const bool q2 = t == IX_DTYPE_Q2_K, q3 = t == IX_DTYPE_Q3_K;
+    const int off = k6 ? 32 : q3 ? 4 : 0; /* the unpack's q to unsigned codes */
     const size_t nsb = K / 256, gb = ix__pk_group_bytes(t, K), cb = wt->pk_code_bytes;
     for (size_t g = n0 / IX__PK; g < n1 / IX__PK; g++) {
         uint8_t *codes = (uint8_t *)ix__pk_codes(t, dst, K, g);
@@ -209,6 +211,18 @@ static void pack_k(ix_dtype t, const void *w, size_t ws, size_t K, size_t n0, si
                 if (k6) { /* Q6_K: int8 scales[16] at 192, fp16 d at 208 */
                     memcpy(S + IX__PK6_D + 2 * r, blk + 208, 2);
                     for (size_t s = 0; s < 16; s++) S[IX__PK6_SC + s * IX__PK + r] = blk[192 + s];
+                } else if (q3) { /* Q3_K: fp16 d at 108, the 6-bit scales decoded */
+                    memcpy(S + IX__PK6_D + 2 * r, blk + 108, 2);
+                    for (size_t j = 0; j < 8; j++) {
+                        int32_t sc[2], mn[2];
+                        ix__sub_scales(t, blk, j, sc, mn);
+                        S[IX__PK6_SC + 2 * j * IX__PK + r] = (uint8_t)(int8_t)sc[0];
+                        S[IX__PK6_SC + (2 * j + 1) * IX__PK + r] = (uint8_t)(int8_t)sc[1];
+                    }
+                } else if (q2) { /* Q2_K: scale | min << 4 bytes at 0, fp16 d and dmin at 80 */
+                    memcpy(S + IX__PK2_D + 2 * r, blk + 80, 2);
+                    memcpy(S + IX__PK2_DMIN + 2 * r, blk + 82, 2);
+                    for (size_t s = 0; s < 16; s++) S[IX__PK2_SM + s * IX__PK + r] = blk[s];
                 } else {
                     uint8_t sm[16];
                     memcpy(S + IX__PK4_D + 2 * r, blk, 2);
@@ -223,9 +237,19 @@ static void pack_k(ix_dtype t, const void *w, size_t ws, size_t K, size_t n0, si
                     ix__q32 u;
                     wt->unpack(blk, j, &u);
                     uint8_t q[32];
-                    for (size_t i = 0; i < 32; i++) q[i] = (uint8_t)(u.q[i] + (k6 ? 32 : 0));
+                    for (size_t i = 0; i < 32; i++) q[i] = (uint8_t)(u.q[i] + off);
                     uint8_t *cd = codes + (sb * 8 + j) * cb + r * 4;
-                    for (size_t i = 0; i < 4; i++) {
+                    for (size_t i = 0; i < 4 && (q2 || q3); i++) { /* 2-bit planes (+ the third bits) */
+                        uint8_t l0 = 0, l1 = 0, h = 0;
+                        for (size_t p = 0; p < 4; p++) {
+                            const uint8_t a = q[4 * p + i], b = q[16 + 4 * p + i];
+                            l0 |= (uint8_t)((a & 3) << (2 * p)), l1 |= (uint8_t)((b & 3) << (2 * p));
+                            h |= (uint8_t)((a >> 2) << p | (b >> 2) << (4 + p));
+                        }
+                        cd[i] = l0, cd[64 + i] = l1;
+                        if (q3) cd[128 + i] = h;
+                    }
+                    for (size_t i = 0; i < 4 && !(q2 || q3); i++) {
                         uint8_t h0 = 0, h1 = 0;
                         for (size_t p = 0; p < 4; p++) {
                             const uint8_t a = q[4 * p + i], b = q[16 + 4 * p + i];
@@ -261,7 +285,8 @@ ix_status ix_kernels_pack(ix_dtype type, const void *w, size_t w_stride_bytes, s
         }
         return IX_OK;
     }
-    if (ix__wtype_of(type)->pack == IX__PACK_K4 || ix__wtype_of(type)->pack == IX__PACK_K6) {
+    const ix__pack pk = ix__wtype_of(type)->pack;
+    if (pk == IX__PACK_K4 || pk == IX__PACK_K6 || pk == IX__PACK_K2) {
         pack_k(type, w, ws, K, n0, n1, dst);
         return IX_OK;
     }

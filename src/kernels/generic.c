@@ -93,7 +93,8 @@ static void unpack_packed(ix_dtype t, const uint8_t *codes, const uint8_t *scale
     const ix__wtype *wt = ix__wtype_of(t);
     const uint8_t *c = codes + b * wt->pk_code_bytes + r * 4;
     const bool k4 = wt->pack == IX__PACK_K4, k6 = wt->pack == IX__PACK_K6, q5 = wt->pk_code_bytes == IX__PK_HI + 64;
-    const int off = t == IX_DTYPE_Q4_0 ? 8 : k6 ? 32 : 0; /* Q4_K / Q5_K's codes are unsigned */
+    const bool q2 = t == IX_DTYPE_Q2_K, q3 = t == IX_DTYPE_Q3_K;
+    const int off = t == IX_DTYPE_Q4_0 ? 8 : k6 ? 32 : q3 ? 4 : 0; /* Q4_K / Q5_K / Q2_K's codes are unsigned */
     for (int j = 0; j < 4; j++)
         for (int i = 0; i < 4; i++) {
             if (t == IX_DTYPE_Q8_0) {
@@ -101,8 +102,16 @@ static void unpack_packed(ix_dtype t, const uint8_t *codes, const uint8_t *scale
                 u->q[16 + 4 * j + i] = (int8_t)c[(j + 4) * 64 + i];
                 continue;
             }
+            int lo, hi;
+            if (q2 || q3) { /* 2-bit planes 0 / 1 at bits 2j, Q3_K's third bits as Q5_K's fifth */
+                lo = c[i] >> (2 * j) & 3, hi = c[64 + i] >> (2 * j) & 3;
+                if (q3) lo |= (c[128 + i] >> j & 1) << 2, hi |= (c[128 + i] >> (4 + j) & 1) << 2;
+                u->q[4 * j + i] = (int8_t)(lo - off);
+                u->q[16 + 4 * j + i] = (int8_t)(hi - off);
+                continue;
+            }
             /* plane j holds elements 4j.. (low nibbles) and 16 + 4j.. (high), the high-bit planes the rest */
-            int lo = c[j * 64 + i] & 15, hi = c[j * 64 + i] >> 4;
+            lo = c[j * 64 + i] & 15, hi = c[j * 64 + i] >> 4;
             if (q5) lo |= (c[IX__PK_HI + i] >> j & 1) << 4, hi |= (c[IX__PK_HI + i] >> (4 + j) & 1) << 4;
             if (k6) lo |= (c[IX__PK_HI + i] >> (2 * j) & 3) << 4, hi |= (c[IX__PK_HI + 64 + i] >> (2 * j) & 3) << 4;
             u->q[4 * j + i] = (int8_t)(lo - off);
@@ -117,9 +126,19 @@ static void unpack_packed(ix_dtype t, const uint8_t *codes, const uint8_t *scale
         u->dm = -ix__fp16_to_fp32(ix__load_u16(S + IX__PK4_DMIN + 2 * r)) * (float)S[IX__PK4_MN + at];
         return;
     }
+    if (q2) { /* scale and min of sub-blocks 2 (b % 8) and the next, as unpack_q2_k */
+        const uint8_t *S = scales + b / 8 * IX__PK2_SUPER;
+        for (size_t k = 0; k < 2; k++) {
+            const uint8_t sm = S[IX__PK2_SM + (2 * (b % 8) + k) * IX__PK + r];
+            u->sc[k] = sm & 15, u->mn[k] = sm >> 4;
+        }
+        u->d = ix__fp16_to_fp32(ix__load_u16(S + IX__PK2_D + 2 * r));
+        u->dm = -ix__fp16_to_fp32(ix__load_u16(S + IX__PK2_DMIN + 2 * r));
+        return;
+    }
     u->mn[0] = u->mn[1] = 0;
     u->dm = 0.0f;
-    if (k6) { /* the int8 scales of sub-blocks 2 (b % 8) and the next, as unpack_q6_k */
+    if (k6 || q3) { /* the int8 scales of sub-blocks 2 (b % 8) and the next, as unpack_q6_k / _q3_k */
         const uint8_t *S = scales + b / 8 * IX__PK6_SUPER;
         u->sc[0] = (int8_t)S[IX__PK6_SC + 2 * (b % 8) * IX__PK + r];
         u->sc[1] = (int8_t)S[IX__PK6_SC + (2 * (b % 8) + 1) * IX__PK + r];

@@ -254,8 +254,10 @@ typedef enum ix__pack {
     IX__PACK_PLANES, /* Q8_0 / Q4_0: code dwords of 16 rows interleaved, scales apart */
     IX__PACK_K4,     /* Q4_K / Q5_K: Q4_0's code planes per 32 (+ Q5_K's fifth bits), the
                       * super-blocks' scales and mins unpacked apart */
-    IX__PACK_K6      /* Q6_K: Q4_0's planes of the low 4 bits, two planes of the high 2, the
+    IX__PACK_K6,     /* Q6_K: Q4_0's planes of the low 4 bits, two planes of the high 2, the
                       * super-blocks' scales apart */
+    IX__PACK_K2      /* Q2_K / Q3_K: two planes of the low 2 bits (+ Q3_K's third bits),
+                      * the super-blocks' scales apart */
 } ix__pack;
 
 typedef struct ix__wtype ix__wtype;
@@ -367,14 +369,20 @@ IX__MM_DECL_NEON(q2_k) IX__MM_DECL_NEON(q3_k)
  *                         bit 4+j of element 16+4j+i; Q6_K planes 4 and 5,
  *                         bits 2j..2j+1 = the high 2 bits of element 4j+i
  *                         (plane 4) or 16+4j+i (plane 5). K-quant codes are
- *                         unsigned (Q6_K: q + 32).
+ *                         unsigned (Q6_K: q + 32). Q2_K / Q3_K: planes 0
+ *                         and 1, bits 2j..2j+1 of byte i = the low 2 bits
+ *                         of element 4j+i (plane 0) or 16+4j+i (plane 1);
+ *                         Q3_K's plane 2 holds bit 2 as Q5_K's plane 4
+ *                         holds bit 4 (codes q + 4).
  *     scales              Q8_0 / Q4_0: [K/32][16] the rows' fp16 block scales,
  *                         row order; per super-block of 256: Q4_K / Q5_K, 320
  *                         bytes: d[16], dmin[16] (fp16, row order), then the
  *                         6-bit scales and mins unpacked to bytes, sc[8][16]
  *                         and mn[8][16] (sub-block, row); Q6_K, 288 bytes:
  *                         d[16] (fp16), then the int8 scales sc[16][16]
- *                         (sub-block of 16, row)
+ *                         (sub-block of 16, row); Q3_K the same, its 6-bit
+ *                         scales (q - 32) as int8; Q2_K, 320 bytes: d[16],
+ *                         dmin[16], then its scale | min << 4 bytes [16][16]
  *     padding to 64 bytes */
 #define IX__PK IX_KERNELS_PACK_ROWS
 /* Q4_K / Q5_K's packed scales, per super-block of a group (offsets in its bytes) */
@@ -383,10 +391,15 @@ IX__MM_DECL_NEON(q2_k) IX__MM_DECL_NEON(q3_k)
 #define IX__PK4_SC 64        /* u8 sc[8][16] */
 #define IX__PK4_MN 192       /* u8 mn[8][16] */
 #define IX__PK4_SUPER 320    /* bytes */
-/* Q6_K's */
+/* Q6_K's and Q3_K's */
 #define IX__PK6_D 0          /* fp16 d[16] */
 #define IX__PK6_SC 32        /* int8 sc[16][16] */
 #define IX__PK6_SUPER 288    /* bytes */
+/* Q2_K's */
+#define IX__PK2_D 0          /* fp16 d[16] */
+#define IX__PK2_DMIN 32      /* fp16 dmin[16] */
+#define IX__PK2_SM 64        /* u8 scale | min << 4 [16][16] */
+#define IX__PK2_SUPER 320    /* bytes */
 /* the high-bit planes' offset in a K-quant's 32-element code bytes */
 #define IX__PK_HI 256
 

@@ -733,9 +733,9 @@ static const ix__wtype k_wtypes[] = {
               NEON(ix__mm_q5_0_neon, ix__mm_q5_0_neondot)),
     Q_ROW(Q5_1, q5_1, 1, IX__PACK_NONE, 0, 0, AVX2(q5_1) AVX512(ix__mm_q5_1_avx512bw, ix__mm_q5_1_avx512vnni)
               NEON(ix__mm_q5_1_neon, ix__mm_q5_1_neondot)),
-    Q_ROW(Q2_K, q2_k, 1, IX__PACK_NONE, 0, 0, AVX2(q2_k) AVX512(ix__mm_q2_k_avx512bw, ix__mm_q2_k_avx512vnni)
+    Q_ROW(Q2_K, q2_k, 1, IX__PACK_K2, 128, IX__PK2_SUPER, AVX2(q2_k) AVX512(ix__mm_q2_k_avx512bw, ix__mm_q2_k_avx512vnni)
               NEON(ix__mm_q2_k_neon, ix__mm_q2_k_neondot)),
-    Q_ROW(Q3_K, q3_k, 0, IX__PACK_NONE, 0, 0, AVX2(q3_k) AVX512(ix__mm_q3_k_avx512bw, ix__mm_q3_k_avx512vnni)
+    Q_ROW(Q3_K, q3_k, 0, IX__PACK_K2, 192, IX__PK6_SUPER, AVX2(q3_k) AVX512(ix__mm_q3_k_avx512bw, ix__mm_q3_k_avx512vnni)
               NEON(ix__mm_q3_k_neon, ix__mm_q3_k_neondot)),
     Q_ROW(Q4_K, q4_k, 2, IX__PACK_K4, IX__PK_HI, IX__PK4_SUPER, AVX2(q4_k) AVX512(ix__mm_q4_k_avx512bw, ix__mm_q4_k_avx512vnni)
               NEON(ix__mm_q4_k_neon, ix__mm_q4_k_neondot)),
