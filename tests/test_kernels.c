@@ -776,7 +776,8 @@ static void test_matmul_packed(void **state) {
     const size_t Ns[] = {16, 48, 80}; /* 80: lockstep runs of groups (4 or 2), then one more */
     const size_t Ks[] = {32, 224, 1024};
     const ix_dtype qt[] = {IX_DTYPE_Q8_0, IX_DTYPE_Q4_0, IX_DTYPE_Q4_K, IX_DTYPE_Q5_K, IX_DTYPE_Q6_K,
-                           IX_DTYPE_Q2_K, IX_DTYPE_Q3_K, IX_DTYPE_F16, IX_DTYPE_BF16};
+                           IX_DTYPE_Q2_K, IX_DTYPE_Q3_K, IX_DTYPE_IQ4_XS, IX_DTYPE_Q4_1, IX_DTYPE_Q5_0,
+                           IX_DTYPE_Q5_1, IX_DTYPE_IQ4_NL, IX_DTYPE_F16, IX_DTYPE_BF16};
     for (size_t ti = 0; ti < IX_ARRAY_LEN(qt); ti++)
         for (size_t a = 0; a < IX_ARRAY_LEN(Ms); a++)
             for (size_t b = 0; b < IX_ARRAY_LEN(Ns); b++)
@@ -851,8 +852,8 @@ static void test_matmul_packed(void **state) {
     assert_true(ix_kernels_packable(IX_DTYPE_Q4_K, 16, 512));
     assert_true(ix_kernels_packable(IX_DTYPE_Q6_K, 16, 256));
     assert_true(ix_kernels_packable(IX_DTYPE_Q3_K, 16, 256));
-    assert_false(ix_kernels_packable(IX_DTYPE_IQ4_XS, 16, 256));
-    assert_false(ix_kernels_pack_pays(IX_DTYPE_IQ4_XS));
+    assert_false(ix_kernels_packable(IX_DTYPE_IQ4_XS, 16, 128));
+    assert_false(ix_kernels_pack_pays(IX_DTYPE_F32));
     assert_true(ix_kernels_pack_pays(IX_DTYPE_Q4_0));
     /* 16 rows of 256: 8 x 256 code bytes, 320 of scales (2.8% over the rows' 2304);
      * Q5_K 8 x 320 + 320 (2.3% over 2816); Q6_K 8 x 384 + 288, the rows' 3360 exactly */
@@ -862,6 +863,11 @@ static void test_matmul_packed(void **state) {
     /* Q2_K 8 x 128 + 320, the rows' 1344 exactly; Q3_K 8 x 192 + 288 (+2.3% over 1760) */
     assert_int_equal(ix_kernels_packed_bytes(IX_DTYPE_Q2_K, 16, 256), 1344);
     assert_int_equal(ix_kernels_packed_bytes(IX_DTYPE_Q3_K, 16, 256), 1856);
+    /* IQ4_XS 8 x 256 + 160 (+1.5% over 2176); per 32: Q4_1 256 + 64, Q5_0 320 + 32, Q5_1 320 + 64 */
+    assert_int_equal(ix_kernels_packed_bytes(IX_DTYPE_IQ4_XS, 16, 256), 2240);
+    assert_int_equal(ix_kernels_packed_bytes(IX_DTYPE_Q4_1, 16, 32), 320);
+    assert_int_equal(ix_kernels_packed_bytes(IX_DTYPE_Q5_0, 16, 32), 384);
+    assert_int_equal(ix_kernels_packed_bytes(IX_DTYPE_Q5_1, 16, 32), 384);
     assert_int_equal(ix_kernels_packed_bytes(IX_DTYPE_F32, 16, 64), 0);
     assert_int_equal(ix_kernels_pack(IX_DTYPE_Q4_0, buf, 0, 17, 64, 0, 16, buf), IX_ERR_UNSUPPORTED);
     assert_int_equal(ix_kernels_pack(IX_DTYPE_Q4_0, buf, 0, 32, 64, 0, 8, buf), IX_ERR_INVALID);

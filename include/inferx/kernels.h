@@ -132,18 +132,20 @@ typedef struct ix_matmul {
  * 16 rows side by side, so one vcvtph2ps (BF16: a widen and a shift) gives a
  * vector of 16 rows to FMA with a broadcast X element (float results agree
  * with the row layout to rounding).
- * Q4_K, Q5_K and Q6_K pack as Q4_0's code planes per 32 elements (the low 4
- * bits) plus planes of the high bits, Q2_K and Q3_K as planes of 2-bit
- * codes (plus Q3_K's third bits), with the super-blocks' fp16 scales and
- * their sub-block scales (and mins) unpacked to bytes apart (Q4_K 2.8%,
- * Q5_K 2.3%, Q3_K 3.6% more bytes than the rows, Q6_K and Q2_K the same: no
- * decode of scales, no transposes). Whether (type, N, K) can be packed:
- * N % 16 == 0 and F16 / BF16, or Q8_0 / Q4_0 / a K-quant with K a multiple
- * of the type's block. Every path reads every packed form. */
+ * Q4_K, Q5_K, Q6_K, Q4_1, Q5_0, Q5_1, IQ4_NL and IQ4_XS pack as Q4_0's code
+ * planes per 32 elements (the low 4 bits) plus planes of the high bits, Q2_K
+ * and Q3_K as planes of 2-bit codes (plus Q3_K's third bits), with the
+ * blocks' fp16 scales and their sub-block scales (and mins) unpacked to
+ * bytes apart (Q4_K 2.8%, Q5_K 2.3%, Q3_K 3.6%, IQ4_XS 1.5% more bytes than
+ * the rows, the others the same: no decode of scales, no transposes).
+ * Whether (type, N, K) can be packed: N % 16 == 0 and F16 / BF16, or a
+ * quantized type with K a multiple of its block. Every path reads every
+ * packed form. */
 bool ix_kernels_packable(ix_dtype type, size_t N, size_t K);
 /* Whether the active kernels read type's packed form with tiles of their own
- * (so that a loader should pack it): the packable types, the K-quants on
- * AVX-512 only (the other paths read them through the generic code). */
+ * (so that a loader should pack it): F16 / BF16 / Q8_0 / Q4_0 everywhere,
+ * the other quantized types on AVX-512 only (the other paths read them
+ * through the generic code). */
 bool ix_kernels_pack_pays(ix_dtype type);
 /* Bytes of the packed form (0 when not packable). */
 size_t ix_kernels_packed_bytes(ix_dtype type, size_t N, size_t K);

@@ -864,8 +864,8 @@ void MM(q4_0)(const ix_matmul *mm, size_t n0, size_t n1) {
     else ix__matmul_tiles(mm, n0, n1, k_qtiles[1], Q_RX, Q_RW);
 }
 
-void MM(q5_0)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_Q5_0], Q_RX, Q_RW); }
-/* the packed K-quants have tiles on AVX-512 only (ix_kernels_pack_pays): read here exactly, slowly */
+/* the packed forms beyond Q8_0 / Q4_0 have tiles on AVX-512 only (ix_kernels_pack_pays): read here
+ * exactly, slowly */
 #define MM_KP(t, T)                                                                            \
     void MM(t)(const ix_matmul *mm, size_t n0, size_t n1) {                                    \
         if (mm->w_packed) ix__mm_q_generic(mm, n0, n1);                                       \
@@ -874,10 +874,11 @@ void MM(q5_0)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, 
 MM_KP(q4_k, Q4_K)
 MM_KP(q5_k, Q5_K)
 MM_KP(q6_k, Q6_K)
-void MM(q4_1)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_Q4_1], Q_RX, Q_RW); }
-void MM(q5_1)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_Q5_1], Q_RX, Q_RW); }
-void MM(iq4_nl)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_IQ4_NL], Q_RX, Q_RW); }
-void MM(iq4_xs)(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[KQ_IQ4_XS], Q_RX, Q_RW); }
+MM_KP(q5_0, Q5_0)
+MM_KP(q4_1, Q4_1)
+MM_KP(q5_1, Q5_1)
+MM_KP(iq4_nl, IQ4_NL)
+MM_KP(iq4_xs, IQ4_XS)
 MM_KP(q2_k, Q2_K)
 MM_KP(q3_k, Q3_K)
 

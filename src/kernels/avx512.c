@@ -1351,18 +1351,35 @@ static inline __attribute__((always_inline)) __m512i pk_dp(__m512i acc, __m512i 
  * q + 32) dots its two halves of 16 apart, each starting from -32 times the
  * X half's sum, and takes the int8 scale per 16 as an integer: idot =
  * sc0 dot0 + sc1 dot1, as the canonical dot. */
-typedef enum pk_kind { PK_Q8, PK_Q4, PK_K4, PK_K5, PK_K6, PK_K2, PK_K3, PK_KINDS } pk_kind;
+typedef enum pk_kind {
+    PK_Q8, PK_Q4, PK_K4, PK_K5, PK_K6, PK_K2, PK_K3,
+    PK_NL, PK_XS, PK_41, PK_50, PK_51, /* IQ4_NL, IQ4_XS, Q4_1, Q5_0, Q5_1 */
+    PK_KINDS
+} pk_kind;
 
 static inline size_t pk_cb(pk_kind kind) {
-    return kind == PK_Q8 ? 512 : kind == PK_K5 ? 320 : kind == PK_K6 ? 384 : kind == PK_K2 ? 128
-           : kind == PK_K3 ? 192 : 256;
+    return kind == PK_Q8 ? 512 : kind == PK_K5 || kind == PK_50 || kind == PK_51 ? 320 : kind == PK_K6 ? 384
+           : kind == PK_K2 ? 128 : kind == PK_K3 ? 192 : 256;
+}
+/* The kinds with fifth bits (a plane at IX__PK_HI), with grid codes, with a
+ * min per block (m s), with scales per super-block of 256 */
+static inline bool pk_fifth(pk_kind kind) { return kind == PK_K5 || kind == PK_50 || kind == PK_51; }
+static inline bool pk_iq(pk_kind kind) { return kind == PK_NL || kind == PK_XS; }
+static inline bool pk_min32(pk_kind kind) { return kind == PK_41 || kind == PK_51; }
+static inline bool pk_super(pk_kind kind) { return kind >= PK_K4 && kind <= PK_XS && kind != PK_NL; }
+/* The offset of a whole block's dot, for the kinds that take one: w + c
+ * (Q8_0 and the IQ4 grids on VNNI: + 128) dotted, then -c s */
+static inline int32_t pk_blk_off(pk_kind kind, const ix__q8a_blk *xb, bool vnni) {
+    return kind == PK_Q4 ? xb->neg8s : (kind == PK_Q8 || pk_iq(kind)) && vnni ? xb->neg128s
+           : kind == PK_50 ? -16 * xb->s : 0;
 }
 /* The kinds with a scale per 16 (Q6_K, Q2_K, Q3_K): halves dotted apart; their code offset */
 static inline bool pk_halves(pk_kind kind) { return kind == PK_K6 || kind == PK_K2 || kind == PK_K3; }
 static inline int pk_off(pk_kind kind) { return kind == PK_K6 ? 32 : kind == PK_K3 ? 4 : 0; }
 /* Bytes of a super-block's scales */
 static inline size_t pk_sup(pk_kind kind) {
-    return kind == PK_K6 || kind == PK_K3 ? IX__PK6_SUPER : kind == PK_K2 ? IX__PK2_SUPER : IX__PK4_SUPER;
+    return kind == PK_K6 || kind == PK_K3 ? IX__PK6_SUPER : kind == PK_K2 ? IX__PK2_SUPER
+           : kind == PK_XS ? IX__PKX_SUPER : IX__PK4_SUPER;
 }
 
 /* v's 16-bit lanes shifted left by n (right by -n) */
@@ -1374,7 +1391,7 @@ static inline __attribute__((always_inline)) __m512i pk_shl(__m512i v, int n) {
  * of each row's dword, T[4 + j] elements 16 + 4j.. (the high bits from
  * their planes: a shift brings a plane's bits for j to bit 4, a mask keeps
  * them; what a 16-bit shift carries across bytes is masked off). */
-static inline __attribute__((always_inline)) void pk_codes(pk_kind kind, const uint8_t *c, __m512i T[8]) {
+static inline __attribute__((always_inline)) void pk_codes(pk_kind kind, const uint8_t *c, __m512i T[8], bool vnni) {
     if (kind == PK_K2 || kind == PK_K3) { /* 2-bit planes at bits 2j (+ Q3_K's third bits at j, 4 + j) */
         const __m512i m3 = _mm512_set1_epi8(3), b2 = _mm512_set1_epi8(4);
         const __m512i l0 = _mm512_load_si512((const void *)c), l1 = _mm512_load_si512((const void *)(c + 64));
@@ -1391,14 +1408,20 @@ static inline __attribute__((always_inline)) void pk_codes(pk_kind kind, const u
         return;
     }
     const __m512i nib = _mm512_set1_epi8(0x0f), b4 = _mm512_set1_epi8(0x10), b45 = _mm512_set1_epi8(0x30);
-    const __m512i h0 = kind >= PK_K5 ? _mm512_load_si512((const void *)(c + IX__PK_HI)) : _mm512_setzero_si512();
+    const __m512i h0 = pk_fifth(kind) || kind == PK_K6 ? _mm512_load_si512((const void *)(c + IX__PK_HI)) : _mm512_setzero_si512();
+    /* the IQ4 grid (+ 128 as u8 for vpdpbusd; signed for the sign trick without VNNI) */
+    const __m512i grid = _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)ix__iq4_grid)),
+                                          _mm512_set1_epi8(vnni ? (char)0x80 : 0));
     const __m512i h1 = kind == PK_K6 ? _mm512_load_si512((const void *)(c + IX__PK_HI + 64)) : h0;
     IX__UNROLL(4)
     for (int j = 0; j < 4; j++) {
         __m512i v = _mm512_load_si512((const void *)(c + 64 * j));
         T[j] = _mm512_and_si512(v, nib);
         T[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
-        if (kind == PK_K5) {
+        if (pk_iq(kind)) {
+            T[j] = _mm512_shuffle_epi8(grid, T[j]);
+            T[j + 4] = _mm512_shuffle_epi8(grid, T[j + 4]);
+        } else if (pk_fifth(kind)) {
             T[j] = _mm512_or_si512(T[j], _mm512_and_si512(pk_shl(h0, 4 - j), b4));
             T[j + 4] = _mm512_or_si512(T[j + 4], _mm512_and_si512(pk_shl(h0, -j), b4));
         } else if (kind == PK_K6) {
@@ -1440,13 +1463,14 @@ static inline __attribute__((always_inline)) void pk_half_scales(pk_kind kind, c
 
 static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, pk_kind kind, bool vnni, int rx) {
     const bool q8 = kind == PK_Q8, k45 = kind == PK_K4 || kind == PK_K5, k6 = pk_halves(kind), q2 = kind == PK_K2;
+    const bool xs = kind == PK_XS, m32 = pk_min32(kind), sgn = q8 || pk_iq(kind); /* sgn: signed w without VNNI */
     const int c6 = pk_off(kind);
-    const size_t cb = pk_cb(kind), nb = a->k / IX__QK, sup = pk_sup(kind);
+    const size_t cb = pk_cb(kind), nb = a->k / IX__QK, sup = pk_sup(kind), sblk = m32 ? 64 : 32;
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     __m512 acc[PK_RX], d = _mm512_setzero_ps(), ndm = d;
     for (int i = 0; i < rx; i++) acc[i] = _mm512_setzero_ps();
     for (size_t b = 0; b < nb; b++) {
-        const uint8_t *c = a->w + b * cb, *S = k45 || k6 ? a->scales + b / 8 * sup : a->scales;
+        const uint8_t *c = a->w + b * cb, *S = pk_super(kind) ? a->scales + b / 8 * sup : a->scales + b * sblk;
         for (size_t o = 0; o < cb; o += 64) __builtin_prefetch(c + PK_PF_BYTES + o, 0, 3);
         __m512i T[8];
         if (q8) {
@@ -1456,10 +1480,10 @@ static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, p
                 T[j] = vnni ? _mm512_xor_si512(v, flip) : v;
             }
         } else {
-            pk_codes(kind, c, T);
+            pk_codes(kind, c, T, vnni);
         }
         __m512 dw, dmn = _mm512_setzero_ps();
-        __m512i sc[2], mn[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+        __m512i sc[2], mn[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()}, sx = mn[0];
         if (k45) {
             if (b % 8 == 0) pk4_super(S, &d, &ndm);
             dw = pk4_sub(S + IX__PK4_SC + b % 8 * IX__PK, d);
@@ -1471,8 +1495,13 @@ static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, p
             }
             dw = d;
             pk_half_scales(kind, S, b, sc, mn);
-        } else {
-            dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(a->scales + b * 2 * IX__PK)));
+        } else if (xs) { /* d per super-block, an int8 scale per block */
+            if (b % 8 == 0) d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + IX__PKX_D)));
+            dw = d;
+            sx = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(S + IX__PKX_SC + b % 8 * IX__PK)));
+        } else { /* fp16 d (and m) per block */
+            dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)S));
+            if (m32) dmn = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + 32)));
         }
         if (k6) { /* row by row: two dots per row live, not 2 rx (no spills) */
             IX__UNROLL(8)
@@ -1501,19 +1530,22 @@ static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, p
         IX__UNROLL(8)
         for (int i = 0; i < rx; i++) {
             const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + (size_t)i * a->xs + a->blk_off) + b;
-            dot[i] = _mm512_set1_epi32(k45 ? 0 : q8 ? (vnni ? xb->neg128s : 0) : xb->neg8s);
+            dot[i] = _mm512_set1_epi32(pk_blk_off(kind, xb, vnni));
         }
         IX__UNROLL(8)
         for (int j = 0; j < 8; j++) {
             IX__UNROLL(8)
             for (int i = 0; i < rx; i++)
-                dot[i] = pk_dp(dot[i], T[j], a->x + (size_t)i * a->xs + b * IX__QK + 4 * j, q8, vnni);
+                dot[i] = pk_dp(dot[i], T[j], a->x + (size_t)i * a->xs + b * IX__QK + 4 * j, sgn, vnni);
         }
         IX__UNROLL(8)
         for (int i = 0; i < rx; i++) {
             const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + (size_t)i * a->xs + a->blk_off) + b;
+            if (xs) dot[i] = _mm512_mullo_epi32(dot[i], sx); /* sc sum0 + sc sum1, one scale per 32 */
             acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i]), _mm512_mul_ps(dw, _mm512_set1_ps(xb->d)), acc[i]);
             if (k45) acc[i] = _mm512_fmadd_ps(dmn, _mm512_set1_ps((float)xb->s * xb->d), acc[i]);
+            if (m32) /* the integer min term: s times m dx */
+                acc[i] = _mm512_fmadd_ps(_mm512_set1_ps((float)xb->s), _mm512_mul_ps(dmn, _mm512_set1_ps(xb->d)), acc[i]);
         }
     }
     for (int i = 0; i < rx; i++) _mm512_storeu_ps(a->y + (size_t)i * a->ldy, acc[i]);
@@ -1531,27 +1563,28 @@ static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, p
 static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile *a, pk_kind kind) {
     enum { G = IX__PK_LOCK };
     const bool q8 = kind == PK_Q8, k45 = kind == PK_K4 || kind == PK_K5, k6 = pk_halves(kind), q2 = kind == PK_K2;
-    const bool masked = kind == PK_Q4 || kind == PK_K4; /* the nibble split by masks alone */
+    const bool xs = kind == PK_XS, m32 = pk_min32(kind), sup_k = pk_super(kind);
+    const bool masked = kind == PK_Q4 || kind == PK_K4 || kind == PK_41; /* the nibble split by masks alone */
     const int c6 = pk_off(kind);
-    const size_t cb = pk_cb(kind), nb = a->k / IX__QK, gs = a->gstride, sup = pk_sup(kind);
+    const size_t cb = pk_cb(kind), nb = a->k / IX__QK, gs = a->gstride, sup = pk_sup(kind), sblk = m32 ? 64 : 32;
     const __m512i lo = _mm512_set1_epi8(0x0f), hi = _mm512_set1_epi8((char)0xf0),
                   flip = _mm512_set1_epi8((char)0x80);
     __m512 acc[G], d[G], ndm[G];
     for (int g = 0; g < G; g++) acc[g] = d[g] = ndm[g] = _mm512_setzero_ps();
     for (size_t b = 0; b < nb; b++) {
         const uint8_t *c = a->w + b * cb, *x = a->x + b * IX__QK;
-        const uint8_t *S = k45 || k6 ? a->scales + b / 8 * sup : a->scales;
+        const uint8_t *S = sup_k ? a->scales + b / 8 * sup : a->scales + b * sblk;
         const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + a->blk_off) + b;
         IX__UNROLL(4)
         for (int g = 0; g < G; g++)
             for (size_t o = 0; o < cb; o += 64) __builtin_prefetch(c + g * gs + PK_LOCK_PF_BYTES + o, 0, 3);
-        if ((k45 || k6) && b % 8 == 0) {
+        if (sup_k && b % 8 == 0) {
             IX__UNROLL(4)
             for (int g = 0; g < G; g++) {
                 /* the scales are a stream of their own (after the group's codes) */
                 for (size_t o = 0; o < sup; o += 64) __builtin_prefetch(S + g * gs + 2 * sup + o, 0, 3);
                 if (k45 || q2) pk4_super(S + g * gs, &d[g], &ndm[g]); /* Q2_K's d and dmin sit where Q4_K's do */
-                else if (k6) d[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + g * gs + IX__PK6_D)));
+                else d[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + g * gs))); /* PK6_D, PKX_D */
             }
         }
         const int32_t s0 = xb->s0, s1 = xb->s - xb->s0;
@@ -1590,7 +1623,7 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
             IX__UNROLL(4)
             for (int g = 0; g < G; g++) {
                 __m512i T[8];
-                pk_codes(kind, c + g * gs, T);
+                pk_codes(kind, c + g * gs, T, true);
                 IX__UNROLL(4)
                 for (int j = 0; j < 4; j++) {
                     dl[g] = _mm512_dpbusd_epi32(dl[g], T[j], xv[j]);
@@ -1598,7 +1631,7 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
                 }
             }
         }
-        const __m512i off = _mm512_set1_epi32(k45 || k6 ? 0 : q8 ? xb->neg128s : xb->neg8s);
+        const __m512i off = _mm512_set1_epi32(pk_blk_off(kind, xb, true));
         const __m512 xd = _mm512_set1_ps(xb->d), sxd = _mm512_set1_ps((float)xb->s * xb->d);
         IX__UNROLL(4)
         for (int g = 0; g < G; g++) {
@@ -1610,11 +1643,17 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
             }
             else if (masked) dot = _mm512_add_epi32(_mm512_add_epi32(off, dl[g]), _mm512_srai_epi32(dh[g], 4));
             else dot = _mm512_add_epi32(_mm512_add_epi32(off, dl[g]), dh[g]);
+            if (xs) /* one int8 scale per 32 */
+                dot = _mm512_mullo_epi32(dot, _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(Sg + IX__PKX_SC + b % 8 * IX__PK))));
             const __m512 dw =
                 k45 ? pk4_sub(Sg + IX__PK4_SC + b % 8 * IX__PK, d[g])
-                : k6 ? d[g]
-                     : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(a->scales + g * gs + b * 2 * IX__PK)));
+                : sup_k ? d[g]
+                     : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)Sg));
             acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, xd), acc[g]);
+            if (m32) /* the integer min term: s times m dx */
+                acc[g] = _mm512_fmadd_ps(_mm512_set1_ps((float)xb->s),
+                                         _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(Sg + 32))), xd),
+                                         acc[g]);
             if (k45) acc[g] = _mm512_fmadd_ps(pk4_sub(Sg + IX__PK4_MN + b % 8 * IX__PK, ndm[g]), sxd, acc[g]);
             if (q2) { /* the integer min term mn0 s0 + mn1 s1 */
                 __m512i im = _mm512_add_epi32(_mm512_mullo_epi32(mn[0], _mm512_set1_epi32(s0)),
@@ -1632,9 +1671,15 @@ static void pk_lock_k5(const ix__pk_tile *a) { pk_lock_run(a, PK_K5); }
 static void pk_lock_k6(const ix__pk_tile *a) { pk_lock_run(a, PK_K6); }
 static void pk_lock_k2(const ix__pk_tile *a) { pk_lock_run(a, PK_K2); }
 static void pk_lock_k3(const ix__pk_tile *a) { pk_lock_run(a, PK_K3); }
+static void pk_lock_nl(const ix__pk_tile *a) { pk_lock_run(a, PK_NL); }
+static void pk_lock_xs(const ix__pk_tile *a) { pk_lock_run(a, PK_XS); }
+static void pk_lock_41(const ix__pk_tile *a) { pk_lock_run(a, PK_41); }
+static void pk_lock_50(const ix__pk_tile *a) { pk_lock_run(a, PK_50); }
+static void pk_lock_51(const ix__pk_tile *a) { pk_lock_run(a, PK_51); }
 /* [kind] */
-static const ix__pk_fn k_lock[PK_KINDS][IX__PK_LOCK_RX] = {{pk_lock_q8}, {pk_lock_q4}, {pk_lock_k4}, {pk_lock_k5},
-                                                          {pk_lock_k6}, {pk_lock_k2}, {pk_lock_k3}};
+static const ix__pk_fn k_lock[PK_KINDS][IX__PK_LOCK_RX] = {
+    {pk_lock_q8}, {pk_lock_q4}, {pk_lock_k4}, {pk_lock_k5}, {pk_lock_k6}, {pk_lock_k2},
+    {pk_lock_k3}, {pk_lock_nl}, {pk_lock_xs}, {pk_lock_41}, {pk_lock_50}, {pk_lock_51}};
 
 #define PK_INST(K, TAG, V, R)                                                                  \
     static void pk_##K##_##TAG##_##R(const ix__pk_tile *a) { pk_run(a, PK_##K, V, R); }
@@ -1649,14 +1694,20 @@ PK_KIND(K5)
 PK_KIND(K6)
 PK_KIND(K2)
 PK_KIND(K3)
+PK_KIND(NL)
+PK_KIND(XS)
+PK_KIND(41)
+PK_KIND(50)
+PK_KIND(51)
 #define PK_ROW(K, TAG)                                                                         \
     {pk_##K##_##TAG##_1, pk_##K##_##TAG##_2, pk_##K##_##TAG##_3, pk_##K##_##TAG##_4,             \
      pk_##K##_##TAG##_5, pk_##K##_##TAG##_6, pk_##K##_##TAG##_7, pk_##K##_##TAG##_8}
 /* [vnni][kind][rx - 1] */
 static const ix__pk_fn k_pk[2][PK_KINDS][PK_RX] = {
-    {PK_ROW(Q8, bw), PK_ROW(Q4, bw), PK_ROW(K4, bw), PK_ROW(K5, bw), PK_ROW(K6, bw), PK_ROW(K2, bw), PK_ROW(K3, bw)},
+    {PK_ROW(Q8, bw), PK_ROW(Q4, bw), PK_ROW(K4, bw), PK_ROW(K5, bw), PK_ROW(K6, bw), PK_ROW(K2, bw), PK_ROW(K3, bw),
+     PK_ROW(NL, bw), PK_ROW(XS, bw), PK_ROW(41, bw), PK_ROW(50, bw), PK_ROW(51, bw)},
     {PK_ROW(Q8, vnni), PK_ROW(Q4, vnni), PK_ROW(K4, vnni), PK_ROW(K5, vnni), PK_ROW(K6, vnni), PK_ROW(K2, vnni),
-     PK_ROW(K3, vnni)},
+     PK_ROW(K3, vnni), PK_ROW(NL, vnni), PK_ROW(XS, vnni), PK_ROW(41, vnni), PK_ROW(50, vnni), PK_ROW(51, vnni)},
 };
 
 /* F16 / BF16 packed weights: element k of the group's 16 rows is one
@@ -1834,8 +1885,7 @@ void ix__mm_q8_0_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) { mm_q(mm, 
 void ix__mm_q4_0_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) { mm_q(mm, n0, n1, true, true); }
 void ix__mm_q4_0_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) { mm_q(mm, n0, n1, true, false); }
 
-void ix__mm_q5_0_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[1][KQ_Q5_0], Q_RX, Q_RW); }
-void ix__mm_q5_0_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmul_tiles(mm, n0, n1, k_kqtiles[0][KQ_Q5_0], Q_RX, Q_RW); }
+
 /* kq_run's types; the super-block types (BAND) take the K-quant wide band
  * where it pays. */
 #define KQ_MM(t, T, BAND)                                                                      \
@@ -1846,10 +1896,6 @@ void ix__mm_q5_0_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) { ix__matmu
     void ix__mm_##t##_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) {                      \
         ix__matmul_tiles(mm, n0, n1, k_kqtiles[0][KQ_##T], Q_RX, Q_RW);                          \
     }
-KQ_MM(q4_1, Q4_1, false)
-KQ_MM(q5_1, Q5_1, false)
-KQ_MM(iq4_nl, IQ4_NL, false)
-KQ_MM(iq4_xs, IQ4_XS, true)
 /* The K-quants with a packed form (ix_kernels_pack_pays) through pk_run,
  * else as the others. */
 #define KP_MM(t, T, K)                                                                         \
@@ -1863,10 +1909,25 @@ KQ_MM(iq4_xs, IQ4_XS, true)
         else ix__matmul_tiles(mm, n0, n1, k_kqtiles[0][KQ_##T], Q_RX, Q_RW);                      \
     }
 KP_MM(q4_k, Q4_K, K4)
+KP_MM(iq4_xs, IQ4_XS, XS)
 KP_MM(q5_k, Q5_K, K5)
 KP_MM(q6_k, Q6_K, K6)
 KP_MM(q3_k, Q3_K, K3)
 KP_MM(q2_k, Q2_K, K2)
+/* the 32-element types: packed, or kq_run's tiles on rows */
+#define KP_MM32(t, T, K)                                                                       \
+    void ix__mm_##t##_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) {                    \
+        if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pk[1][PK_##K], PK_RX, PK_MCHUNK, k_lock[PK_##K]); \
+        else ix__matmul_tiles(mm, n0, n1, k_kqtiles[1][KQ_##T], Q_RX, Q_RW);                      \
+    }                                                                                          \
+    void ix__mm_##t##_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) {                      \
+        if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pk[0][PK_##K], PK_RX, PK_MCHUNK, NULL);        \
+        else ix__matmul_tiles(mm, n0, n1, k_kqtiles[0][KQ_##T], Q_RX, Q_RW);                      \
+    }
+KP_MM32(q4_1, Q4_1, 41)
+KP_MM32(q5_0, Q5_0, 50)
+KP_MM32(q5_1, Q5_1, 51)
+KP_MM32(iq4_nl, IQ4_NL, NL)
 
 /* Float weights: the same on both tables. */
 void ix__mm_f32_avx512(const ix_matmul *mm, size_t n0, size_t n1) {

@@ -140,7 +140,8 @@ bool ix_kernels_packable(ix_dtype type, size_t N, size_t K) {
 bool ix_kernels_pack_pays(ix_dtype type) {
     const ix__wtype *wt = ix__wtype_of(type);
     if (!wt || wt->pack == IX__PACK_NONE) return false;
-    if (wt->pack != IX__PACK_K4 && wt->pack != IX__PACK_K6 && wt->pack != IX__PACK_K2) return true;
+    /* Q8_0 / Q4_0 / F16 / BF16 have packed tiles on every path, the others on AVX-512 */
+    if (wt->pack == IX__PACK_HALVES || type == IX_DTYPE_Q8_0 || type == IX_DTYPE_Q4_0) return true;
     const unsigned p = ix_kernels()->path;
     return p == IX__PATH_AVX512_BW || p == IX__PATH_AVX512_VNNI;
 }
@@ -197,9 +198,10 @@ void ix__pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *fns
 static void pack_k(ix_dtype t, const void *w, size_t ws, size_t K, size_t n0, size_t n1, void *dst) {
     const ix__wtype *wt = ix__wtype_of(t);
     const bool k6 = wt->pack == IX__PACK_K6, q5 = wt->pk_code_bytes == IX__PK_HI + 64;
-    const bool q2 = t == IX_DTYPE_Q2_K, q3 = t == IX_DTYPE_Q3_K;
-    const int off = k6 ? 32 : q3 ? 4 : 0; /* the unpack's q to unsigned codes */
-    const size_t nsb = K / 256, gb = ix__pk_group_bytes(t, K), cb = wt->pk_code_bytes;
+    const bool q2 = t == IX_DTYPE_Q2_K, q3 = t == IX_DTYPE_Q3_K, xs = t == IX_DTYPE_IQ4_XS;
+    const bool q32 = wt->pack == IX__PACK_Q32, mins = q32 && wt->has_min; /* Q4_1 / Q5_1: d and m */
+    const int off = k6 ? 32 : q3 ? 4 : t == IX_DTYPE_Q5_0 ? 16 : 0; /* the unpack's q to unsigned codes */
+    const size_t nsb = K / wt->blck, per = wt->blck / IX__QK, gb = ix__pk_group_bytes(t, K), cb = wt->pk_code_bytes;
     for (size_t g = n0 / IX__PK; g < n1 / IX__PK; g++) {
         uint8_t *codes = (uint8_t *)ix__pk_codes(t, dst, K, g);
         uint8_t *scales = (uint8_t *)ix__pk_scales(t, dst, K, g);
@@ -219,6 +221,16 @@ static void pack_k(ix_dtype t, const void *w, size_t ws, size_t K, size_t n0, si
                         S[IX__PK6_SC + 2 * j * IX__PK + r] = (uint8_t)(int8_t)sc[0];
                         S[IX__PK6_SC + (2 * j + 1) * IX__PK + r] = (uint8_t)(int8_t)sc[1];
                     }
+                } else if (q32) { /* fp16 d (and m) at 0 (2) */
+                    memcpy(S + 2 * r, blk, 2);
+                    if (mins) memcpy(S + 32 + 2 * r, blk + 2, 2);
+                } else if (xs) { /* IQ4_XS: fp16 d at 0, the 6-bit scales decoded */
+                    memcpy(S + IX__PKX_D + 2 * r, blk, 2);
+                    for (size_t j = 0; j < 8; j++) {
+                        int32_t sc[2], mn[2];
+                        ix__sub_scales(t, blk, j, sc, mn);
+                        S[IX__PKX_SC + j * IX__PK + r] = (uint8_t)(int8_t)sc[0];
+                    }
                 } else if (q2) { /* Q2_K: scale | min << 4 bytes at 0, fp16 d and dmin at 80 */
                     memcpy(S + IX__PK2_D + 2 * r, blk + 80, 2);
                     memcpy(S + IX__PK2_DMIN + 2 * r, blk + 82, 2);
@@ -233,12 +245,13 @@ static void pack_k(ix_dtype t, const void *w, size_t ws, size_t K, size_t n0, si
                         S[IX__PK4_MN + j * IX__PK + r] = sm[8 + j];
                     }
                 }
-                for (size_t j = 0; j < 8; j++) {
+                for (size_t j = 0; j < per; j++) {
                     ix__q32 u;
                     wt->unpack(blk, j, &u);
                     uint8_t q[32];
-                    for (size_t i = 0; i < 32; i++) q[i] = (uint8_t)(u.q[i] + off);
-                    uint8_t *cd = codes + (sb * 8 + j) * cb + r * 4;
+                    for (size_t i = 0; i < 32; i++) /* IQ4_XS: the grid indices, bytes 8 + 16 j of the block */
+                        q[i] = xs ? (uint8_t)(blk[8 + 16 * j + i % 16] >> (i / 16 * 4) & 15) : (uint8_t)(u.q[i] + off);
+                    uint8_t *cd = codes + (sb * per + j) * cb + r * 4;
                     for (size_t i = 0; i < 4 && (q2 || q3); i++) { /* 2-bit planes (+ the third bits) */
                         uint8_t l0 = 0, l1 = 0, h = 0;
                         for (size_t p = 0; p < 4; p++) {
@@ -257,7 +270,7 @@ static void pack_k(ix_dtype t, const void *w, size_t ws, size_t K, size_t n0, si
                             if (q5) h0 |= (uint8_t)((a >> 4) << p | (b >> 4) << (4 + p));
                             if (k6) h0 |= (uint8_t)((a >> 4) << (2 * p)), h1 |= (uint8_t)((b >> 4) << (2 * p));
                         }
-                        if (q5 || k6) cd[IX__PK_HI + i] = h0;
+                        if (cb > IX__PK_HI) cd[IX__PK_HI + i] = h0;
                         if (k6) cd[IX__PK_HI + 64 + i] = h1;
                     }
                 }
@@ -286,7 +299,7 @@ ix_status ix_kernels_pack(ix_dtype type, const void *w, size_t w_stride_bytes, s
         return IX_OK;
     }
     const ix__pack pk = ix__wtype_of(type)->pack;
-    if (pk == IX__PACK_K4 || pk == IX__PACK_K6 || pk == IX__PACK_K2) {
+    if (pk == IX__PACK_K4 || pk == IX__PACK_K6 || pk == IX__PACK_K2 || pk == IX__PACK_Q32 || pk == IX__PACK_XS) {
         pack_k(type, w, ws, K, n0, n1, dst);
         return IX_OK;
     }

@@ -93,8 +93,10 @@ static void unpack_packed(ix_dtype t, const uint8_t *codes, const uint8_t *scale
     const ix__wtype *wt = ix__wtype_of(t);
     const uint8_t *c = codes + b * wt->pk_code_bytes + r * 4;
     const bool k4 = wt->pack == IX__PACK_K4, k6 = wt->pack == IX__PACK_K6, q5 = wt->pk_code_bytes == IX__PK_HI + 64;
-    const bool q2 = t == IX_DTYPE_Q2_K, q3 = t == IX_DTYPE_Q3_K;
-    const int off = t == IX_DTYPE_Q4_0 ? 8 : k6 ? 32 : q3 ? 4 : 0; /* Q4_K / Q5_K / Q2_K's codes are unsigned */
+    const bool q2 = t == IX_DTYPE_Q2_K, q3 = t == IX_DTYPE_Q3_K, xs = t == IX_DTYPE_IQ4_XS;
+    const bool iq = xs || t == IX_DTYPE_IQ4_NL, q32 = wt->pack == IX__PACK_Q32;
+    /* the unsigned codes' offset (none: Q4_K, Q5_K, Q2_K, Q4_1, Q5_1; the IQ4 grid indices) */
+    const int off = t == IX_DTYPE_Q4_0 ? 8 : k6 ? 32 : q3 ? 4 : t == IX_DTYPE_Q5_0 ? 16 : 0;
     for (int j = 0; j < 4; j++)
         for (int i = 0; i < 4; i++) {
             if (t == IX_DTYPE_Q8_0) {
@@ -114,8 +116,8 @@ static void unpack_packed(ix_dtype t, const uint8_t *codes, const uint8_t *scale
             lo = c[j * 64 + i] & 15, hi = c[j * 64 + i] >> 4;
             if (q5) lo |= (c[IX__PK_HI + i] >> j & 1) << 4, hi |= (c[IX__PK_HI + i] >> (4 + j) & 1) << 4;
             if (k6) lo |= (c[IX__PK_HI + i] >> (2 * j) & 3) << 4, hi |= (c[IX__PK_HI + 64 + i] >> (2 * j) & 3) << 4;
-            u->q[4 * j + i] = (int8_t)(lo - off);
-            u->q[16 + 4 * j + i] = (int8_t)(hi - off);
+            u->q[4 * j + i] = iq ? ix__iq4_grid[lo] : (int8_t)(lo - off);
+            u->q[16 + 4 * j + i] = iq ? ix__iq4_grid[hi] : (int8_t)(hi - off);
         }
     if (k4) { /* the sub-block's scale and min folded in, as unpack_q45_k */
         const uint8_t *S = scales + b / 8 * IX__PK4_SUPER;
@@ -136,8 +138,21 @@ static void unpack_packed(ix_dtype t, const uint8_t *codes, const uint8_t *scale
         u->dm = -ix__fp16_to_fp32(ix__load_u16(S + IX__PK2_DMIN + 2 * r));
         return;
     }
+    if (q32 && wt->has_min) { /* Q4_1 / Q5_1: d and m per block, as their unpacks */
+        u->sc[0] = u->sc[1] = 1;
+        u->mn[0] = u->mn[1] = 1;
+        u->d = ix__fp16_to_fp32(ix__load_u16(scales + b * 64 + 2 * r));
+        u->dm = ix__fp16_to_fp32(ix__load_u16(scales + b * 64 + 32 + 2 * r));
+        return;
+    }
     u->mn[0] = u->mn[1] = 0;
     u->dm = 0.0f;
+    if (xs) { /* the block's int8 scale, as ix__sub_scales */
+        const uint8_t *S = scales + b / 8 * IX__PKX_SUPER;
+        u->sc[0] = u->sc[1] = (int8_t)S[IX__PKX_SC + b % 8 * IX__PK + r];
+        u->d = ix__fp16_to_fp32(ix__load_u16(S + IX__PKX_D + 2 * r));
+        return;
+    }
     if (k6 || q3) { /* the int8 scales of sub-blocks 2 (b % 8) and the next, as unpack_q6_k / _q3_k */
         const uint8_t *S = scales + b / 8 * IX__PK6_SUPER;
         u->sc[0] = (int8_t)S[IX__PK6_SC + 2 * (b % 8) * IX__PK + r];

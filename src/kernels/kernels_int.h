@@ -256,8 +256,11 @@ typedef enum ix__pack {
                       * super-blocks' scales and mins unpacked apart */
     IX__PACK_K6,     /* Q6_K: Q4_0's planes of the low 4 bits, two planes of the high 2, the
                       * super-blocks' scales apart */
-    IX__PACK_K2      /* Q2_K / Q3_K: two planes of the low 2 bits (+ Q3_K's third bits),
+    IX__PACK_K2,     /* Q2_K / Q3_K: two planes of the low 2 bits (+ Q3_K's third bits),
                       * the super-blocks' scales apart */
+    IX__PACK_Q32,    /* Q4_1 / Q5_0 / Q5_1: Q4_0's planes (+ a fifth-bit plane), per block
+                      * the fp16 d (and m) of the 16 rows */
+    IX__PACK_XS      /* IQ4_XS: Q4_0's planes of grid indices, the super-blocks' scales apart */
 } ix__pack;
 
 typedef struct ix__wtype ix__wtype;
@@ -373,16 +376,21 @@ IX__MM_DECL_NEON(q2_k) IX__MM_DECL_NEON(q3_k)
  *                         and 1, bits 2j..2j+1 of byte i = the low 2 bits
  *                         of element 4j+i (plane 0) or 16+4j+i (plane 1);
  *                         Q3_K's plane 2 holds bit 2 as Q5_K's plane 4
- *                         holds bit 4 (codes q + 4).
- *     scales              Q8_0 / Q4_0: [K/32][16] the rows' fp16 block scales,
- *                         row order; per super-block of 256: Q4_K / Q5_K, 320
+ *                         holds bit 4 (codes q + 4). Q4_1 / Q5_1: unsigned
+ *                         codes, Q5_0: q + 16, their fifth bits as Q5_K's;
+ *                         IQ4_NL / IQ4_XS: the 4-bit grid indices.
+ *     scales              Q8_0 / Q4_0 / IQ4_NL / Q5_0: [K/32][16] the rows' fp16
+ *                         block scales, row order; Q4_1 / Q5_1 [K/32][2][16]:
+ *                         d, then m; per super-block of 256: Q4_K / Q5_K, 320
  *                         bytes: d[16], dmin[16] (fp16, row order), then the
  *                         6-bit scales and mins unpacked to bytes, sc[8][16]
  *                         and mn[8][16] (sub-block, row); Q6_K, 288 bytes:
  *                         d[16] (fp16), then the int8 scales sc[16][16]
  *                         (sub-block of 16, row); Q3_K the same, its 6-bit
  *                         scales (q - 32) as int8; Q2_K, 320 bytes: d[16],
- *                         dmin[16], then its scale | min << 4 bytes [16][16]
+ *                         dmin[16], then its scale | min << 4 bytes [16][16];
+ *                         IQ4_XS, 160 bytes: d[16], then the signed 6-bit
+ *                         scales as int8 sc[8][16] (block of 32, row)
  *     padding to 64 bytes */
 #define IX__PK IX_KERNELS_PACK_ROWS
 /* Q4_K / Q5_K's packed scales, per super-block of a group (offsets in its bytes) */
@@ -400,6 +408,10 @@ IX__MM_DECL_NEON(q2_k) IX__MM_DECL_NEON(q3_k)
 #define IX__PK2_DMIN 32      /* fp16 dmin[16] */
 #define IX__PK2_SM 64        /* u8 scale | min << 4 [16][16] */
 #define IX__PK2_SUPER 320    /* bytes */
+/* IQ4_XS's */
+#define IX__PKX_D 0          /* fp16 d[16] */
+#define IX__PKX_SC 32        /* int8 sc[8][16] */
+#define IX__PKX_SUPER 160    /* bytes */
 /* the high-bit planes' offset in a K-quant's 32-element code bytes */
 #define IX__PK_HI 256
 

@@ -358,8 +358,8 @@ void NQ_MM(q4_0, NQ_PATH)(const ix_matmul *mm, size_t n0, size_t n1) {
     if (mm->w_packed) ix__pk_walk(mm, n0, n1, NQ(k_pk)[1], NQ_PK_RX, NQ_PK_MCHUNK, NULL);
     else ix__matmul_tiles(mm, n0, n1, NQ(k_qtiles)[1], NQ_RX, NQ_RW);
 }
-/* the packed K-quants have tiles on AVX-512 only (ix_kernels_pack_pays):
- * read here exactly, slowly */
+/* the packed forms beyond Q8_0 / Q4_0 have tiles on AVX-512 only
+ * (ix_kernels_pack_pays): read here exactly, slowly */
 #define NQ_MM_KQ(t, T)                                                                           \
     void NQ_MM(t, NQ_PATH)(const ix_matmul *mm, size_t n0, size_t n1) {                          \
         if (mm->w_packed) ix__mm_q_generic(mm, n0, n1);                                         \

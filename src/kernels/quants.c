@@ -727,11 +727,11 @@ static const ix__wtype k_wtypes[] = {
     Q_ROW(Q4_0, q4_0, 0, IX__PACK_PLANES, 256, 32,
           AVX2(q4_0) AVX512(ix__mm_q4_0_avx512bw, ix__mm_q4_0_avx512vnni)
               NEON(ix__mm_q4_0_neon, ix__mm_q4_0_neondot)),
-    Q_ROW(Q4_1, q4_1, 1, IX__PACK_NONE, 0, 0, AVX2(q4_1) AVX512(ix__mm_q4_1_avx512bw, ix__mm_q4_1_avx512vnni)
+    Q_ROW(Q4_1, q4_1, 1, IX__PACK_Q32, 256, 64, AVX2(q4_1) AVX512(ix__mm_q4_1_avx512bw, ix__mm_q4_1_avx512vnni)
               NEON(ix__mm_q4_1_neon, ix__mm_q4_1_neondot)),
-    Q_ROW(Q5_0, q5_0, 0, IX__PACK_NONE, 0, 0, AVX2(q5_0) AVX512(ix__mm_q5_0_avx512bw, ix__mm_q5_0_avx512vnni)
+    Q_ROW(Q5_0, q5_0, 0, IX__PACK_Q32, IX__PK_HI + 64, 32, AVX2(q5_0) AVX512(ix__mm_q5_0_avx512bw, ix__mm_q5_0_avx512vnni)
               NEON(ix__mm_q5_0_neon, ix__mm_q5_0_neondot)),
-    Q_ROW(Q5_1, q5_1, 1, IX__PACK_NONE, 0, 0, AVX2(q5_1) AVX512(ix__mm_q5_1_avx512bw, ix__mm_q5_1_avx512vnni)
+    Q_ROW(Q5_1, q5_1, 1, IX__PACK_Q32, IX__PK_HI + 64, 64, AVX2(q5_1) AVX512(ix__mm_q5_1_avx512bw, ix__mm_q5_1_avx512vnni)
               NEON(ix__mm_q5_1_neon, ix__mm_q5_1_neondot)),
     Q_ROW(Q2_K, q2_k, 1, IX__PACK_K2, 128, IX__PK2_SUPER, AVX2(q2_k) AVX512(ix__mm_q2_k_avx512bw, ix__mm_q2_k_avx512vnni)
               NEON(ix__mm_q2_k_neon, ix__mm_q2_k_neondot)),
@@ -743,9 +743,9 @@ static const ix__wtype k_wtypes[] = {
           AVX2(q5_k) AVX512(ix__mm_q5_k_avx512bw, ix__mm_q5_k_avx512vnni) NEON(ix__mm_q5_k_neon, ix__mm_q5_k_neondot)),
     Q_ROW(Q6_K, q6_k, 0, IX__PACK_K6, IX__PK_HI + 128, IX__PK6_SUPER, AVX2(q6_k) AVX512(ix__mm_q6_k_avx512bw, ix__mm_q6_k_avx512vnni)
               NEON(ix__mm_q6_k_neon, ix__mm_q6_k_neondot)),
-    Q_ROW(IQ4_NL, iq4_nl, 0, IX__PACK_NONE, 0, 0, AVX2(iq4_nl) AVX512(ix__mm_iq4_nl_avx512bw, ix__mm_iq4_nl_avx512vnni)
+    Q_ROW(IQ4_NL, iq4_nl, 0, IX__PACK_PLANES, 256, 32, AVX2(iq4_nl) AVX512(ix__mm_iq4_nl_avx512bw, ix__mm_iq4_nl_avx512vnni)
               NEON(ix__mm_iq4_nl_neon, ix__mm_iq4_nl_neondot)),
-    Q_ROW(IQ4_XS, iq4_xs, 0, IX__PACK_NONE, 0, 0, AVX2(iq4_xs) AVX512(ix__mm_iq4_xs_avx512bw, ix__mm_iq4_xs_avx512vnni)
+    Q_ROW(IQ4_XS, iq4_xs, 0, IX__PACK_XS, 256, IX__PKX_SUPER, AVX2(iq4_xs) AVX512(ix__mm_iq4_xs_avx512bw, ix__mm_iq4_xs_avx512vnni)
               NEON(ix__mm_iq4_xs_neon, ix__mm_iq4_xs_neondot)),
 };
 

@@ -325,7 +325,7 @@ static void pack_worker(void *ctx, int ith, int nth) {
     }
 }
 
-/* Repacks every packable matmul weight (Q8_0 / Q4_0 / F16 / BF16, Q2_K..Q6_K on AVX-512:
+/* Repacks every packable matmul weight (Q8_0 / Q4_0 / F16 / BF16, the other quantized types on AVX-512:
  * ix_kernels_pack) into one buffer, so the kernels read 16 rows per vector
  * load with no run-time transposes. Quantized results are the same bits,
  * float ones agree to rounding; INFERX_REPACK=0 keeps the mapped GGUF rows
