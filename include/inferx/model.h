@@ -147,8 +147,9 @@ bool ix_model_pack_cached(const ix_model *m);
 const ix_model_hparams *ix_model_get_hparams(const ix_model *m);
 const ix_tokenizer *ix_model_tokenizer(const ix_model *m);
 const ix_gguf *ix_model_gguf(const ix_model *m);
-/* Weight bytes a decode step reads (every matmul weight once, the embedding
- * row excluded): what memory bandwidth divides into the decode bound. */
+/* Weight bytes a decode step reads (every matmul weight once, in the packed
+ * form where it was packed, the embedding row excluded): what memory
+ * bandwidth divides into the decode bound. */
 uint64_t ix_model_decode_bytes(const ix_model *m);
 uint64_t ix_model_n_params(const ix_model *m);
 /* Bytes of weights the model keeps in memory while serving: the packed

@@ -325,6 +325,8 @@ static void pack_worker(void *ctx, int ith, int nth) {
     }
 }
 
+static uint64_t stage_decode_bytes(const ix_model *m);
+
 /* Repacks every packable matmul weight (Q8_0 / Q4_0 / F16 / BF16, the other quantized types on AVX-512:
  * ix_kernels_pack) into one buffer, so the kernels read 16 rows per vector
  * load with no run-time transposes. Quantized results are the same bits,
@@ -411,6 +413,7 @@ static ix_status repack_weights(loader *L) {
     ix_free(j.dst);
     ix_free(j.first);
     ix_free(ws);
+    m->decode_bytes = stage_decode_bytes(m); /* the packed forms' bytes (up to 3.6% more) */
     if (atomic_load(&j.failed)) { /* a packable shape into an aligned buffer always packs */
         ix__pack_cache_abort(writer);
         munmap(map ? map : buf, mapped);
@@ -485,13 +488,18 @@ static void drop_other_stages(ix_model *m, int32_t l0, int32_t l1, bool last) {
     }
 }
 
+/* The bytes a decode step reads of w: its packed form's once packed. */
+static uint64_t read_bytes(const ix__weight *w) {
+    return w->packed ? ix_kernels_packed_bytes(w->type, (size_t)w->ne1, (size_t)w->ne0) : w->n_bytes;
+}
+
 /* The matmul bytes one decode step of this shard reads. */
 static uint64_t stage_decode_bytes(const ix_model *m) {
-    uint64_t n = m->output.n_bytes;
+    uint64_t n = read_bytes(&m->output);
     for (int32_t il = 0; il < m->hp.n_layer; il++) {
         const ix__layer *l = &m->layers[il];
         const ix__weight *ws[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
-        for (size_t k = 0; k < IX_ARRAY_LEN(ws); k++) n += ws[k]->n_bytes;
+        for (size_t k = 0; k < IX_ARRAY_LEN(ws); k++) n += read_bytes(ws[k]);
     }
     return n;
 }
