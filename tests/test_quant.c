@@ -167,6 +167,16 @@ static bool in_top5(const float *l, int32_t n, ix_token id) {
     return above < 5;
 }
 
+/* The first logits of prompt from a fresh load of rf (so that the
+ * environment's INFERX_REPACK applies). */
+static void run_greedy_packed(const ref_file *rf, const ix_token_vec *prompt, float *first) {
+    runner r;
+    ix_token got[1][N_GEN];
+    runner_open(&r, rf->path, IX_KV_F16, 256, 2);
+    run_greedy(&r, prompt, 1, 512, 0, got, first);
+    runner_close(&r);
+}
+
 static void check_file(const ref_file *rf) {
     const tolerance *tol = rf->tol;
     runner r;
@@ -204,8 +214,18 @@ static void check_file(const ref_file *rf) {
     }
     fprintf(stderr, "    %-16s max |p - p_ref| %.4f (tolerance %.2f), %d leading greedy tokens checked\n", rf->name,
             worst, tol->p, n_checked);
-    free(first);
     runner_close(&r);
+    /* the GGUF rows (INFERX_REPACK=0) give the packed weights' bits: the
+     * first case's logits, whatever types the file mixes, on this path */
+    float *rows = malloc((size_t)r.n_vocab * sizeof(float));
+    run_greedy_packed(rf, &rf->cases[0].prompt, first);
+    setenv("INFERX_REPACK", "0", 1);
+    run_greedy_packed(rf, &rf->cases[0].prompt, rows);
+    unsetenv("INFERX_REPACK");
+    if (memcmp(first, rows, (size_t)r.n_vocab * sizeof(float)) != 0)
+        fail_msg("%s on %s: the packed weights' logits differ from the rows'", rf->name, ix_kernels()->name);
+    free(rows);
+    free(first);
 }
 
 static void reference_all(void) {
