@@ -11,7 +11,8 @@
 # every round).
 #
 # usage: bench/quant_types.sh INFERX TMP_DIR [ROUNDS] [PROMPT] [GEN] [TYPES...]
-#   defaults: 3 rounds, -p 64, -n 32, all types; threads: all cores.
+#   defaults: 3 rounds, -p 64, -n 32, all types; threads: all cores. ROUNDS=0 makes the
+#   models only.
 #   Types slower than ~2 tokens/s of prefill (no vector kernel) make a round take
 #   minutes: give a shorter PROMPT and GEN, or a list of TYPES.
 #   BASE=OTHER_INFERX in the environment: each round also runs OTHER_INFERX on
@@ -64,6 +65,8 @@ print(sys.argv[2], sys.argv[3], sys.argv[4], d['prefill_tokens_per_s'], d['decod
     done
     r=$((r + 1))
 done
+# ROUNDS=0 only makes the models
+[ "$rounds" -gt 0 ] || { echo "models in $tmp: $(for ty in $types; do printf 'qt-%s.gguf ' "$ty"; done)"; exit 0; }
 
 python3 - "$out" "$np" "$ng" "$rounds" <<'EOF2'
 import os, statistics as st, sys
