@@ -1342,15 +1342,19 @@ static inline __attribute__((always_inline)) __m512i pk_dp(__m512i acc, __m512i 
     return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_abs_epi8(w), sx), ones));
 }
 
-/* The packed quantized types: Q8_0, Q4_0, and the K-quants (IX__PACK_K4 /
- * _K6: Q4_0's planes of unsigned codes, the high bits ORed in from their
- * own planes). Q4_K / Q5_K (no offset) take per 32 elements the 16 rows'
- * sub-block scales and mins, two byte loads widened to floats and
- * multiplied into the super-block's d and -dmin: the d sc and -dmin mn of
- * unpack_q45_k, so the canonical min_sx dot and its bits. Q6_K (codes
- * q + 32) dots its two halves of 16 apart, each starting from -32 times the
- * X half's sum, and takes the int8 scale per 16 as an integer: idot =
- * sc0 dot0 + sc1 dot1, as the canonical dot. */
+/* The packed quantized types, one kind each (kernels_int.h has the layouts):
+ * Q8_0, and Q4_0's planes of 4-bit codes for the others (Q2_K / Q3_K: of
+ * 2-bit codes), the high bits ORed in from their own planes, the IQ4 grid
+ * indices looked up by vpshufb. Q4_K / Q5_K (no offset) take per 32 elements
+ * the 16 rows' sub-block scales and mins, two byte loads widened to floats
+ * and multiplied into the super-block's d and -dmin: the d sc and -dmin mn
+ * of unpack_q45_k, so the canonical min_sx dot and its bits. The types with
+ * a scale per 16 (Q6_K: codes q + 32, Q3_K: q + 4, Q2_K) dot their two
+ * halves of 16 apart, each starting from -c times the X half's sum, and take
+ * the integer scales as the canonical dot does: idot = sc0 dot0 + sc1 dot1
+ * (Q2_K: and its integer min term). The 32-element types take Q4_0's one
+ * fp16 scale per block (Q4_1 / Q5_1: and m, with the min term s m dx; Q5_0:
+ * codes q + 16), IQ4_XS an int8 scale per block times the dot. */
 typedef enum pk_kind {
     PK_Q8, PK_Q4, PK_K4, PK_K5, PK_K6, PK_K2, PK_K3,
     PK_NL, PK_XS, PK_41, PK_50, PK_51, /* IQ4_NL, IQ4_XS, Q4_1, Q5_0, Q5_1 */
@@ -1366,7 +1370,9 @@ static inline size_t pk_cb(pk_kind kind) {
 static inline bool pk_fifth(pk_kind kind) { return kind == PK_K5 || kind == PK_50 || kind == PK_51; }
 static inline bool pk_iq(pk_kind kind) { return kind == PK_NL || kind == PK_XS; }
 static inline bool pk_min32(pk_kind kind) { return kind == PK_41 || kind == PK_51; }
-static inline bool pk_super(pk_kind kind) { return kind >= PK_K4 && kind <= PK_XS && kind != PK_NL; }
+static inline bool pk_super(pk_kind kind) {
+    return kind == PK_K4 || kind == PK_K5 || kind == PK_K6 || kind == PK_K2 || kind == PK_K3 || kind == PK_XS;
+}
 /* The offset of a whole block's dot, for the kinds that take one: w + c
  * (Q8_0 and the IQ4 grids on VNNI: + 128) dotted, then -c s */
 static inline int32_t pk_blk_off(pk_kind kind, const ix__q8a_blk *xb, bool vnni) {
