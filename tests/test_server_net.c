@@ -424,9 +424,11 @@ static void half_close(uint16_t port, bool stream) {
 
 /* A client that shuts its side mid-request can send nothing more: refused as
  * incomplete at once, not after the deadline (60 s here, past the read's).
- * Mid-body, libmicrohttpd 0.9.75 may close such a connection itself before
- * the sweeper sees it: closed without an answer is as good. */
-static void half_close_early(uint16_t port, const char *req, bool answered) {
+ * libmicrohttpd 0.9.75 may close such a connection itself before the sweeper
+ * sees it (mid-body often; mid-headers on a loaded machine: seen once in 24
+ * sanitizer runs three at a time): closed without an answer is as good, and
+ * an answer, when there is one, must be the 400. */
+static void half_close_early(uint16_t port, const char *req) {
     int fd = dial(port);
     assert_true(fd >= 0);
     assert_int_equal(send(fd, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
@@ -435,7 +437,7 @@ static void half_close_early(uint16_t port, const char *req, bool answered) {
     char *out = read_until_close(fd, 30000, &closed, NULL);
     close(fd);
     assert_true(closed);
-    if ((answered || *out) && (strncmp(out, "HTTP/1.1 400", 12) || !strstr(out, "incomplete_request")))
+    if (*out && (strncmp(out, "HTTP/1.1 400", 12) || !strstr(out, "incomplete_request")))
         fail_msg("half-closed incomplete request: %s", out);
     free(out);
 }
@@ -448,8 +450,8 @@ static void test_half_close(void **state) {
     ix_server *s = start(&sp);
     half_close(ix_server_port(s), false);
     half_close(ix_server_port(s), true);
-    half_close_early(ix_server_port(s), "GET /health HTTP/1.1\r\nHost: x", true);
-    half_close_early(ix_server_port(s), "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\"", false);
+    half_close_early(ix_server_port(s), "GET /health HTTP/1.1\r\nHost: x");
+    half_close_early(ix_server_port(s), "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\"");
     ix_server_destroy(s);
 }
 
