@@ -1467,94 +1467,121 @@ static inline __attribute__((always_inline)) void pk_half_scales(pk_kind kind, c
     }
 }
 
-static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, pk_kind kind, bool vnni, int rx) {
+/* G groups (a->gstride apart) against rx X rows. G = 1 is the tile of
+ * prefill and of the last few groups; G > 1 (at most IX__PK_LOCK, rx at
+ * most IX__PK_LOCK_RX) is the few-row lockstep tile of speculative
+ * verification, draft catch-up passes and steps of 2 to 6 decoding
+ * sequences: G streams in flight, as pk_lock_run at one row. Each group's
+ * arithmetic is the same in either, so are its bits. */
+#define PK_LOCK_PF_BYTES 2048 /* per stream; the four streams together run 8 KiB ahead */
+
+static inline __attribute__((always_inline)) void pk_run_g(const ix__pk_tile *a, pk_kind kind, bool vnni, int rx,
+                                                            int G) {
+    enum { GMAX = IX__PK_LOCK };
     const bool q8 = kind == PK_Q8, k45 = kind == PK_K4 || kind == PK_K5, k6 = pk_halves(kind), q2 = kind == PK_K2;
     const bool xs = kind == PK_XS, m32 = pk_min32(kind), sgn = q8 || pk_iq(kind); /* sgn: signed w without VNNI */
     const int c6 = pk_off(kind);
-    const size_t cb = pk_cb(kind), nb = a->k / IX__QK, sup = pk_sup(kind), sblk = m32 ? 64 : 32;
+    const size_t cb = pk_cb(kind), nb = a->k / IX__QK, sup = pk_sup(kind), sblk = m32 ? 64 : 32, gs = a->gstride;
+    const size_t pf = G > 1 ? PK_LOCK_PF_BYTES : PK_PF_BYTES;
     const __m512i flip = _mm512_set1_epi8((char)0x80);
-    __m512 acc[PK_RX], d = _mm512_setzero_ps(), ndm = d;
-    for (int i = 0; i < rx; i++) acc[i] = _mm512_setzero_ps();
+    __m512 acc[GMAX][PK_RX], d[GMAX], ndm[GMAX];
+    for (int g = 0; g < G; g++) {
+        d[g] = ndm[g] = _mm512_setzero_ps();
+        for (int i = 0; i < rx; i++) acc[g][i] = _mm512_setzero_ps();
+    }
     for (size_t b = 0; b < nb; b++) {
-        const uint8_t *c = a->w + b * cb, *S = pk_super(kind) ? a->scales + b / 8 * sup : a->scales + b * sblk;
-        for (size_t o = 0; o < cb; o += 64) __builtin_prefetch(c + PK_PF_BYTES + o, 0, 3);
-        __m512i T[8];
-        if (q8) {
-            IX__UNROLL(8)
-            for (int j = 0; j < 8; j++) {
-                __m512i v = _mm512_load_si512((const void *)(c + 64 * j));
-                T[j] = vnni ? _mm512_xor_si512(v, flip) : v;
+        IX__UNROLL(4)
+        for (int g = 0; g < G; g++)
+            for (size_t o = 0; o < cb; o += 64) __builtin_prefetch(a->w + g * gs + b * cb + pf + o, 0, 3);
+        IX__UNROLL(4)
+        for (int g = 0; g < G; g++) {
+            const uint8_t *c = a->w + g * gs + b * cb;
+            const uint8_t *S = (pk_super(kind) ? a->scales + b / 8 * sup : a->scales + b * sblk) + g * gs;
+            if (G > 1 && pk_super(kind) && b % 8 == 0) /* the scales are a stream of their own */
+                for (size_t o = 0; o < sup; o += 64) __builtin_prefetch(S + 2 * sup + o, 0, 3);
+            __m512i T[8];
+            if (q8) {
+                IX__UNROLL(8)
+                for (int j = 0; j < 8; j++) {
+                    __m512i v = _mm512_load_si512((const void *)(c + 64 * j));
+                    T[j] = vnni ? _mm512_xor_si512(v, flip) : v;
+                }
+            } else {
+                pk_codes(kind, c, T, vnni);
             }
-        } else {
-            pk_codes(kind, c, T, vnni);
-        }
-        __m512 dw, dmn = _mm512_setzero_ps();
-        __m512i sc[2], mn[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()}, sx = mn[0];
-        if (k45) {
-            if (b % 8 == 0) pk4_super(S, &d, &ndm);
-            dw = pk4_sub(S + IX__PK4_SC + b % 8 * IX__PK, d);
-            dmn = pk4_sub(S + IX__PK4_MN + b % 8 * IX__PK, ndm);
-        } else if (k6) {
-            if (b % 8 == 0) {
-                if (q2) pk4_super(S, &d, &ndm); /* Q2_K's d and dmin sit where Q4_K's do */
-                else d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + IX__PK6_D)));
+            __m512 dw, dmn = _mm512_setzero_ps();
+            __m512i sc[2], mn[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()}, sx = mn[0];
+            if (k45) {
+                if (b % 8 == 0) pk4_super(S, &d[g], &ndm[g]);
+                dw = pk4_sub(S + IX__PK4_SC + b % 8 * IX__PK, d[g]);
+                dmn = pk4_sub(S + IX__PK4_MN + b % 8 * IX__PK, ndm[g]);
+            } else if (k6) {
+                if (b % 8 == 0) {
+                    if (q2) pk4_super(S, &d[g], &ndm[g]); /* Q2_K's d and dmin sit where Q4_K's do */
+                    else d[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + IX__PK6_D)));
+                }
+                dw = d[g];
+                pk_half_scales(kind, S, b, sc, mn);
+            } else if (xs) { /* d per super-block, an int8 scale per block */
+                if (b % 8 == 0) d[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + IX__PKX_D)));
+                dw = d[g];
+                sx = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(S + IX__PKX_SC + b % 8 * IX__PK)));
+            } else { /* fp16 d (and m) per block */
+                dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)S));
+                if (m32) dmn = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + 32)));
             }
-            dw = d;
-            pk_half_scales(kind, S, b, sc, mn);
-        } else if (xs) { /* d per super-block, an int8 scale per block */
-            if (b % 8 == 0) d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + IX__PKX_D)));
-            dw = d;
-            sx = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(S + IX__PKX_SC + b % 8 * IX__PK)));
-        } else { /* fp16 d (and m) per block */
-            dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)S));
-            if (m32) dmn = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + 32)));
-        }
-        if (k6) { /* row by row: two dots per row live, not 2 rx (no spills) */
+            if (k6) { /* row by row: two dots per row live, not 2 rx (no spills) */
+                IX__UNROLL(8)
+                for (int i = 0; i < rx; i++) {
+                    const uint8_t *xr = a->x + (size_t)i * a->xs, *xq = xr + b * IX__QK;
+                    const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(xr + a->blk_off) + b;
+                    const int32_t s0 = xb->s0, s1 = xb->s - xb->s0;
+                    __m512i lo = _mm512_set1_epi32(-c6 * s0), hi = _mm512_set1_epi32(-c6 * s1);
+                    IX__UNROLL(4)
+                    for (int j = 0; j < 4; j++) {
+                        lo = pk_dp(lo, T[j], xq + 4 * j, false, vnni);
+                        hi = pk_dp(hi, T[j + 4], xq + 16 + 4 * j, false, vnni);
+                    }
+                    __m512i dot = _mm512_add_epi32(_mm512_mullo_epi32(lo, sc[0]), _mm512_mullo_epi32(hi, sc[1]));
+                    const __m512 xd = _mm512_set1_ps(xb->d);
+                    acc[g][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, xd), acc[g][i]);
+                    if (q2) { /* the integer min term mn0 s0 + mn1 s1 */
+                        __m512i im = _mm512_add_epi32(_mm512_mullo_epi32(mn[0], _mm512_set1_epi32(s0)),
+                                                      _mm512_mullo_epi32(mn[1], _mm512_set1_epi32(s1)));
+                        acc[g][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(im), _mm512_mul_ps(ndm[g], xd), acc[g][i]);
+                    }
+                }
+                continue;
+            }
+            __m512i dot[PK_RX];
             IX__UNROLL(8)
             for (int i = 0; i < rx; i++) {
-                const uint8_t *xr = a->x + (size_t)i * a->xs, *xq = xr + b * IX__QK;
-                const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(xr + a->blk_off) + b;
-                const int32_t s0 = xb->s0, s1 = xb->s - xb->s0;
-                __m512i lo = _mm512_set1_epi32(-c6 * s0), hi = _mm512_set1_epi32(-c6 * s1);
-                IX__UNROLL(4)
-                for (int j = 0; j < 4; j++) {
-                    lo = pk_dp(lo, T[j], xq + 4 * j, false, vnni);
-                    hi = pk_dp(hi, T[j + 4], xq + 16 + 4 * j, false, vnni);
-                }
-                __m512i dot = _mm512_add_epi32(_mm512_mullo_epi32(lo, sc[0]), _mm512_mullo_epi32(hi, sc[1]));
-                const __m512 xd = _mm512_set1_ps(xb->d);
-                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, xd), acc[i]);
-                if (q2) { /* the integer min term mn0 s0 + mn1 s1 */
-                    __m512i im = _mm512_add_epi32(_mm512_mullo_epi32(mn[0], _mm512_set1_epi32(s0)),
-                                                  _mm512_mullo_epi32(mn[1], _mm512_set1_epi32(s1)));
-                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(im), _mm512_mul_ps(ndm, xd), acc[i]);
-                }
+                const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + (size_t)i * a->xs + a->blk_off) + b;
+                dot[i] = _mm512_set1_epi32(pk_blk_off(kind, xb, vnni));
             }
-            continue;
-        }
-        __m512i dot[PK_RX];
-        IX__UNROLL(8)
-        for (int i = 0; i < rx; i++) {
-            const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + (size_t)i * a->xs + a->blk_off) + b;
-            dot[i] = _mm512_set1_epi32(pk_blk_off(kind, xb, vnni));
-        }
-        IX__UNROLL(8)
-        for (int j = 0; j < 8; j++) {
             IX__UNROLL(8)
-            for (int i = 0; i < rx; i++)
-                dot[i] = pk_dp(dot[i], T[j], a->x + (size_t)i * a->xs + b * IX__QK + 4 * j, sgn, vnni);
-        }
-        IX__UNROLL(8)
-        for (int i = 0; i < rx; i++) {
-            const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + (size_t)i * a->xs + a->blk_off) + b;
-            if (xs) dot[i] = _mm512_mullo_epi32(dot[i], sx); /* sc sum0 + sc sum1, one scale per 32 */
-            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i]), _mm512_mul_ps(dw, _mm512_set1_ps(xb->d)), acc[i]);
-            if (k45) acc[i] = _mm512_fmadd_ps(dmn, _mm512_set1_ps((float)xb->s * xb->d), acc[i]);
-            if (m32) /* the integer min term: s times m dx */
-                acc[i] = _mm512_fmadd_ps(_mm512_set1_ps((float)xb->s), _mm512_mul_ps(dmn, _mm512_set1_ps(xb->d)), acc[i]);
+            for (int j = 0; j < 8; j++) {
+                IX__UNROLL(8)
+                for (int i = 0; i < rx; i++)
+                    dot[i] = pk_dp(dot[i], T[j], a->x + (size_t)i * a->xs + b * IX__QK + 4 * j, sgn, vnni);
+            }
+            IX__UNROLL(8)
+            for (int i = 0; i < rx; i++) {
+                const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + (size_t)i * a->xs + a->blk_off) + b;
+                if (xs) dot[i] = _mm512_mullo_epi32(dot[i], sx); /* sc sum0 + sc sum1, one scale per 32 */
+                acc[g][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i]), _mm512_mul_ps(dw, _mm512_set1_ps(xb->d)), acc[g][i]);
+                if (k45) acc[g][i] = _mm512_fmadd_ps(dmn, _mm512_set1_ps((float)xb->s * xb->d), acc[g][i]);
+                if (m32) /* the integer min term: s times m dx */
+                    acc[g][i] = _mm512_fmadd_ps(_mm512_set1_ps((float)xb->s), _mm512_mul_ps(dmn, _mm512_set1_ps(xb->d)),
+                                                acc[g][i]);
+            }
         }
     }
-    for (int i = 0; i < rx; i++) _mm512_storeu_ps(a->y + (size_t)i * a->ldy, acc[i]);
+    for (int g = 0; g < G; g++)
+        for (int i = 0; i < rx; i++) _mm512_storeu_ps(a->y + (size_t)i * a->ldy + (size_t)g * IX__PK, acc[g][i]);
+}
+static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, pk_kind kind, bool vnni, int rx) {
+    pk_run_g(a, kind, vnni, rx, 1);
 }
 
 /* The lockstep tile (IX__PK_LOCK groups, one X row: decode), VNNI. The x
@@ -1564,8 +1591,6 @@ static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, p
  * these magnitudes), so the integer dot, and with it every bit, equals
  * pk_run's. Q5_K and Q6_K, whose codes do not fit a byte times 16, take
  * pk_run's codes. */
-#define PK_LOCK_PF_BYTES 2048 /* per stream; the four streams together run 8 KiB ahead */
-
 static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile *a, pk_kind kind) {
     enum { G = IX__PK_LOCK };
     const bool q8 = kind == PK_Q8, k45 = kind == PK_K4 || kind == PK_K5, k6 = pk_halves(kind), q2 = kind == PK_K2;
@@ -1670,22 +1695,36 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
     }
     for (int g = 0; g < G; g++) _mm512_storeu_ps(a->y + g * IX__PK, acc[g]);
 }
-static void pk_lock_q8(const ix__pk_tile *a) { pk_lock_run(a, PK_Q8); }
-static void pk_lock_q4(const ix__pk_tile *a) { pk_lock_run(a, PK_Q4); }
-static void pk_lock_k4(const ix__pk_tile *a) { pk_lock_run(a, PK_K4); }
-static void pk_lock_k5(const ix__pk_tile *a) { pk_lock_run(a, PK_K5); }
-static void pk_lock_k6(const ix__pk_tile *a) { pk_lock_run(a, PK_K6); }
-static void pk_lock_k2(const ix__pk_tile *a) { pk_lock_run(a, PK_K2); }
-static void pk_lock_k3(const ix__pk_tile *a) { pk_lock_run(a, PK_K3); }
-static void pk_lock_nl(const ix__pk_tile *a) { pk_lock_run(a, PK_NL); }
-static void pk_lock_xs(const ix__pk_tile *a) { pk_lock_run(a, PK_XS); }
-static void pk_lock_41(const ix__pk_tile *a) { pk_lock_run(a, PK_41); }
-static void pk_lock_50(const ix__pk_tile *a) { pk_lock_run(a, PK_50); }
-static void pk_lock_51(const ix__pk_tile *a) { pk_lock_run(a, PK_51); }
-/* [kind] */
+/* One X row: pk_lock_run; 2..IX__PK_LOCK_RX rows: pk_run_g over
+ * ix__pk_lock_groups(rx) groups. At 6 rows only Q8_0's: the others' code
+ * vectors, 12 accumulators and 6 dots outgrow the registers, and their
+ * two-group tile measured up to 1.4x slower than the one-group tiles
+ * (kernels_bench -d 6; Q8_0's 1.1x faster). */
+#define PK_GLOCK(K, R)                                                                         \
+    static void pk_glock_##K##_##R(const ix__pk_tile *a) {                                      \
+        pk_run_g(a, PK_##K, true, R, (int)ix__pk_lock_groups(R));                               \
+    }
+#define PK_LOCKS(K)                                                                            \
+    static void pk_lock_##K(const ix__pk_tile *a) { pk_lock_run(a, PK_##K); }                   \
+    PK_GLOCK(K, 2) PK_GLOCK(K, 3) PK_GLOCK(K, 4) PK_GLOCK(K, 5)
+PK_LOCKS(Q8)
+PK_LOCKS(Q4)
+PK_LOCKS(K4)
+PK_LOCKS(K5)
+PK_LOCKS(K6)
+PK_LOCKS(K2)
+PK_LOCKS(K3)
+PK_LOCKS(NL)
+PK_LOCKS(XS)
+PK_LOCKS(41)
+PK_LOCKS(50)
+PK_LOCKS(51)
+PK_GLOCK(Q8, 6)
+#define PK_LOCK_ROW(K) {pk_lock_##K, pk_glock_##K##_2, pk_glock_##K##_3, pk_glock_##K##_4, pk_glock_##K##_5, NULL}
+/* [kind][rx - 1] */
 static const ix__pk_fn k_lock[PK_KINDS][IX__PK_LOCK_RX] = {
-    {pk_lock_q8}, {pk_lock_q4}, {pk_lock_k4}, {pk_lock_k5}, {pk_lock_k6}, {pk_lock_k2},
-    {pk_lock_k3}, {pk_lock_nl}, {pk_lock_xs}, {pk_lock_41}, {pk_lock_50}, {pk_lock_51}};
+    {pk_lock_Q8, pk_glock_Q8_2, pk_glock_Q8_3, pk_glock_Q8_4, pk_glock_Q8_5, pk_glock_Q8_6},
+    PK_LOCK_ROW(Q4), PK_LOCK_ROW(K4), PK_LOCK_ROW(K5), PK_LOCK_ROW(K6), PK_LOCK_ROW(K2), PK_LOCK_ROW(K3), PK_LOCK_ROW(NL), PK_LOCK_ROW(XS), PK_LOCK_ROW(41), PK_LOCK_ROW(50), PK_LOCK_ROW(51)};
 
 #define PK_INST(K, TAG, V, R)                                                                  \
     static void pk_##K##_##TAG##_##R(const ix__pk_tile *a) { pk_run(a, PK_##K, V, R); }
