@@ -187,6 +187,20 @@ static void test_choose_k(void **state) {
     int32_t k_free = ix_spec_choose_k_cost(0.8, 8, 50.0, 0.5, 0.0, 1),
             k_paid = ix_spec_choose_k_cost(0.8, 8, 50.0, 0.5, 10.0, 1);
     assert_true(k_paid >= 1 && k_paid < k_free);
+    /* measured step times by size: a step that jumps at 4 tokens (5 rows of
+     * F16 at the FMA rate) moves the choice from k 4 (the line's) to 2;
+     * sizes not measured yet take the line, so an empty table is the line */
+    {
+        double steps[8] = {0, 33.0, 33.0, 33.5, 44.0, 44.0, 0, 0}, none[8] = {0};
+        assert_int_equal(ix_spec_choose_k_cost(0.96, 4, 33.0, 0.3, 20.0, 1), 4);
+        assert_int_equal(ix_spec_choose_k_steps(0.96, 4, steps, 8, 33.0, 0.3, 20.0, 1), 2);
+        assert_int_equal(ix_spec_choose_k_steps(0.96, 4, none, 8, 33.0, 0.3, 20.0, 1), 4);
+        /* beyond the table (k 7 needs size 8): the line there */
+        assert_int_equal(ix_spec_choose_k_steps(0.99, 7, none, 8, 33.0, 0.3, 0.0, 1),
+                         ix_spec_choose_k_cost(0.99, 7, 33.0, 0.3, 0.0, 1));
+        /* a table alone (no line yet) still chooses within what it covers */
+        assert_int_equal(ix_spec_choose_k_steps(0.96, 4, steps, 8, 0.0, 0.0, 20.0, 1), 2);
+    }
     /* memory-bound (a step's fixed cost dominates): speculate, more with
      * better acceptance */
     int32_t k_lo = ix_spec_choose_k(0.4, 8, 50.0, 0.5, 1), k_hi = ix_spec_choose_k(0.9, 8, 50.0, 0.5, 1);

@@ -170,6 +170,15 @@ int32_t ix_spec_choose_k(double alpha, int32_t k_max, double a_ms, double b_ms, 
  * only at a higher acceptance, and never once the step is compute-bound. */
 int32_t ix_spec_choose_k_cost(double alpha, int32_t k_max, double a_ms, double b_ms, double guess_ms,
                               int32_t n_decode);
+/* The same with measured step times: step_ms[n] (n < n_steps), where
+ * positive, is what a step of n tokens has cost the target (without the
+ * proposer's own time), and replaces the line there. The line is straight;
+ * a step is not always: verifying 5 rows of F16 weights meets the core's
+ * FMA rate where 3 rows still cost what one does (docs/kernels.md), so k = 4
+ * can lose to k = 3 at an acceptance the line would spend on k = 4. Sizes
+ * not yet measured take the line, so a k is tried before it is ruled out. */
+int32_t ix_spec_choose_k_steps(double alpha, int32_t k_max, const double *step_ms, int32_t n_steps, double a_ms,
+                               double b_ms, double guess_ms, int32_t n_decode);
 
 #ifdef __cplusplus
 }

@@ -59,6 +59,10 @@ typedef struct gentry {
 #define SPEC_ALPHA_RATE 0.2f
 #define SPEC_ALPHA_RUN_RATE 0.05f
 #define SPEC_ALPHA_DRIFT 0.05f
+/* Steps of fewer tokens than this keep their measured time by size, for the
+ * choice of k (ix_spec_choose_k_steps): batch 1 to a few sequences, each
+ * with up to IX_SPEC_MAX_K guesses. */
+#define SPEC_STEP_TAB 24
 
 /* A proposer's key for choice c of request id. */
 static uint64_t spec_key(uint64_t id, int32_t c) { return id * IX_SCHED_MAX_SEQS + (uint64_t)c; }
@@ -143,6 +147,8 @@ struct ix_engine {
     ix_proposer *prop;    /* NULL: no speculation */
     ix_spec_seq *spec_q;  /* (max_num_seqs) one step's proposal queries */
     double guess_ms;      /* what a guess costs the proposer (a draft's passes), running mean */
+    double step_ms[SPEC_STEP_TAB]; /* [n] a step of n tokens without the proposer's time, running mean; 0: none yet */
+    double prop_ms;       /* this step's proposer time */
     float alpha_run;      /* acceptance over every verified guess, running: a new choice's estimate */
     ix_buf text;     /* a token's text, on its way to on_token */
     uint32_t *mask;  /* (mask_words) a constrained choice's allowed tokens */
@@ -803,8 +809,8 @@ static void spec_propose(ix_engine *e) {
             if (!choice_decoding(r, c)) continue;
             if (r->alpha[c] < 0) r->alpha[c] = e->alpha_run;
             int32_t k = r->no_spec ? 0
-                        : sp->adaptive ? ix_spec_choose_k_cost(r->alpha[c], sp->k, ss.cost_a_ms, ss.cost_b_ms,
-                                                               e->guess_ms, n_decode)
+                        : sp->adaptive ? ix_spec_choose_k_steps(r->alpha[c], sp->k, e->step_ms, SPEC_STEP_TAB,
+                                                                ss.cost_a_ms, ss.cost_b_ms, e->guess_ms, n_decode)
                                        : sp->k;
             int32_t n = (int32_t)r->toks[c].n;
             if (k > it->max_new - it->n_generated[c] - 1) k = it->max_new - it->n_generated[c] - 1;
@@ -820,6 +826,10 @@ static void spec_propose(ix_engine *e) {
                 .n_prompt = it->n_prompt, .hidden = hid, .k = k, .out = r->draft[c] + 1};
         }
     }
+    /* nobody guesses: the cost per guess is not measured this step, so it
+     * drifts down as alpha drifts back, and a high first estimate (a pass
+     * that also caught up a whole prompt) cannot keep k at 0 for good */
+    if (n_q == 0) e->guess_ms *= 1.0 - SPEC_ALPHA_DRIFT;
     uint64_t t0 = ix_time_ns();
     if (ix_proposer_propose(e->prop, e->spec_q, n_q) != IX_OK) return; /* no guesses this step */
     int32_t n_guessed = 0;
@@ -1038,6 +1048,7 @@ static ix_status step(ix_engine *e, bool *did_work) {
 
     uint64_t t0 = ix_time_ns();
     spec_propose(e);
+    e->prop_ms = (double)(ix_time_ns() - t0) / 1e6;
     ix_sched_plan plan;
     ix_status s = ix_sched_plan_step(e->sched, t0, admit, e, &plan);
     if (s != IX_OK) return s;
@@ -1173,6 +1184,10 @@ static ix_status step(ix_engine *e, bool *did_work) {
     uint64_t t_end = ix_time_ns();
     e->stats.sample_ns += t_end - now;
     ix_sched_observe_step(e->sched, T, t_end - t0);
+    if (e->prop && T > 0 && T < SPEC_STEP_TAB) {
+        double ms = (double)(t_end - t0) / 1e6 - e->prop_ms;
+        if (ms > 0) e->step_ms[T] = e->step_ms[T] > 0 ? 0.8 * e->step_ms[T] + 0.2 * ms : ms;
+    }
     if (T > 0) {
         static const int32_t bounds[IX_ENGINE_STEP_TOKEN_BUCKETS] = IX_ENGINE_STEP_TOKEN_BOUNDS;
         int b = 0;

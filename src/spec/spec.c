@@ -125,17 +125,35 @@ int32_t ix_spec_choose_k(double alpha, int32_t k_max, double a_ms, double b_ms, 
 
 int32_t ix_spec_choose_k_cost(double alpha, int32_t k_max, double a_ms, double b_ms, double guess_ms,
                               int32_t n_decode) {
+    return ix_spec_choose_k_steps(alpha, k_max, NULL, 0, a_ms, b_ms, guess_ms, n_decode);
+}
+
+/* A step of n tokens (n0 of them the decoding sequences' own): its measured
+ * time where the table has one, else the measured n0-token step plus the
+ * line's slope for the rest, else the line. */
+static double step_cost(const double *step_ms, int32_t n_steps, double a_ms, double b_ms, int32_t n0, int32_t n) {
+    if (step_ms && n < n_steps && step_ms[n] > 0) return step_ms[n];
+    if (step_ms && n0 < n_steps && step_ms[n0] > 0) return step_ms[n0] + b_ms * (n - n0);
+    return a_ms + b_ms * n;
+}
+
+int32_t ix_spec_choose_k_steps(double alpha, int32_t k_max, const double *step_ms, int32_t n_steps, double a_ms,
+                               double b_ms, double guess_ms, int32_t n_decode) {
     if (k_max <= 0) return 0;
-    if (!(b_ms > 0)) return k_max;
     if (!(guess_ms > 0)) guess_ms = 0;
     if (n_decode < 1) n_decode = 1;
     if (a_ms < 0) a_ms = 0;
+    if (!(b_ms > 0)) b_ms = 0;
+    double base = step_cost(step_ms, n_steps, a_ms, b_ms, n_decode, n_decode);
+    if (!(base > 0) || (b_ms == 0 && !(step_ms && n_decode + k_max < n_steps))) return k_max; /* nothing to go by */
     /* tokens per ms of the step with this sequence speculating k, the
      * others as they are */
-    double base = a_ms + b_ms * n_decode, best = (double)n_decode / base;
+    double best = (double)n_decode / base;
     int32_t best_k = 0;
     for (int32_t k = 1; k <= k_max; k++) {
-        double rate = ((double)n_decode - 1.0 + ix_spec_expected_tokens(alpha, k)) / (base + (b_ms + guess_ms) * k);
+        double t = step_cost(step_ms, n_steps, a_ms, b_ms, n_decode, n_decode + k);
+        if (!(t > 0)) continue;
+        double rate = ((double)n_decode - 1.0 + ix_spec_expected_tokens(alpha, k)) / (t + guess_ms * k);
         if (rate > best * (1.0 + 1e-9)) {
             best = rate;
             best_k = k;
