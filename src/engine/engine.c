@@ -148,7 +148,6 @@ struct ix_engine {
     ix_spec_seq *spec_q;  /* (max_num_seqs) one step's proposal queries */
     double guess_ms;      /* what a guess costs the proposer (a draft's passes), running mean */
     double step_ms[SPEC_STEP_TAB]; /* [n] a step of n tokens without the proposer's time, running mean; 0: none yet */
-    double prop_ms;       /* this step's proposer time */
     float alpha_run;      /* acceptance over every verified guess, running: a new choice's estimate */
     ix_buf text;     /* a token's text, on its way to on_token */
     uint32_t *mask;  /* (mask_words) a constrained choice's allowed tokens */
@@ -1048,7 +1047,7 @@ static ix_status step(ix_engine *e, bool *did_work) {
 
     uint64_t t0 = ix_time_ns();
     spec_propose(e);
-    e->prop_ms = (double)(ix_time_ns() - t0) / 1e6;
+    const double prop_ms = (double)(ix_time_ns() - t0) / 1e6;
     ix_sched_plan plan;
     ix_status s = ix_sched_plan_step(e->sched, t0, admit, e, &plan);
     if (s != IX_OK) return s;
@@ -1185,7 +1184,7 @@ static ix_status step(ix_engine *e, bool *did_work) {
     e->stats.sample_ns += t_end - now;
     ix_sched_observe_step(e->sched, T, t_end - t0);
     if (e->prop && T > 0 && T < SPEC_STEP_TAB) {
-        double ms = (double)(t_end - t0) / 1e6 - e->prop_ms;
+        double ms = (double)(t_end - t0) / 1e6 - prop_ms;
         if (ms > 0) e->step_ms[T] = e->step_ms[T] > 0 ? 0.8 * e->step_ms[T] + 0.2 * ms : ms;
     }
     if (T > 0) {

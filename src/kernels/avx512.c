@@ -1720,11 +1720,12 @@ PK_LOCKS(41)
 PK_LOCKS(50)
 PK_LOCKS(51)
 PK_GLOCK(Q8, 6)
-#define PK_LOCK_ROW(K) {pk_lock_##K, pk_glock_##K##_2, pk_glock_##K##_3, pk_glock_##K##_4, pk_glock_##K##_5, NULL}
+#define PK_LOCK_ROW(K, SIX) {pk_lock_##K, pk_glock_##K##_2, pk_glock_##K##_3, pk_glock_##K##_4, pk_glock_##K##_5, SIX}
 /* [kind][rx - 1] */
 static const ix__pk_fn k_lock[PK_KINDS][IX__PK_LOCK_RX] = {
-    {pk_lock_Q8, pk_glock_Q8_2, pk_glock_Q8_3, pk_glock_Q8_4, pk_glock_Q8_5, pk_glock_Q8_6},
-    PK_LOCK_ROW(Q4), PK_LOCK_ROW(K4), PK_LOCK_ROW(K5), PK_LOCK_ROW(K6), PK_LOCK_ROW(K2), PK_LOCK_ROW(K3), PK_LOCK_ROW(NL), PK_LOCK_ROW(XS), PK_LOCK_ROW(41), PK_LOCK_ROW(50), PK_LOCK_ROW(51)};
+    PK_LOCK_ROW(Q8, pk_glock_Q8_6), PK_LOCK_ROW(Q4, NULL), PK_LOCK_ROW(K4, NULL), PK_LOCK_ROW(K5, NULL),
+    PK_LOCK_ROW(K6, NULL),          PK_LOCK_ROW(K2, NULL), PK_LOCK_ROW(K3, NULL), PK_LOCK_ROW(NL, NULL),
+    PK_LOCK_ROW(XS, NULL),          PK_LOCK_ROW(41, NULL), PK_LOCK_ROW(50, NULL), PK_LOCK_ROW(51, NULL)};
 
 #define PK_INST(K, TAG, V, R)                                                                  \
     static void pk_##K##_##TAG##_##R(const ix__pk_tile *a) { pk_run(a, PK_##K, V, R); }

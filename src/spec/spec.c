@@ -144,15 +144,17 @@ int32_t ix_spec_choose_k_steps(double alpha, int32_t k_max, const double *step_m
     if (n_decode < 1) n_decode = 1;
     if (a_ms < 0) a_ms = 0;
     if (!(b_ms > 0)) b_ms = 0;
+    /* nothing to go by: no base step, or no slope for sizes the table lacks */
+    const bool table_covers = step_ms && n_decode + k_max < n_steps;
     double base = step_cost(step_ms, n_steps, a_ms, b_ms, n_decode, n_decode);
-    if (!(base > 0) || (b_ms == 0 && !(step_ms && n_decode + k_max < n_steps))) return k_max; /* nothing to go by */
+    if (!(base > 0) || (b_ms == 0 && !table_covers)) return k_max;
     /* tokens per ms of the step with this sequence speculating k, the
      * others as they are */
     double best = (double)n_decode / base;
     int32_t best_k = 0;
     for (int32_t k = 1; k <= k_max; k++) {
+        /* >= base > 0: measured sizes are positive, the others base + b k */
         double t = step_cost(step_ms, n_steps, a_ms, b_ms, n_decode, n_decode + k);
-        if (!(t > 0)) continue;
         double rate = ((double)n_decode - 1.0 + ix_spec_expected_tokens(alpha, k)) / (t + guess_ms * k);
         if (rate > best * (1.0 + 1e-9)) {
             best = rate;
