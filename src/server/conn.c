@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 
 #include "server/server_int.h"
 
@@ -190,6 +191,32 @@ static bool ended_early(ixs_sock *k, int ph, uint64_t now) {
         return false;
     }
     return now - k->eof_ns >= IXS_EOF_GRACE_NS;
+}
+
+/* Before MHD_stop_daemon. libmicrohttpd 0.9.75 dereferences a NULL
+ * response when a worker, still busy with a connection as the daemon's
+ * shutdown flag goes up, answers an error of its own (a malformed or
+ * oversized request): MHD_queue_response then returns MHD_YES without
+ * queuing anything, and build_header_response reads the response that is
+ * not there. So every connection that is not being answered is shut here
+ * (mid-request ones get no answer: the server is going), and MHD closes
+ * them, and any it was still parsing, on its own threads while the flag is
+ * down. Connections still answering at end_ns are left to MHD_stop_daemon.
+ * The connections still open then. */
+int ix__conn_close_all(ix_server *s, uint64_t end_ns) {
+    for (;;) {
+        pthread_mutex_lock(&s->socks_mu);
+        for (ixs_sock *k = s->socks; k; k = k->next) {
+            int ph = atomic_load(&k->phase);
+            if (k->fd != MHD_INVALID_SOCKET && (ph == IXS_SOCK_HEADERS || ph == IXS_SOCK_BODY || ph == IXS_SOCK_IDLE))
+                shutdown(k->fd, SHUT_RDWR);
+        }
+        pthread_mutex_unlock(&s->socks_mu);
+        int n = atomic_load(&s->n_socks);
+        if (n <= 0 || ix_time_ns() >= end_ns) return n;
+        struct timespec ts = {0, 2000000L};
+        nanosleep(&ts, NULL);
+    }
 }
 
 void ix__conn_sweep(ix_server *s) {

@@ -1094,6 +1094,9 @@ void ix_server_shutdown(ix_server *s, int64_t drain_ms) {
      * outlived the bounded waits above can still be suspended. */
     int n = ix__srv_resume_all(s);
     if (n) IX_LOGW("server: %d request(s) did not finish; closing their connections", n);
+    /* MHD's shutdown is only safe with no request mid-parse (conn.c). */
+    n = ix__conn_close_all(s, ix_time_ns() + 1000000000ull);
+    if (n) IX_LOGI("server: %d connection(s) still answering at exit", n);
     MHD_stop_daemon(s->daemon);
     s->daemon = NULL;
     /* Jobs whose client left after the watcher stopped: the MHD side's

@@ -323,6 +323,10 @@ void ix__conn_phase(ix_server *s, ixs_sock *k, ixs_sock_phase ph);
 bool ix__conn_send_raw(MHD_socket fd, int status, const char *reason, const char *code, const char *msg);
 /* Closes the connections past their deadline (the watcher, every round). */
 void ix__conn_sweep(ix_server *s);
+/* Shuts every connection not being answered and waits, until end_ns at
+ * most, for libmicrohttpd to close them all (before MHD_stop_daemon; see
+ * conn.c). The connections still open. */
+int ix__conn_close_all(ix_server *s, uint64_t end_ns);
 
 /* ---- the listening socket (listen.c) ---------------------------------- */
 /* Binds and listens on ss (host names it in errors); sets listen_fd, the
