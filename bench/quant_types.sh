@@ -18,6 +18,9 @@
 #   BASE=OTHER_INFERX in the environment: each round also runs OTHER_INFERX on
 #   every type right after INFERX (a same-run baseline), and the table adds the
 #   new / base ratios (medians of the per-round ratios).
+#   LLAMA_BENCH=PATH in the environment: each round also runs llama.cpp's llama-bench
+#   (-t as THREADS, default 2) on every type's file right after INFERX (a same-run
+#   peer); its "decode / bound" divides by the bound INFERX measured just before.
 #   LAYERS=N (and VOCAB_SIZE=N) in the environment: the TinyLlama shape cut to N
 #   layers (and a synthetic vocabulary of N tokens instead of the llama SPM one):
 #   the same matmul shapes, a model made in minutes instead of the 18 a K-quant
@@ -62,6 +65,14 @@ while [ "$r" -le "$rounds" ]; do
 print(sys.argv[2], sys.argv[3], sys.argv[4], d['prefill_tokens_per_s'], d['decode_tokens_per_s'], d['decode_fraction_of_bound'], d['kernels'])" \
                 "$tmp/qt-run.json" "$r" "$ty" "${lb%%=*}" >>"$out"
         done
+        if [ -n "${LLAMA_BENCH:-}" ]; then
+            "$LLAMA_BENCH" -m "$tmp/qt-$ty.gguf" -p "$np" -n "$ng" -r 1 -t "${THREADS:-2}" -o json >"$tmp/qt-run.json" 2>/dev/null
+            # the bound: the one INFERX measured just before (its decode over its fraction)
+            python3 -c "import json,sys; d=json.load(open(sys.argv[1])); pp=[t['avg_ts'] for t in d if t['n_gen']==0][0]; tg=[t['avg_ts'] for t in d if t['n_prompt']==0][0]
+nb=[l.split() for l in open(sys.argv[5]) if l.split()[:3]==[sys.argv[2], sys.argv[3], 'new']][-1]; bound=float(nb[4])/float(nb[5])
+print(sys.argv[2], sys.argv[3], 'llama.cpp', pp, tg, tg/bound, 'llama-bench')" \
+                "$tmp/qt-run.json" "$r" "$ty" llama.cpp "$out" >>"$out"
+        fi
     done
     r=$((r + 1))
 done
@@ -85,11 +96,11 @@ for t in types:
         rs = [r for r in rows if r[1] == t and r[2] == b]
         print('| %s | %s | %.2f | %.2f | %.0f%% | %.2f |' % (t, b, med(rs, lambda r: float(r[3])), med(rs, lambda r: float(r[4])),
               100 * med(rs, lambda r: float(r[5])), med(rs, lambda r: float(r[3]) / base[(r[0], r[2])])))
-    if len(bins) > 1:
-        rs = {(r[0], r[2]): r for r in rows if r[1] == t}
-        rr = [r for r in rows if r[1] == t and r[2] == 'new']
-        print('| %s | new / base | %.2fx | %.2fx | | |' % (t, med(rr, lambda r: float(r[3]) / float(rs[(r[0], 'base')][3])),
-              med(rr, lambda r: float(r[4]) / float(rs[(r[0], 'base')][4]))))
+    rs = {(r[0], r[2]): r for r in rows if r[1] == t}
+    rr = [r for r in rows if r[1] == t and r[2] == 'new']
+    for b in bins[1:]:
+        print('| %s | new / %s | %.2fx | %.2fx | | |' % (t, b, med(rr, lambda r: float(r[3]) / float(rs[(r[0], b)][3])),
+              med(rr, lambda r: float(r[4]) / float(rs[(r[0], b)][4]))))
 print()
 print('kernels %s; medians of %s rounds, each type run by each binary in turn in every round; ratios within a round;'
       ' load average at the end: %s' % (rows[0][6], rounds, ' '.join('%.2f' % x for x in os.getloadavg())))
