@@ -69,9 +69,9 @@ print(sys.argv[2], sys.argv[3], sys.argv[4], d['prefill_tokens_per_s'], d['decod
             "$LLAMA_BENCH" -m "$tmp/qt-$ty.gguf" -p "$np" -n "$ng" -r 1 -t "${THREADS:-2}" -o json >"$tmp/qt-run.json" 2>/dev/null
             # the bound: the one INFERX measured just before (its decode over its fraction)
             python3 -c "import json,sys; d=json.load(open(sys.argv[1])); pp=[t['avg_ts'] for t in d if t['n_gen']==0][0]; tg=[t['avg_ts'] for t in d if t['n_prompt']==0][0]
-nb=[l.split() for l in open(sys.argv[5]) if l.split()[:3]==[sys.argv[2], sys.argv[3], 'new']][-1]; bound=float(nb[4])/float(nb[5])
+nb=[l.split() for l in open(sys.argv[4]) if l.split()[:3]==[sys.argv[2], sys.argv[3], 'new']][-1]; bound=float(nb[4])/float(nb[5])
 print(sys.argv[2], sys.argv[3], 'llama.cpp', pp, tg, tg/bound, 'llama-bench')" \
-                "$tmp/qt-run.json" "$r" "$ty" llama.cpp "$out" >>"$out"
+                "$tmp/qt-run.json" "$r" "$ty" "$out" >>"$out"
         fi
     done
     r=$((r + 1))
