@@ -738,7 +738,7 @@ static inline __attribute__((always_inline)) void pk_lock_pair(const ix__pk_tile
         const uint8_t *c = w + b * cb, *xq = a->x + b * IX__QK;
         const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + a->blk_off) + b;
         for (int g = 0; g < G; g++)
-            for (size_t o = 0; o < cb; o += 64) __builtin_prefetch(c + g * gs + PK_LOCK_PF_BYTES + o, 0, 3);
+            for (size_t o = 0; o < cb; o += 64) __builtin_prefetch(c + g * gs + PK_LOCK_PF_BYTES + o, 0, IX__PF_LOC);
         __m256i dot[G][2];
         const __m256i d0 = _mm256_set1_epi32(q8 ? 0 : xb->neg8s);
         for (int g = 0; g < G; g++) dot[g][0] = dot[g][1] = d0;
@@ -824,7 +824,7 @@ static inline __attribute__((always_inline)) void pkf_lock_run(const ix__pk_tile
         const __m256 xv = _mm256_broadcast_ss(x + k);
         for (int g = 0; g < G; g++) {
             const uint8_t *w = a->w + g * gs + k * 32;
-            if (!(k & 1)) __builtin_prefetch(w + PK_LOCK_PF_BYTES, 0, 3); /* one per 64-byte line */
+            if (!(k & 1)) __builtin_prefetch(w + PK_LOCK_PF_BYTES, 0, IX__PF_LOC); /* one per 64-byte line */
             acc[g][0] = _mm256_fmadd_ps(pkf_ld(w, bf), xv, acc[g][0]);
             acc[g][1] = _mm256_fmadd_ps(pkf_ld(w + 16, bf), xv, acc[g][1]);
         }

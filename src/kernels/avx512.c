@@ -1492,13 +1492,13 @@ static inline __attribute__((always_inline)) void pk_run_g(const ix__pk_tile *a,
     for (size_t b = 0; b < nb; b++) {
         IX__UNROLL(4)
         for (int g = 0; g < G; g++)
-            for (size_t o = 0; o < cb; o += 64) __builtin_prefetch(a->w + g * gs + b * cb + pf + o, 0, 3);
+            for (size_t o = 0; o < cb; o += 64) __builtin_prefetch(a->w + g * gs + b * cb + pf + o, 0, IX__PF_LOC);
         IX__UNROLL(4)
         for (int g = 0; g < G; g++) {
             const uint8_t *c = a->w + g * gs + b * cb;
             const uint8_t *S = (pk_super(kind) ? a->scales + b / 8 * sup : a->scales + b * sblk) + g * gs;
             if (G > 1 && pk_super(kind) && b % 8 == 0) /* the scales are a stream of their own */
-                for (size_t o = 0; o < sup; o += 64) __builtin_prefetch(S + 2 * sup + o, 0, 3);
+                for (size_t o = 0; o < sup; o += 64) __builtin_prefetch(S + 2 * sup + o, 0, IX__PF_LOC);
             __m512i T[8];
             if (q8) {
                 IX__UNROLL(8)
@@ -1608,12 +1608,12 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
         const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + a->blk_off) + b;
         IX__UNROLL(4)
         for (int g = 0; g < G; g++)
-            for (size_t o = 0; o < cb; o += 64) __builtin_prefetch(c + g * gs + PK_LOCK_PF_BYTES + o, 0, 3);
+            for (size_t o = 0; o < cb; o += 64) __builtin_prefetch(c + g * gs + PK_LOCK_PF_BYTES + o, 0, IX__PF_LOC);
         if (sup_k && b % 8 == 0) {
             IX__UNROLL(4)
             for (int g = 0; g < G; g++) {
                 /* the scales are a stream of their own (after the group's codes) */
-                for (size_t o = 0; o < sup; o += 64) __builtin_prefetch(S + g * gs + 2 * sup + o, 0, 3);
+                for (size_t o = 0; o < sup; o += 64) __builtin_prefetch(S + g * gs + 2 * sup + o, 0, IX__PF_LOC);
                 if (k45 || q2) pk4_super(S + g * gs, &d[g], &ndm[g]); /* Q2_K's d and dmin sit where Q4_K's do */
                 else d[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + g * gs))); /* PK6_D, PKX_D */
             }
@@ -1781,7 +1781,7 @@ static inline __attribute__((always_inline)) void pkf_run(const ix__pk_tile *a, 
     for (int i = 0; i < rx; i++) acc[0][i] = acc[1][i] = _mm512_setzero_ps();
     size_t k = 0;
     for (; k + 2 <= K; k += 2) {
-        __builtin_prefetch(wg + k * 32 + PK_PF_BYTES, 0, 3);
+        __builtin_prefetch(wg + k * 32 + PK_PF_BYTES, 0, IX__PF_LOC);
         __m512 w0 = pkf_ld(wg + k * 32, bf), w1 = pkf_ld(wg + k * 32 + 32, bf);
         IX__UNROLL(12)
         for (int i = 0; i < rx; i++) {
@@ -1817,7 +1817,7 @@ static inline __attribute__((always_inline)) void pkf_lock_run(const ix__pk_tile
         IX__UNROLL(4)
         for (int g = 0; g < G; g++) {
             const uint8_t *w = wg + g * gs + k * 32;
-            __builtin_prefetch(w + PK_LOCK_PF_BYTES, 0, 3);
+            __builtin_prefetch(w + PK_LOCK_PF_BYTES, 0, IX__PF_LOC);
             const __m512 w0 = pkf_ld(w, bf), w1 = pkf_ld(w + 32, bf);
             IX__UNROLL(6)
             for (int i = 0; i < rx; i++) {

@@ -391,7 +391,7 @@ void ix__matmul_tiles(const ix_matmul *mm, size_t n0, size_t n1, const ix__tile_
     /* the tiles prefetch IX__PF_TILES ahead of themselves; the range's own
      * first tiles are requested here, or every grab would start cold */
     size_t head = (size_t)IX__PF_TILES * urw < n1 - n0 ? (size_t)IX__PF_TILES * urw : n1 - n0;
-    for (size_t o = 0; o < head * t.ws; o += 64) __builtin_prefetch(w + n0 * t.ws + o, 0, 2);
+    for (size_t o = 0; o < head * t.ws; o += 64) __builtin_prefetch(w + n0 * t.ws + o, 0, IX__PF_LOC);
     /* X rows per chunk: about IX__MM_XCHUNK_BYTES of X (f32 rows are 4x the
      * bytes of q8a rows), whole tiles; band mode keeps IX__MM_MCHUNK rows,
      * which its transpose is amortized over */

@@ -543,10 +543,21 @@ typedef void (*ix__tile_fn)(const ix__tile *t);
  * of W is harmless. */
 #define IX__PF_TILES 4
 
+/* The locality hint of every software prefetch of streamed weights: 2, i.e.
+ * prefetcht1, into L2 but not L1. A prefetch into L1 (prefetcht0) holds one
+ * of the core's few L1 miss buffers for the whole DRAM latency, so it caps
+ * the lines in flight below what the L2's own miss queue allows; the tile's
+ * loads then find the lines in L2. Measured on Zen 4 at decode (kernels_bench
+ * -l packed -m decode, the lockstep tiles, medians of 6-8 alternated runs,
+ * 2026-12-03): 90-100% of a plain read of the same bytes into L2 against
+ * 66-92% into L1, every type; prefetchnta no better than L1, prefetcht2 as
+ * t1; 1, 2 or 4 KiB ahead per stream alike. */
+#define IX__PF_LOC 2
+
 static inline void ix__prefetch_ahead(const ix__tile *t, int rw, size_t i, size_t n) {
     size_t span = (size_t)rw * t->ws, per = (span + n - 1) / n;
     const char *p = (const char *)t->w + IX__PF_TILES * span + i * per;
-    for (size_t o = 0; o < per; o += 64) __builtin_prefetch(p + o, 0, 2);
+    for (size_t o = 0; o < per; o += 64) __builtin_prefetch(p + o, 0, IX__PF_LOC);
 }
 
 /* Y[:, n0:n1) with fns[rx - 1] computing rx (1..rx_max) X rows by rw W rows.
