@@ -573,7 +573,7 @@ static void test_quantize_imp(void **state) {
 
 static void test_quantize_act(void **state) {
     (void)state;
-    const size_t ks[] = {32, 96, 2048};
+    const size_t ks[] = {32, 96, 256, 2048};
     const ix_kernel_table *t[8];
     int nt = tables(t);
     for (size_t ki = 0; ki < IX_ARRAY_LEN(ks); ki++) {
@@ -601,6 +601,34 @@ static void test_quantize_act(void **state) {
             memset(got, 0, rb);
             t[i]->quantize_act(x, got, k);
             assert_memory_equal(got, ref, rb);
+        }
+        /* one scale per 256 (Q2_K's activations): the largest of the 8 blocks'
+         * scales, the codes within half a step, every path the same bits */
+        if (k % 256 == 0) {
+            uint8_t *sup = ix_aligned_alloc(64, rb);
+            memset(sup, 0, rb);
+            t[0]->quantize_act_super(x, sup, k);
+            ix__q8a_row su = ix__q8a_at(sup, k, 0);
+            for (size_t b = 0; b < k / 32; b++) {
+                float dmax = 0.0f;
+                for (size_t c = b / 8 * 8; c < b / 8 * 8 + 8; c++) dmax = fmaxf(dmax, r.blk[c].d);
+                assert_true(su.blk[b].d == dmax);
+                int32_t sum = 0, sum0 = 0;
+                for (int j = 0; j < 32; j++) {
+                    float e = fabsf(x[b * 32 + j] - su.blk[b].d * su.qs[b * 32 + j]);
+                    assert_true(e <= su.blk[b].d * 0.5001f);
+                    sum += su.qs[b * 32 + j];
+                    if (j < 16) sum0 += su.qs[b * 32 + j];
+                }
+                assert_int_equal(sum, su.blk[b].s);
+                assert_int_equal(sum0, su.blk[b].s0);
+            }
+            for (int i = 1; i < nt; i++) {
+                memset(got, 0, rb);
+                t[i]->quantize_act_super(x, got, k);
+                assert_memory_equal(got, sup, rb);
+            }
+            ix_aligned_free(sup);
         }
         free(x);
         ix_aligned_free(ref);
@@ -670,7 +698,7 @@ static void mm_run_table(const ix_kernel_table *kt, mm_case *c, float *out /* (M
     for (size_t i = 0; i < c->M * c->ldy; i++) c->y[i] = -12345.0f;
     if (ix__w_quantized(c->t))
         for (size_t m = 0; m < c->M; m++)
-            kt->quantize_act(c->x + m * c->ldx, (uint8_t *)c->scratch + m * ix__q8a_row_bytes(c->K), c->K);
+            ix__act_quantizer(kt, c->t)(c->x + m * c->ldx, (uint8_t *)c->scratch + m * ix__q8a_row_bytes(c->K), c->K);
     ix__matmul_rows(kt, &c->mm, 0, c->N);
     for (size_t m = 0; m < c->M; m++) {
         for (size_t n = 0; n < c->N; n++) out[m * c->N + n] = c->y[m * c->ldy + n];

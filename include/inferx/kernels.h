@@ -90,7 +90,9 @@ size_t ix_kernels_types(ix_dtype *out, size_t cap);
  * For the quantized types the activations are quantized once per matmul to
  * 8 bits with one f32 scale per 32 elements (the "q8a" format, see
  * docs/kernels.md) into caller-provided scratch, and every dot product is
- * integer per 32 elements (per 16-element sub-block scale inside them).
+ * integer per 32 elements (per 16-element sub-block scale inside them);
+ * Q2_K's activations share one scale per 256 and its integer sums run over
+ * the 256 (ix_kernels_same_act).
  * F32 / F16 / BF16 weights are widened to f32 in registers (exact) and
  * multiplied with the f32 activations. */
 #define IX_KERNELS_QBLOCK 32 /* elements per q8a block (and per Q8_0 / Q4_0 block) */
@@ -108,9 +110,10 @@ typedef struct ix_matmul {
      * NULL allowed when that is 0 (float weights). */
     void *scratch;
     /* true: scratch already holds x quantized by an earlier quantized matmul
-     * with the same x, M and K (e.g. the Q, K and V projections of one
-     * input); the quantize phase is skipped and x may be NULL. Ignored for
-     * float weight types, which read x directly. */
+     * with the same x, M and K whose weight type quantizes x the same way
+     * (ix_kernels_same_act: e.g. the Q, K and V projections of one input);
+     * the quantize phase is skipped and x may be NULL. Ignored for float
+     * weight types, which read x directly. */
     bool x_ready;
     /* true: w is in the packed layout of ix_kernels_pack (w_stride_bytes
      * must be 0); for Q8_0 / Q4_0 the same bits as the GGUF row layout. */
@@ -177,6 +180,12 @@ ix_status ix_kernels_matmul(const ix_matmul *mm, ix_pool *pool);
  * gives it. The y ranges must not overlap x or each other. */
 #define IX_KERNELS_MATMUL_MAX 4
 ix_status ix_kernels_matmul_n(const ix_matmul *mms, size_t n, ix_pool *pool);
+/* Whether matmuls over weight types a and b (both quantized) read X
+ * quantized the same way: one scale per 32 elements, or (Q2_K) per 256.
+ * A matmul_n whose members differ runs them as one run per way, each
+ * quantizing X into the shared scratch in turn; x_ready trusts the scratch
+ * to hold X quantized this matmul's way. */
+bool ix_kernels_same_act(ix_dtype a, ix_dtype b);
 
 /* Quantizes n values of src into a GGUF row of dst_type (n a multiple of
  * its block size). Reference quality (round to nearest, with the scale
@@ -320,6 +329,10 @@ typedef struct ix_kernel_table {
     /* One row of k (k % 32 == 0) floats into one q8a row (layout in
      * kernels_int.h); the same bits on every path. */
     void (*quantize_act)(const float *x, void *dst, size_t k);
+    /* The same with one scale per 256 (k % 256 == 0): the 8 q8a blocks of
+     * each 256 share the largest |x| of all of them; the activations of the
+     * weight types that sum per super-block (Q2_K). */
+    void (*quantize_act_super)(const float *x, void *dst, size_t k);
     /* This table's column in the weight-type traits (kernels_int.h), which
      * hold the matmul of every weight type on every path. */
     unsigned path;

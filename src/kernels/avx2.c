@@ -217,21 +217,24 @@ static void bf16_to_fp32(const uint16_t *src, float *dst, size_t n) {
 }
 
 /* ---- activation quantization (q8a; same bits as generic.c) ------------------------ */
-static void quantize_act(const float *x, void *dst, size_t k) {
+/* g blocks (1, or 8: quantize_act_super) share one scale */
+static void quantize_act_g(const float *x, void *dst, size_t k, size_t g) {
     int8_t *qs;
     ix__q8a_blk *blk;
     ix__q8a_out(dst, k, &qs, &blk);
     const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    float d = 0.0f, id = 0.0f;
     for (size_t b = 0; b < k / IX__QK; b++) {
         const float *xb = x + b * IX__QK;
-        __m256 v[4], m = _mm256_setzero_ps();
-        for (int j = 0; j < 4; j++) {
-            v[j] = vf_load(xb + 8 * j);
-            m = _mm256_max_ps(m, _mm256_and_ps(v[j], absmask));
+        __m256 v[4];
+        for (int j = 0; j < 4; j++) v[j] = vf_load(xb + 8 * j);
+        if (b % g == 0) {
+            __m256 m = _mm256_setzero_ps();
+            for (size_t j = 0; j < 4 * g; j++) m = _mm256_max_ps(m, _mm256_and_ps(vf_load(xb + 8 * j), absmask));
+            d = ix__q8a_scale(vf_hmax(m), &id);
         }
-        float id;
-        blk[b].d = ix__q8a_scale(vf_hmax(m), &id);
+        blk[b].d = d;
         __m256 vid = _mm256_set1_ps(id);
         __m256i q[4];
         for (int j = 0; j < 4; j++) /* cvtps rounds to nearest even, as nearbyintf */
@@ -250,6 +253,8 @@ static void quantize_act(const float *x, void *dst, size_t k) {
         ix__q8a_set_sums(&blk[b], _mm256_cvtsi256_si32(sum), _mm256_extract_epi32(sum, 4));
     }
 }
+static void quantize_act(const float *x, void *dst, size_t k) { quantize_act_g(x, dst, k, 1); }
+static void quantize_act_super(const float *x, void *dst, size_t k) { quantize_act_g(x, dst, k, IX__SUPER_BLOCKS); }
 
 /* ---- quantized matmul tiles -------------------------------------------------------- */
 #define Q_RX 4 /* X rows per tile */
@@ -446,7 +451,11 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
     for (int i = 0; i < 16; i++) grid[i] = (int8_t)(ix__iq4_grid[i] ^ (vnni ? (int8_t)0x80 : 0)); /* + 128 as u8 */
     const __m256i vgrid = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)grid));
     __m256 acc[Q_RX];
-    for (int i = 0; i < rx; i++) acc[i] = _mm256_setzero_ps();
+    __m256i isum[Q_RX], imsum[Q_RX]; /* Q2_K: the super-block's integer sums */
+    for (int i = 0; i < rx; i++) {
+        acc[i] = _mm256_setzero_ps();
+        isum[i] = imsum[i] = _mm256_setzero_si256();
+    }
     uint8_t scm[2][16] = {{0}}; /* Q4_K: per row, the super-block's scales and mins */
     __m256 dw = _mm256_setzero_ps(), dm = dw;
     __m256i ssv = _mm256_setzero_si256(); /* IQ4_XS, Q2_K: the super-block's scale bytes (kq_sub_scales2) */
@@ -563,14 +572,22 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
                 idot = reduce2(iq && !vnni ? kq_dps(kq_dps(bias, wl, xl), wh, xh) : kq_dp(kq_dp(bias, wl, xl), wh, xh));
                 if (t == KQ_IQ4_XS) idot = _mm256_mullo_epi32(sc0, idot);
             }
+            if (t == KQ_Q2_K) { /* the integer sums per super-block (kernels_int.h, x_super) */
+                isum[i] = _mm256_add_epi32(isum[i], idot);
+                imsum[i] = _mm256_add_epi32(imsum[i], _mm256_add_epi32(_mm256_mullo_epi32(mn, _mm256_set1_epi32(s0)),
+                                                                       _mm256_mullo_epi32(mn1, _mm256_set1_epi32(s1))));
+                if (j == 7) {
+                    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_mul_ps(dw, sx), acc[i]);
+                    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imsum[i]), _mm256_mul_ps(dm, sx), acc[i]);
+                    isum[i] = imsum[i] = _mm256_setzero_si256();
+                }
+                continue;
+            }
             acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(idot), _mm256_mul_ps(k4 ? dsc : dw, sx), acc[i]);
             if (k4) { /* the min_sx form */
                 acc[i] = _mm256_fmadd_ps(dmn, _mm256_set1_ps((float)xb->s * xb->d), acc[i]);
-            } else if (m1 || t == KQ_Q2_K) {
-                __m256i imin = m1 ? _mm256_set1_epi32(xb->s)
-                                    : _mm256_add_epi32(_mm256_mullo_epi32(mn, _mm256_set1_epi32(s0)),
-                                                       _mm256_mullo_epi32(mn1, _mm256_set1_epi32(s1)));
-                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dm, sx), acc[i]);
+            } else if (m1) {
+                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_set1_epi32(xb->s)), _mm256_mul_ps(dm, sx), acc[i]);
             }
         }
     }
@@ -924,6 +941,7 @@ static const ix_kernel_table k_avx2 = {
     .fp32_to_fp16 = fp32_to_fp16,
     .bf16_to_fp32 = bf16_to_fp32,
     .quantize_act = quantize_act,
+    .quantize_act_super = quantize_act_super,
     .path = IX_AVX2_VNNI ? IX__PATH_AVX2_VNNI : IX__PATH_AVX2,
     .rmsnorm = v_rmsnorm,
     .softmax = v_softmax,

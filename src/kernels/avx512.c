@@ -191,15 +191,23 @@ static void bf16_to_fp32(const uint16_t *src, float *dst, size_t n) {
 }
 
 /* ---- activation quantization (q8a; same bits as generic.c) ------------------------ */
-static void quantize_act(const float *x, void *dst, size_t k) {
+/* g blocks (1, or 8: quantize_act_super) share one scale */
+static void quantize_act_g(const float *x, void *dst, size_t k, size_t g) {
     int8_t *qs;
     ix__q8a_blk *blk;
     ix__q8a_out(dst, k, &qs, &blk);
     const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+    float d = 0.0f, id = 0.0f;
     for (size_t b = 0; b < k / IX__QK; b++) {
         __m512 x0 = vf_load(x + b * IX__QK), x1 = vf_load(x + b * IX__QK + 16);
-        float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1))), id;
-        blk[b].d = ix__q8a_scale(amax, &id);
+        if (b % g == 0) {
+            __m512 m = _mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1));
+            for (size_t j = 1; j < g; j++)
+                m = _mm512_max_ps(m, _mm512_max_ps(_mm512_abs_ps(vf_load(x + (b + j) * IX__QK)),
+                                                   _mm512_abs_ps(vf_load(x + (b + j) * IX__QK + 16))));
+            d = ix__q8a_scale(_mm512_reduce_max_ps(m), &id);
+        }
+        blk[b].d = d;
         __m512 vid = _mm512_set1_ps(id);
         /* cvtps rounds to nearest even like nearbyintf in generic.c */
         __m512i q0 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(x0, vid), lo), hi));
@@ -209,6 +217,8 @@ static void quantize_act(const float *x, void *dst, size_t k) {
         ix__q8a_set_sums(&blk[b], _mm512_reduce_add_epi32(q0), _mm512_reduce_add_epi32(q1));
     }
 }
+static void quantize_act(const float *x, void *dst, size_t k) { quantize_act_g(x, dst, k, 1); }
+static void quantize_act_super(const float *x, void *dst, size_t k) { quantize_act_g(x, dst, k, IX__SUPER_BLOCKS); }
 
 /* ---- quantized matmul tiles -------------------------------------------------------- */
 #define Q_RX 6 /* X rows per tile */
@@ -709,7 +719,11 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
     for (int i = 0; i < 16; i++) grid[i] = (int8_t)(ix__iq4_grid[i] ^ (vnni ? (int8_t)0x80 : 0)); /* + 128 as u8 */
     const __m512i vgrid = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)grid));
     __m512 acc[Q_RX];
-    for (int i = 0; i < rx; i++) acc[i] = _mm512_setzero_ps();
+    __m512i isum[Q_RX], imsum[Q_RX]; /* Q2_K: the super-block's integer sums */
+    for (int i = 0; i < rx; i++) {
+        acc[i] = _mm512_setzero_ps();
+        isum[i] = imsum[i] = _mm512_setzero_si512();
+    }
     /* per super-block: Q4_K / Q5_K scales and mins, else 16 bytes of each row (Q6_K, IQ4_XS, Q2_K, Q3_K scales) */
     __m512i scm[Q_RG] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
     __m512 dw = _mm512_setzero_ps(), dm = _mm512_setzero_ps();
@@ -858,14 +872,22 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
                 idot = reduce8(iv[0], iv[1]);
                 if (t == KQ_IQ4_XS) idot = _mm512_mullo_epi32(sc0, idot);
             }
+            if (t == KQ_Q2_K) { /* the integer sums per super-block (kernels_int.h, x_super) */
+                isum[i] = _mm512_add_epi32(isum[i], idot);
+                imsum[i] = _mm512_add_epi32(imsum[i], _mm512_add_epi32(_mm512_mullo_epi32(mn, _mm512_set1_epi32(s0)),
+                                                                       _mm512_mullo_epi32(mn1, _mm512_set1_epi32(s1))));
+                if (j == 7) {
+                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i]), _mm512_mul_ps(dw, sx), acc[i]);
+                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imsum[i]), _mm512_mul_ps(dm, sx), acc[i]);
+                    isum[i] = imsum[i] = _mm512_setzero_si512();
+                }
+                continue;
+            }
             acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(idot), _mm512_mul_ps(k4 ? dsc : dw, sx), acc[i]);
             if (k4) { /* the min_sx form */
                 acc[i] = _mm512_fmadd_ps(dmn, _mm512_set1_ps((float)xb->s * xb->d), acc[i]);
-            } else if (m1 || t == KQ_Q2_K) {
-                __m512i imin = m1 ? _mm512_set1_epi32(xb->s)
-                                    : _mm512_add_epi32(_mm512_mullo_epi32(mn, _mm512_set1_epi32(s0)),
-                                                       _mm512_mullo_epi32(mn1, _mm512_set1_epi32(s1)));
-                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(dm, sx), acc[i]);
+            } else if (m1) {
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_set1_epi32(xb->s)), _mm512_mul_ps(dm, sx), acc[i]);
             }
         }
     }
@@ -936,9 +958,12 @@ static const ix__tile_fn k_kqtiles[2][KQ_N][Q_RX] = {
  *                the X rows' codes xor 0x80 per band and K chunk), so each
  *                half's dot starts at -128 times the W half's code sum (from
  *                the decode) and needs no X sums; acc = fma(fma(sc1,
- *                cvt(dot_1), sc0 cvt(dot_0)), d dx, acc); Q2_K's min per 16
- *                takes the halves' X sums (vpsadbw of the copy):
- *                acc = fma(fma(mn1, s_1, mn0 s_0), -dmin dx, acc).
+ *                cvt(dot_1), sc0 cvt(dot_0)), d dx, acc); Q2_K sums the
+ *                blocks' fma(sc1, cvt(dot_1), sc0 cvt(dot_0)) over the
+ *                super-block (exact integers in f32) and its mins per 16
+ *                against the halves' X sums (vpsadbw of the copy), then
+ *                acc = fma(sum, d dx, acc), acc = fma(mins, -dmin dx, acc)
+ *                (kernels_int.h, x_super).
  *   IQ4_XS       the grid values, signed as above, one dot per block from
  *                -128 times its code sum; acc = fma(cvt(dot) sc, d dx, acc). */
 typedef struct kwide_blk {
@@ -1169,9 +1194,14 @@ static inline __attribute__((always_inline)) void kwide_inner(const ix__tile *a,
                                                      _mm_setzero_si128());
                     xh[i][j][k] = (float)(_mm_cvtsi128_si32(sad) + _mm_extract_epi32(sad, 2) - 16 * 128);
                 }
-    /* the rows' accumulators stay in registers over the chunk */
-    __m512 ra[KW_XR];
-    for (int i = 0; i < rx; i++) ra[i] = _mm512_load_ps(acc[i]);
+    /* the rows' accumulators stay in registers over the chunk; Q2_K: and
+     * the super-block's idot, as an exact float (the chunk holds whole
+     * super-blocks) */
+    __m512 ra[KW_XR], rs[KW_XR];
+    for (int i = 0; i < rx; i++) {
+        ra[i] = _mm512_load_ps(acc[i]);
+        rs[i] = _mm512_setzero_ps();
+    }
     for (size_t j = 0; j < n; j++) {
         const wide_x wx = wide_x_at(a, x, b0 + j);
         __m512i T[8];
@@ -1216,19 +1246,24 @@ static inline __attribute__((always_inline)) void kwide_inner(const ix__tile *a,
         /* only what the type's decode stored */
         const __m512 s0 = sgn ? _mm512_load_ps(&wb[j].s0) : _mm512_setzero_ps();
         const __m512 s1 = halves ? _mm512_load_ps(&wb[j].s1) : _mm512_setzero_ps();
-        const __m512 m0 = q2 ? _mm512_load_ps(&wb[j].m0) : _mm512_setzero_ps();
-        const __m512 m1 = q2 ? _mm512_load_ps(&wb[j].m1) : _mm512_setzero_ps();
         IX__UNROLL(8)
         for (int i = 0; i < rx; i++) {
             const __m512 dx = _mm512_set1_ps(WIDE_XBLK(wx, i)->d);
             __m512 r = ra[i];
-            if (halves) {
+            if (q2) { /* the integer sums per super-block (kernels_int.h, x_super), exact in f32 */
+                rs[i] = _mm512_add_ps(rs[i], _mm512_fmadd_ps(s1, _mm512_cvtepi32_ps(dot1[i]), _mm512_mul_ps(s0, _mm512_cvtepi32_ps(dot[i]))));
+                if ((b0 + j) % IX__SUPER_BLOCKS == IX__SUPER_BLOCKS - 1) {
+                    __m512 imin = _mm512_setzero_ps();
+                    for (size_t k = j + 1 - IX__SUPER_BLOCKS; k <= j; k++)
+                        imin = _mm512_add_ps(imin, _mm512_fmadd_ps(_mm512_load_ps(&wb[k].m1), _mm512_set1_ps(xh[i][k][1]),
+                                                                   _mm512_mul_ps(_mm512_load_ps(&wb[k].m0), _mm512_set1_ps(xh[i][k][0]))));
+                    r = _mm512_fmadd_ps(rs[i], _mm512_mul_ps(dw, dx), r);
+                    r = _mm512_fmadd_ps(imin, _mm512_mul_ps(dm, dx), r);
+                    rs[i] = _mm512_setzero_ps();
+                }
+            } else if (halves) {
                 __m512 idot = _mm512_fmadd_ps(s1, _mm512_cvtepi32_ps(dot1[i]), _mm512_mul_ps(s0, _mm512_cvtepi32_ps(dot[i])));
                 r = _mm512_fmadd_ps(idot, _mm512_mul_ps(dw, dx), r);
-                if (q2) {
-                    __m512 imin = _mm512_fmadd_ps(m1, _mm512_set1_ps(xh[i][j][1]), _mm512_mul_ps(m0, _mm512_set1_ps(xh[i][j][0])));
-                    r = _mm512_fmadd_ps(imin, _mm512_mul_ps(dm, dx), r);
-                }
             } else if (sgn) { /* (float)(sc dot), exact */
                 r = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot[i]), s0), _mm512_mul_ps(dw, dx), r);
             } else {
@@ -1467,6 +1502,24 @@ static inline __attribute__((always_inline)) void pk_half_scales(pk_kind kind, c
     }
 }
 
+/* Q2_K's block added to the super-block's integer sums: *is += sc0 dl +
+ * sc1 dh, *ims += mn0 s0 + mn1 s1. With VNNI by vpdpwssd: every factor
+ * fits the low int16 of its dword (|dl|, |dh| <= 16 x 3 x 128, |s| <= 16 x
+ * 127) and the other factor's high word is 0 (scales and mins are 0..15),
+ * so each dword's product is exact. */
+static inline __attribute__((always_inline)) void pk_q2_sums(__m512i *is, __m512i *ims, __m512i dl, __m512i dh,
+                                                              const __m512i sc[2], const __m512i mn[2], int32_t s0,
+                                                              int32_t s1, bool vnni) {
+    const __m512i v0 = _mm512_set1_epi32(s0), v1 = _mm512_set1_epi32(s1);
+    if (vnni) {
+        *is = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(*is, dl, sc[0]), dh, sc[1]);
+        *ims = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(*ims, mn[0], v0), mn[1], v1);
+        return;
+    }
+    *is = _mm512_add_epi32(*is, _mm512_add_epi32(_mm512_mullo_epi32(dl, sc[0]), _mm512_mullo_epi32(dh, sc[1])));
+    *ims = _mm512_add_epi32(*ims, _mm512_add_epi32(_mm512_mullo_epi32(mn[0], v0), _mm512_mullo_epi32(mn[1], v1)));
+}
+
 /* G groups (a->gstride apart) against rx X rows. G = 1 is the tile of
  * prefill and of the last few groups; G > 1 (at most IX__PK_LOCK, rx at
  * most IX__PK_LOCK_RX) is the few-row lockstep tile of speculative
@@ -1485,9 +1538,13 @@ static inline __attribute__((always_inline)) void pk_run_g(const ix__pk_tile *a,
     const size_t pf = G > 1 ? PK_LOCK_PF_BYTES : PK_PF_BYTES;
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     __m512 acc[GMAX][PK_RX], d[GMAX], ndm[GMAX];
+    __m512i isum[GMAX][PK_RX], imsum[GMAX][PK_RX]; /* Q2_K: the super-block's integer sums */
     for (int g = 0; g < G; g++) {
         d[g] = ndm[g] = _mm512_setzero_ps();
-        for (int i = 0; i < rx; i++) acc[g][i] = _mm512_setzero_ps();
+        for (int i = 0; i < rx; i++) {
+            acc[g][i] = _mm512_setzero_ps();
+            isum[g][i] = imsum[g][i] = _mm512_setzero_si512();
+        }
     }
     for (size_t b = 0; b < nb; b++) {
         IX__UNROLL(4)
@@ -1542,14 +1599,18 @@ static inline __attribute__((always_inline)) void pk_run_g(const ix__pk_tile *a,
                         lo = pk_dp(lo, T[j], xq + 4 * j, false, vnni);
                         hi = pk_dp(hi, T[j + 4], xq + 16 + 4 * j, false, vnni);
                     }
-                    __m512i dot = _mm512_add_epi32(_mm512_mullo_epi32(lo, sc[0]), _mm512_mullo_epi32(hi, sc[1]));
                     const __m512 xd = _mm512_set1_ps(xb->d);
-                    acc[g][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, xd), acc[g][i]);
-                    if (q2) { /* the integer min term mn0 s0 + mn1 s1 */
-                        __m512i im = _mm512_add_epi32(_mm512_mullo_epi32(mn[0], _mm512_set1_epi32(s0)),
-                                                      _mm512_mullo_epi32(mn[1], _mm512_set1_epi32(s1)));
-                        acc[g][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(im), _mm512_mul_ps(ndm[g], xd), acc[g][i]);
+                    if (q2) { /* the integer sums per super-block (kernels_int.h, x_super) */
+                        pk_q2_sums(&isum[g][i], &imsum[g][i], lo, hi, sc, mn, s0, s1, vnni);
+                        if (b % IX__SUPER_BLOCKS == IX__SUPER_BLOCKS - 1) {
+                            acc[g][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[g][i]), _mm512_mul_ps(dw, xd), acc[g][i]);
+                            acc[g][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imsum[g][i]), _mm512_mul_ps(ndm[g], xd), acc[g][i]);
+                            isum[g][i] = imsum[g][i] = _mm512_setzero_si512();
+                        }
+                        continue;
                     }
+                    __m512i dot = _mm512_add_epi32(_mm512_mullo_epi32(lo, sc[0]), _mm512_mullo_epi32(hi, sc[1]));
+                    acc[g][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, xd), acc[g][i]);
                 }
                 continue;
             }
@@ -1601,7 +1662,11 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
     const __m512i lo = _mm512_set1_epi8(0x0f), hi = _mm512_set1_epi8((char)0xf0),
                   flip = _mm512_set1_epi8((char)0x80);
     __m512 acc[G], d[G], ndm[G];
-    for (int g = 0; g < G; g++) acc[g] = d[g] = ndm[g] = _mm512_setzero_ps();
+    __m512i isum[G], imsum[G]; /* Q2_K: the super-block's integer sums */
+    for (int g = 0; g < G; g++) {
+        acc[g] = d[g] = ndm[g] = _mm512_setzero_ps();
+        isum[g] = imsum[g] = _mm512_setzero_si512();
+    }
     for (size_t b = 0; b < nb; b++) {
         const uint8_t *c = a->w + b * cb, *x = a->x + b * IX__QK;
         const uint8_t *S = sup_k ? a->scales + b / 8 * sup : a->scales + b * sblk;
@@ -1668,6 +1733,16 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
         for (int g = 0; g < G; g++) {
             const uint8_t *Sg = S + g * gs;
             __m512i dot, sc[2], mn[2];
+            if (q2) { /* the integer sums per super-block (kernels_int.h, x_super) */
+                pk_half_scales(kind, Sg, b, sc, mn);
+                pk_q2_sums(&isum[g], &imsum[g], dl[g], dh[g], sc, mn, s0, s1, true);
+                if (b % IX__SUPER_BLOCKS == IX__SUPER_BLOCKS - 1) {
+                    acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[g]), _mm512_mul_ps(d[g], xd), acc[g]);
+                    acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imsum[g]), _mm512_mul_ps(ndm[g], xd), acc[g]);
+                    isum[g] = imsum[g] = _mm512_setzero_si512();
+                }
+                continue;
+            }
             if (k6) {
                 pk_half_scales(kind, Sg, b, sc, mn);
                 dot = _mm512_add_epi32(_mm512_mullo_epi32(dl[g], sc[0]), _mm512_mullo_epi32(dh[g], sc[1]));
@@ -1686,11 +1761,6 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
                                          _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(Sg + 32))), xd),
                                          acc[g]);
             if (k45) acc[g] = _mm512_fmadd_ps(pk4_sub(Sg + IX__PK4_MN + b % 8 * IX__PK, ndm[g]), sxd, acc[g]);
-            if (q2) { /* the integer min term mn0 s0 + mn1 s1 */
-                __m512i im = _mm512_add_epi32(_mm512_mullo_epi32(mn[0], _mm512_set1_epi32(s0)),
-                                              _mm512_mullo_epi32(mn[1], _mm512_set1_epi32(s1)));
-                acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(im), _mm512_mul_ps(ndm[g], xd), acc[g]);
-            }
         }
     }
     for (int g = 0; g < G; g++) _mm512_storeu_ps(a->y + g * IX__PK, acc[g]);
@@ -2020,7 +2090,7 @@ static void rope_head(float *x, const float *cs, size_t n_rot, ix_rope_mode mode
     {                                                                                          \
         .isa = IX_ISA_AVX512, .name = NAME, .fp16_to_fp32 = fp16_to_fp32,                      \
         .fp32_to_fp16 = fp32_to_fp16, .bf16_to_fp32 = bf16_to_fp32,                            \
-        .quantize_act = quantize_act, .path = PATH, .rmsnorm = v_rmsnorm,                      \
+        .quantize_act = quantize_act, .quantize_act_super = quantize_act_super, .path = PATH, .rmsnorm = v_rmsnorm,                      \
         .softmax = v_softmax, .silu_mul = v_silu_mul, .add = v_add, .rope_head = rope_head,    \
         .attn_add = v_attn_add,                                                                \
     }

@@ -335,12 +335,17 @@ static void split(size_t n, size_t align, int ith, int nth, size_t *lo, size_t *
     *hi = b < n ? b : n;
 }
 
+bool ix_kernels_same_act(ix_dtype a, ix_dtype b) {
+    const ix__wtype *wa = ix__wtype_of(a), *wb = ix__wtype_of(b);
+    return wa && wb && wa->x_super == wb->x_super;
+}
+
 static void matmul_quantize(const ix_kernel_table *kt, const ix_matmul *mm, int ith, int nth) {
     if (!ix__w_quantized(mm->w_type) || mm->x_ready) return;
     size_t m0, m1, ldx = ix__mm_ldx(mm), rb = ix__q8a_row_bytes(mm->K);
+    ix__quantize_act_fn quantize = ix__act_quantizer(kt, mm->w_type);
     split(mm->M, 1, ith, nth, &m0, &m1);
-    for (size_t m = m0; m < m1; m++)
-        kt->quantize_act(mm->x + m * ldx, (uint8_t *)mm->scratch + m * rb, mm->K);
+    for (size_t m = m0; m < m1; m++) quantize(mm->x + m * ldx, (uint8_t *)mm->scratch + m * rb, mm->K);
 }
 
 void ix_kernels_matmul_quantize(const ix_matmul *mm, int ith, int nth) {
@@ -482,12 +487,12 @@ static void mm_run_fn(void *ctx, int ith, int nth) {
     if (r->q) {
         const ix_matmul *mm = r->q;
         size_t ldx = ix__mm_ldx(mm), rb = ix__q8a_row_bytes(mm->K);
+        ix__quantize_act_fn quantize = ix__act_quantizer(r->kt, mm->w_type);
         for (;;) {
             size_t m0 = atomic_fetch_add(&r->q_next, MM_QROWS);
             if (m0 >= mm->M) break;
             size_t m1 = m0 + MM_QROWS < mm->M ? m0 + MM_QROWS : mm->M;
-            for (size_t m = m0; m < m1; m++)
-                r->kt->quantize_act(mm->x + m * ldx, (uint8_t *)mm->scratch + m * rb, mm->K);
+            for (size_t m = m0; m < m1; m++) quantize(mm->x + m * ldx, (uint8_t *)mm->scratch + m * rb, mm->K);
             atomic_fetch_add(&r->q_done, m1 - m0); /* release: the rows are written */
         }
         /* every row handed out is being quantized by a running participant;
@@ -526,6 +531,30 @@ static ix_status matmul_n_check(const ix_matmul *mms, size_t n) {
 static ix_status matmul_n_with(const ix_kernel_table *kt, const ix_matmul *mms, size_t n, ix_pool *pool) {
     ix_status st = matmul_n_check(mms, n);
     if (st != IX_OK || mms[0].M == 0) return st;
+    /* quantized members whose X is quantized two ways: one run per way, the
+     * float members with the first (runs in turn, so they share the scratch) */
+    const ix_matmul *first = NULL;
+    bool mixed = false;
+    for (size_t i = 0; i < n; i++) {
+        if (!ix__w_quantized(mms[i].w_type)) continue;
+        if (!first) first = &mms[i];
+        else if (!ix_kernels_same_act(first->w_type, mms[i].w_type)) mixed = true;
+    }
+    if (mixed) {
+        for (size_t i = 0; i < n; i++)
+            if (mms[i].x_ready) return IX_ERR_INVALID; /* the scratch holds one way */
+        ix_matmul part[IX_KERNELS_MATMUL_MAX];
+        for (int pass = 0; pass < 2; pass++) {
+            size_t np = 0;
+            for (size_t i = 0; i < n; i++) {
+                bool q = ix__w_quantized(mms[i].w_type);
+                bool same = q && ix_kernels_same_act(first->w_type, mms[i].w_type);
+                if (pass == 0 ? same || !q : !same && q) part[np++] = mms[i];
+            }
+            if ((st = matmul_n_with(kt, part, np, pool)) != IX_OK) return st;
+        }
+        return IX_OK;
+    }
     const ix_matmul *q = NULL; /* quantizes X for all of them */
     double macs = 0;
     for (size_t i = 0; i < n; i++) {

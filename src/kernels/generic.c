@@ -23,15 +23,20 @@ static void bf16_to_fp32(const uint16_t *src, float *dst, size_t n) {
 }
 
 /* ---- activation quantization (q8a) --------------------------------------- */
-static void quantize_act(const float *x, void *dst, size_t k) {
+/* g blocks (1, or 8: quantize_act_super) share one scale */
+static void quantize_act_g(const float *x, void *dst, size_t k, size_t g) {
     int8_t *qs;
     ix__q8a_blk *blk;
     ix__q8a_out(dst, k, &qs, &blk);
+    float amax = 0.0f, id = 0.0f, d = 0.0f;
     for (size_t b = 0; b < k / IX__QK; b++) {
         const float *xb = x + b * IX__QK;
-        float amax = 0.0f, id;
-        for (int j = 0; j < IX__QK; j++) amax = fmaxf(amax, fabsf(xb[j]));
-        blk[b].d = ix__q8a_scale(amax, &id);
+        if (b % g == 0) {
+            amax = 0.0f;
+            for (size_t j = 0; j < g * IX__QK; j++) amax = fmaxf(amax, fabsf(xb[j]));
+            d = ix__q8a_scale(amax, &id);
+        }
+        blk[b].d = d;
         int32_t sum[2] = {0, 0};
         for (int j = 0; j < IX__QK; j++) {
             float v = fminf(fmaxf(xb[j] * id, -127.0f), 127.0f);
@@ -42,6 +47,8 @@ static void quantize_act(const float *x, void *dst, size_t k) {
         ix__q8a_set_sums(&blk[b], sum[0], sum[1]);
     }
 }
+static void quantize_act(const float *x, void *dst, size_t k) { quantize_act_g(x, dst, k, 1); }
+static void quantize_act_super(const float *x, void *dst, size_t k) { quantize_act_g(x, dst, k, IX__SUPER_BLOCKS); }
 
 /* ---- matmul ----------------------------------------------------------------- */
 /* The float-type weight at p (rows need not be 4-byte aligned). */
@@ -72,13 +79,25 @@ void ix__mm_float_generic(const ix_matmul *mm, size_t n0, size_t n1) {
 }
 
 /* One step of the canonical dot (kernels_int.h): the 32 weights u against
- * q8a block b of xa, added to acc. */
-static float dot32(const ix__q32 *u, const ix__wtype *wt, ix__q8a_row xa, size_t b, float acc) {
+ * q8a block b of xa, added to acc; x_super types: added to the super-block's
+ * integer sums is[0] (idot) and is[1] (imin), which the block that closes
+ * the super-block adds to acc. */
+static float dot32(const ix__q32 *u, const ix__wtype *wt, ix__q8a_row xa, size_t b, float acc, int32_t is[2]) {
     const int8_t *x = xa.qs + b * IX__QK;
     int32_t dot[2] = {0, 0}, sum[2] = {0, 0};
     for (int i = 0; i < IX__QK; i++) {
         dot[i / 16] += (int32_t)u->q[i] * x[i];
         sum[i / 16] += x[i];
+    }
+    if (wt->x_super) {
+        is[0] += u->sc[0] * dot[0] + u->sc[1] * dot[1];
+        is[1] += u->mn[0] * sum[0] + u->mn[1] * sum[1];
+        if (b % IX__SUPER_BLOCKS == IX__SUPER_BLOCKS - 1) {
+            acc = fmaf((float)is[0], u->d * xa.blk[b].d, acc);
+            acc = fmaf((float)is[1], u->dm * xa.blk[b].d, acc);
+            is[0] = is[1] = 0;
+        }
+        return acc;
     }
     acc = fmaf((float)(u->sc[0] * dot[0] + u->sc[1] * dot[1]), u->d * xa.blk[b].d, acc);
     if (wt->min_sx) acc = fmaf(u->dm, (float)(sum[0] + sum[1]) * xa.blk[b].d, acc);
@@ -183,12 +202,13 @@ void ix__mm_q_generic(const ix_matmul *mm, size_t n0, size_t n1) {
         for (size_t m0 = 0; m0 < mm->M; m0 += Q_RUN) {
             size_t rows = mm->M - m0 < Q_RUN ? mm->M - m0 : Q_RUN;
             float acc[Q_RUN] = {0};
+            int32_t is[Q_RUN][2] = {{0}};
             for (size_t b = 0; b < nb; b++) {
                 ix__q32 u;
                 if (mm->w_packed) unpack_packed(mm->w_type, codes, scales, n % IX__PK, b, &u);
                 else wt->unpack(w + b / per * wt->bytes, b % per, &u);
                 for (size_t r = 0; r < rows; r++)
-                    acc[r] = dot32(&u, wt, ix__q8a_at(mm->scratch, mm->K, m0 + r), b, acc[r]);
+                    acc[r] = dot32(&u, wt, ix__q8a_at(mm->scratch, mm->K, m0 + r), b, acc[r], is[r]);
             }
             for (size_t r = 0; r < rows; r++) mm->y[(m0 + r) * ldy + n] = acc[r];
         }
@@ -312,6 +332,7 @@ static const ix_kernel_table k_generic = {
     .fp32_to_fp16 = fp32_to_fp16,
     .bf16_to_fp32 = bf16_to_fp32,
     .quantize_act = quantize_act,
+    .quantize_act_super = quantize_act_super,
     .path = IX__PATH_GENERIC,
     .rmsnorm = rmsnorm,
     .softmax = softmax,

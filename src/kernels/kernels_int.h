@@ -75,6 +75,9 @@ static inline void ix__cpu_relax(void) {
  * work. s0 and s - s0 do the same per half for a scale per 16 (Q6_K). Every
  * path produces the same bits (same division, same round-to-even), so they
  * can mix. */
+/* q8a blocks per K-quant super-block of 256 (ix_kernel_table.quantize_act_super) */
+#define IX__SUPER_BLOCKS 8
+
 typedef struct ix__q8a_blk {
     float d;
     int16_t s, s0;
@@ -135,7 +138,21 @@ static inline void ix__q8a_out(void *dst, size_t k, int8_t **qs, ix__q8a_blk **b
  * Q5_K fold their sub-block scale and min into d and dm (d_super * sc and
  * -dmin * mn, exact), with sc = mn = 1, and take the min_sx form: per block
  * one float scale product, one FMA with the X-side s d_x, no integer
- * multiply. */
+ * multiply.
+ *
+ * Super-block sums (ix__wtype.x_super: Q2_K). X is quantized with one scale
+ * per 256 (ix_kernel_table.quantize_act_super: the 8 q8a blocks of a
+ * super-block share d_x, the largest |x| of all 256 over 127), and the
+ * integer sums run over the whole super-block S (blocks 8s .. 8s + 7, whose
+ * w's share d and dm):
+ *     idot = sum over S's blocks of the per-block idot above
+ *     imin = sum over S's blocks of the per-block imin above
+ *     acc = fma((float)idot, d * d_x[S], acc)
+ *     acc = fma((float)imin, dm * d_x[S], acc)
+ * once per super-block, in order: a two-bit type's dot is mostly scale and
+ * min work, and this takes its float steps and half its integer adds out
+ * of the per-block loop (the form llama.cpp's Q8_K activations give).
+ * idot and imin stay exact in int32 (|idot| <= 256 * 15 * 3 * 127). */
 
 /* The block scale of a q8a block, shared so that every path divides the same
  * way: returns d and sets *inv to the multiplier used before rounding. */
@@ -271,6 +288,7 @@ struct ix__wtype {
     bool q8a;       /* its matmul reads q8a activations (else f32 X) */
     bool has_min;   /* the canonical dot adds the min term */
     bool min_sx;    /* ... as fma(dm, (float)s * d_x, acc) (Q4_K, Q5_K: mins folded into dm) */
+    bool x_super;   /* X with one scale per 256 and the sums per super-block (Q2_K; above) */
     ix__pack pack;
     uint16_t pk_code_bytes;  /* IX__PACK_PLANES / _K4 / _K6: code bytes of 16 rows' 32 elements */
     uint16_t pk_scale_bytes; /* ... and scale bytes of 16 rows' block (blck elements) */
@@ -323,6 +341,13 @@ static inline void ix__sub_scales(ix_dtype t, const uint8_t *b, size_t j, int32_
 
 /* The row of type t, or NULL when the kernels do not read t. */
 const ix__wtype *ix__wtype_of(ix_dtype t);
+
+/* The activation quantizer of kt for weight type t (x_super: one scale per 256) */
+typedef void (*ix__quantize_act_fn)(const float *x, void *dst, size_t k);
+static inline ix__quantize_act_fn ix__act_quantizer(const ix_kernel_table *kt, ix_dtype t) {
+    const ix__wtype *wt = ix__wtype_of(t);
+    return wt && wt->x_super ? kt->quantize_act_super : kt->quantize_act;
+}
 
 /* The entry of table kt for wt: its own, or wt's generic kernel. */
 static inline ix__mm_fn ix__mm_entry(const ix_kernel_table *kt, const ix__wtype *wt) {

@@ -235,20 +235,23 @@ static inline __attribute__((always_inline)) float32x4_t ldw_n(ix_dtype t, const
 }
 
 /* ---- activation quantization (q8a; same bits as generic.c) ---------------------------- */
-static void quantize_act(const float *x, void *dst, size_t k) {
+/* g blocks (1, or 8: quantize_act_super) share one scale */
+static void quantize_act_g(const float *x, void *dst, size_t k, size_t g) {
     int8_t *qs;
     ix__q8a_blk *blk;
     ix__q8a_out(dst, k, &qs, &blk);
     const float32x4_t lo = vdupq_n_f32(-127.0f), hi = vdupq_n_f32(127.0f);
+    float d = 0.0f, id = 0.0f;
     for (size_t b = 0; b < k / IX__QK; b++) {
         const float *xb = x + b * IX__QK;
-        float32x4_t v[8], m = vdupq_n_f32(0.0f);
-        for (int j = 0; j < 8; j++) {
-            v[j] = vld1q_f32(xb + 4 * j);
-            m = vmaxnmq_f32(m, vabsq_f32(v[j])); /* maxNum skips NaN, as fmaxf */
+        float32x4_t v[8];
+        for (int j = 0; j < 8; j++) v[j] = vld1q_f32(xb + 4 * j);
+        if (b % g == 0) {
+            float32x4_t m = vdupq_n_f32(0.0f);
+            for (size_t j = 0; j < 8 * g; j++) m = vmaxnmq_f32(m, vabsq_f32(vld1q_f32(xb + 4 * j))); /* maxNum skips NaN, as fmaxf */
+            d = ix__q8a_scale(vmaxnmvq_f32(m), &id);
         }
-        float id;
-        blk[b].d = ix__q8a_scale(vmaxnmvq_f32(m), &id);
+        blk[b].d = d;
         int32x4_t q[8], sum[2] = {vdupq_n_s32(0), vdupq_n_s32(0)};
         for (int j = 0; j < 8; j++) {
             /* the clamp as fminf / fmaxf (a NaN product becomes -127), then
@@ -265,6 +268,8 @@ static void quantize_act(const float *x, void *dst, size_t k) {
         ix__q8a_set_sums(&blk[b], vaddvq_s32(sum[0]), vaddvq_s32(sum[1]));
     }
 }
+static void quantize_act(const float *x, void *dst, size_t k) { quantize_act_g(x, dst, k, 1); }
+static void quantize_act_super(const float *x, void *dst, size_t k) { quantize_act_g(x, dst, k, IX__SUPER_BLOCKS); }
 
 /* ---- float matmul tiles (row layout) ----------------------------------------------------
  * F_RX X rows by F_RW W rows, one accumulator per output across K, reduced by
@@ -584,7 +589,7 @@ static void rope_head(float *x, const float *cs, size_t n_rot, ix_rope_mode mode
         .fp16_to_fp32 = fp16_to_fp32,                                                            \
         .fp32_to_fp16 = fp32_to_fp16,                                                            \
         .bf16_to_fp32 = bf16_to_fp32,                                                            \
-        .quantize_act = quantize_act,                                                            \
+        .quantize_act = quantize_act, .quantize_act_super = quantize_act_super,                                                            \
         .path = path_,                                                                           \
         .rmsnorm = v_rmsnorm,                                                                    \
         .softmax = v_softmax,                                                                    \
