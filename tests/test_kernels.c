@@ -995,9 +995,19 @@ static void test_matmul_mixed_types(void **state) {
     (void)state;
     ix_pool *pool;
     assert_int_equal(ix_pool_create(&pool, 3), IX_OK);
-    const ix_dtype types[IX_KERNELS_MATMUL_MAX] = {IX_DTYPE_Q4_K, IX_DTYPE_Q6_K, IX_DTYPE_Q5_0, IX_DTYPE_Q8_0};
+    /* and types that quantize X two ways (Q2_K: one scale per 256), a float one
+     * among them: one run per way, in turn, on the one scratch (a Q2_K file's
+     * Q/K/V: Q2_K, Q2_K, Q3_K) */
+    assert_true(ix_kernels_same_act(IX_DTYPE_Q4_K, IX_DTYPE_Q8_0));
+    assert_true(ix_kernels_same_act(IX_DTYPE_Q2_K, IX_DTYPE_Q2_K));
+    assert_false(ix_kernels_same_act(IX_DTYPE_Q2_K, IX_DTYPE_Q3_K));
+    assert_false(ix_kernels_same_act(IX_DTYPE_F32, IX_DTYPE_F32));
+    const ix_dtype sets[2][IX_KERNELS_MATMUL_MAX] = {{IX_DTYPE_Q4_K, IX_DTYPE_Q6_K, IX_DTYPE_Q5_0, IX_DTYPE_Q8_0},
+                                                     {IX_DTYPE_Q3_K, IX_DTYPE_Q2_K, IX_DTYPE_F16, IX_DTYPE_Q2_K}};
     const size_t Ns[IX_KERNELS_MATMUL_MAX] = {512, 64, 100, 37};
-    for (size_t M = 1; M <= 33; M += 32) {
+    for (size_t it = 0; it < 4; it++) {
+        const size_t M = it % 2 ? 33 : 1;
+        const ix_dtype *types = sets[it / 2];
         const size_t K = 512;
         mm_case c[IX_KERNELS_MATMUL_MAX];
         ix_matmul mms[IX_KERNELS_MATMUL_MAX];
@@ -1014,6 +1024,11 @@ static void test_matmul_mixed_types(void **state) {
             mms[i].scratch = c[0].scratch;
         }
         assert_int_equal(ix_kernels_matmul_n(mms, IX_KERNELS_MATMUL_MAX, pool), IX_OK);
+        if (it >= 2) { /* the scratch holds X one way only: x_ready is refused when they differ */
+            mms[1].x_ready = true;
+            assert_int_equal(ix_kernels_matmul_n(mms, IX_KERNELS_MATMUL_MAX, pool), IX_ERR_INVALID);
+            mms[1].x_ready = false;
+        }
         for (int i = 0; i < IX_KERNELS_MATMUL_MAX; i++) {
             if (memcmp(c[i].y, ref[i], M * Ns[i] * sizeof(float)) != 0)
                 fail_msg("%s in a mixed run (M=%zu) differs from its own matmul", ix_dtype_name(types[i]), M);

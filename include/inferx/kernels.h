@@ -180,8 +180,9 @@ ix_status ix_kernels_matmul(const ix_matmul *mm, ix_pool *pool);
  * gives it. The y ranges must not overlap x or each other. */
 #define IX_KERNELS_MATMUL_MAX 4
 ix_status ix_kernels_matmul_n(const ix_matmul *mms, size_t n, ix_pool *pool);
-/* Whether matmuls over weight types a and b (both quantized) read X
- * quantized the same way: one scale per 32 elements, or (Q2_K) per 256.
+/* Whether matmuls over weight types a and b read X quantized the same way:
+ * one scale per 32 elements, or (Q2_K) per 256 (false unless both are
+ * quantized types).
  * A matmul_n whose members differ runs them as one run per way, each
  * quantizing X into the shared scratch in turn; x_ready trusts the scratch
  * to hold X quantized this matmul's way. */

@@ -337,7 +337,7 @@ static void split(size_t n, size_t align, int ith, int nth, size_t *lo, size_t *
 
 bool ix_kernels_same_act(ix_dtype a, ix_dtype b) {
     const ix__wtype *wa = ix__wtype_of(a), *wb = ix__wtype_of(b);
-    return wa && wb && wa->x_super == wb->x_super;
+    return wa && wb && wa->q8a && wb->q8a && wa->x_super == wb->x_super;
 }
 
 static void matmul_quantize(const ix_kernel_table *kt, const ix_matmul *mm, int ith, int nth) {
