@@ -229,9 +229,10 @@ static void quantize_act_g(const float *x, void *dst, size_t k, size_t g) {
         const float *xb = x + b * IX__QK;
         __m256 v[4];
         for (int j = 0; j < 4; j++) v[j] = vf_load(xb + 8 * j);
-        if (b % g == 0) {
+        if (b % g == 0) { /* this block's loads, then the group's other blocks */
             __m256 m = _mm256_setzero_ps();
-            for (size_t j = 0; j < 4 * g; j++) m = _mm256_max_ps(m, _mm256_and_ps(vf_load(xb + 8 * j), absmask));
+            for (int j = 0; j < 4; j++) m = _mm256_max_ps(m, _mm256_and_ps(v[j], absmask));
+            for (size_t j = 4; j < 4 * g; j++) m = _mm256_max_ps(m, _mm256_and_ps(vf_load(xb + 8 * j), absmask));
             d = ix__q8a_scale(vf_hmax(m), &id);
         }
         blk[b].d = d;

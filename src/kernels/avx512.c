@@ -698,6 +698,16 @@ static inline __attribute__((always_inline)) void kq_sub_scales(kq_type t, const
     }
 }
 
+/* Q2_K: the super-block's integer sums is (idot) and ims (imin) into acc
+ * as the canonical dot's two FMAs (kernels_int.h, x_super), and reset. */
+static inline __attribute__((always_inline)) __m512 q2_flush(__m512 acc, __m512i *is, __m512i *ims, __m512 d, __m512 dm,
+                                                            __m512 xd) {
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(*is), _mm512_mul_ps(d, xd), acc);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(*ims), _mm512_mul_ps(dm, xd), acc);
+    *is = *ims = _mm512_setzero_si512();
+    return acc;
+}
+
 static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_type t, bool vnni, int rx, bool pf) {
     const size_t nb = a->k / IX__QK, ws = a->ws, xs = a->xs;
     const bool blk32 = t == KQ_Q5_0 || t == KQ_Q4_1 || t == KQ_Q5_1 || t == KQ_IQ4_NL; /* 32-element blocks */
@@ -876,11 +886,7 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
                 isum[i] = _mm512_add_epi32(isum[i], idot);
                 imsum[i] = _mm512_add_epi32(imsum[i], _mm512_add_epi32(_mm512_mullo_epi32(mn, _mm512_set1_epi32(s0)),
                                                                        _mm512_mullo_epi32(mn1, _mm512_set1_epi32(s1))));
-                if (j == 7) {
-                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i]), _mm512_mul_ps(dw, sx), acc[i]);
-                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imsum[i]), _mm512_mul_ps(dm, sx), acc[i]);
-                    isum[i] = imsum[i] = _mm512_setzero_si512();
-                }
+                if (j == 7) acc[i] = q2_flush(acc[i], &isum[i], &imsum[i], dw, dm, sx);
                 continue;
             }
             acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(idot), _mm512_mul_ps(k4 ? dsc : dw, sx), acc[i]);
@@ -1602,11 +1608,8 @@ static inline __attribute__((always_inline)) void pk_run_g(const ix__pk_tile *a,
                     const __m512 xd = _mm512_set1_ps(xb->d);
                     if (q2) { /* the integer sums per super-block (kernels_int.h, x_super) */
                         pk_q2_sums(&isum[g][i], &imsum[g][i], lo, hi, sc, mn, s0, s1, vnni);
-                        if (b % IX__SUPER_BLOCKS == IX__SUPER_BLOCKS - 1) {
-                            acc[g][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[g][i]), _mm512_mul_ps(dw, xd), acc[g][i]);
-                            acc[g][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imsum[g][i]), _mm512_mul_ps(ndm[g], xd), acc[g][i]);
-                            isum[g][i] = imsum[g][i] = _mm512_setzero_si512();
-                        }
+                        if (b % IX__SUPER_BLOCKS == IX__SUPER_BLOCKS - 1)
+                            acc[g][i] = q2_flush(acc[g][i], &isum[g][i], &imsum[g][i], dw, ndm[g], xd);
                         continue;
                     }
                     __m512i dot = _mm512_add_epi32(_mm512_mullo_epi32(lo, sc[0]), _mm512_mullo_epi32(hi, sc[1]));
@@ -1736,11 +1739,8 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
             if (q2) { /* the integer sums per super-block (kernels_int.h, x_super) */
                 pk_half_scales(kind, Sg, b, sc, mn);
                 pk_q2_sums(&isum[g], &imsum[g], dl[g], dh[g], sc, mn, s0, s1, true);
-                if (b % IX__SUPER_BLOCKS == IX__SUPER_BLOCKS - 1) {
-                    acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[g]), _mm512_mul_ps(d[g], xd), acc[g]);
-                    acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imsum[g]), _mm512_mul_ps(ndm[g], xd), acc[g]);
-                    isum[g] = imsum[g] = _mm512_setzero_si512();
-                }
+                if (b % IX__SUPER_BLOCKS == IX__SUPER_BLOCKS - 1)
+                    acc[g] = q2_flush(acc[g], &isum[g], &imsum[g], d[g], ndm[g], xd);
                 continue;
             }
             if (k6) {
@@ -2090,7 +2090,8 @@ static void rope_head(float *x, const float *cs, size_t n_rot, ix_rope_mode mode
     {                                                                                          \
         .isa = IX_ISA_AVX512, .name = NAME, .fp16_to_fp32 = fp16_to_fp32,                      \
         .fp32_to_fp16 = fp32_to_fp16, .bf16_to_fp32 = bf16_to_fp32,                            \
-        .quantize_act = quantize_act, .quantize_act_super = quantize_act_super, .path = PATH, .rmsnorm = v_rmsnorm,                      \
+        .quantize_act = quantize_act, .quantize_act_super = quantize_act_super, .path = PATH,  \
+        .rmsnorm = v_rmsnorm,                                                                  \
         .softmax = v_softmax, .silu_mul = v_silu_mul, .add = v_add, .rope_head = rope_head,    \
         .attn_add = v_attn_add,                                                                \
     }

@@ -246,9 +246,10 @@ static void quantize_act_g(const float *x, void *dst, size_t k, size_t g) {
         const float *xb = x + b * IX__QK;
         float32x4_t v[8];
         for (int j = 0; j < 8; j++) v[j] = vld1q_f32(xb + 4 * j);
-        if (b % g == 0) {
+        if (b % g == 0) { /* this block's loads, then the group's other blocks; maxNum skips NaN, as fmaxf */
             float32x4_t m = vdupq_n_f32(0.0f);
-            for (size_t j = 0; j < 8 * g; j++) m = vmaxnmq_f32(m, vabsq_f32(vld1q_f32(xb + 4 * j))); /* maxNum skips NaN, as fmaxf */
+            for (int j = 0; j < 8; j++) m = vmaxnmq_f32(m, vabsq_f32(v[j]));
+            for (size_t j = 8; j < 8 * g; j++) m = vmaxnmq_f32(m, vabsq_f32(vld1q_f32(xb + 4 * j)));
             d = ix__q8a_scale(vmaxnmvq_f32(m), &id);
         }
         blk[b].d = d;
@@ -589,7 +590,8 @@ static void rope_head(float *x, const float *cs, size_t n_rot, ix_rope_mode mode
         .fp16_to_fp32 = fp16_to_fp32,                                                            \
         .fp32_to_fp16 = fp32_to_fp16,                                                            \
         .bf16_to_fp32 = bf16_to_fp32,                                                            \
-        .quantize_act = quantize_act, .quantize_act_super = quantize_act_super,                                                            \
+        .quantize_act = quantize_act,                                                            \
+        .quantize_act_super = quantize_act_super,                                                \
         .path = path_,                                                                           \
         .rmsnorm = v_rmsnorm,                                                                    \
         .softmax = v_softmax,                                                                    \
