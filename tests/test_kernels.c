@@ -602,7 +602,7 @@ static void test_quantize_act(void **state) {
             t[i]->quantize_act(x, got, k);
             assert_memory_equal(got, ref, rb);
         }
-        /* one scale per 256 (Q2_K's activations): the largest of the 8 blocks'
+        /* one scale per 256 (Q2_K's and Q3_K's activations): the largest of the 8 blocks'
          * scales, the codes within half a step, every path the same bits */
         if (k % 256 == 0) {
             uint8_t *sup = ix_aligned_alloc(64, rb);
@@ -791,6 +791,95 @@ static void test_matmul_isa_vs_generic(void **state) {
         free(got);
         mm_free(&c);
     }
+}
+
+/* The largest integer sums the canonical dot can meet: every code and
+ * scale at one end of its range or the other, X at +-127. The paths that
+ * form the scale products in int16 halves (vpdpwssd: Q2_K, Q3_K) or sum a
+ * super-block in f32 must still give the generic path's bits, rows and
+ * packed, at one row (the lockstep tiles) and many (the wide band), and
+ * the generic path the exact sum of the dequantized products. */
+static void put_half(uint8_t *p, uint16_t h) { memcpy(p, &h, 2); } /* little-endian hosts */
+
+static void extreme_block(ix_dtype t, uint8_t *blk, bool hi_codes, bool hi_scales) {
+    const uint8_t c = hi_codes ? 0xff : 0x00, sc = hi_scales ? 0xff : 0x00;
+    switch (t) {
+    case IX_DTYPE_Q2_K: /* scales | mins << 4 at 0, 2-bit codes at 16, d at 80, dmin at 82 */
+        memset(blk, hi_scales ? 0xff : 0x11, 16);
+        memset(blk + 16, c, 64);
+        put_half(blk + 80, 0x3c00);
+        put_half(blk + 82, 0x3800);
+        break;
+    case IX_DTYPE_Q3_K: /* hmask at 0, 2-bit codes at 32, 6-bit scales at 96 (-32 or 31), d at 108 */
+        memset(blk, c, 96);
+        memset(blk + 96, sc, 12);
+        put_half(blk + 108, 0x3c00);
+        break;
+    default: /* Q6_K: ql at 0, qh at 128 (codes -32 or 31), int8 scales at 192 (-128 or 127), d at 208 */
+        memset(blk, c, 192);
+        memset(blk + 192, hi_scales ? 0x7f : 0x80, 16);
+        put_half(blk + 208, 0x3c00);
+        break;
+    }
+}
+
+static void test_matmul_extreme_codes(void **state) {
+    (void)state;
+    const ix_kernel_table *t[8];
+    int nt = tables(t);
+    const ix_dtype types[] = {IX_DTYPE_Q2_K, IX_DTYPE_Q3_K, IX_DTYPE_Q6_K};
+    const size_t Ms[] = {1, 3, 40}, N = 32, K = 512;
+    for (size_t ti = 0; ti < IX_ARRAY_LEN(types); ti++)
+        for (size_t a = 0; a < IX_ARRAY_LEN(Ms); a++) {
+            const ix_dtype ty = types[ti];
+            const size_t M = Ms[a], bb = ix_dtype_type_size(ty), rb = ix__w_row_bytes(ty, K);
+            mm_case c;
+            mm_setup(&c, ty, M, N, K, 0);
+            for (size_t n = 0; n < N; n++) { /* each row its own corner, super-blocks alternating */
+                for (size_t s = 0; s < K / 256; s++)
+                    extreme_block(ty, c.w + n * rb + s * bb, (n + s) % 2 != 0, (n / 2 + s) % 2 != 0);
+                assert_int_equal(ix_kernels_dequant_row(ty, c.w + n * rb, c.wf + n * K, K), IX_OK);
+            }
+            for (size_t m = 0; m < M; m++) /* equal magnitudes: every code +-127 */
+                for (size_t k = 0; k < K; k++) c.x[m * K + k] = ((k / 256 + m) % 2 ? -1.0f : 1.0f) * (float)(1 + m);
+            float *ref = malloc(M * N * sizeof *ref), *got = malloc(M * N * sizeof *got);
+            mm_run_table(t[0], &c, ref);
+            for (size_t m = 0; m < M; m++) {
+                ix__q8a_row xa = ix__q8a_at(c.scratch, K, m);
+                for (size_t n = 0; n < N; n++) {
+                    double e = 0, mag = 0;
+                    for (size_t k = 0; k < K; k++) {
+                        assert_int_equal(abs(xa.qs[k]), 127);
+                        double p = (double)c.wf[n * K + k] * xa.blk[k / 32].d * xa.qs[k];
+                        e += p;
+                        mag += fabs(p);
+                    }
+                    if (fabs(ref[m * N + n] - e) > 1e-6 * mag)
+                        fail_msg("%s extreme codes: row %zu col %zu %.9g, exact %.9g", ix_dtype_name(ty), m, n,
+                                 ref[m * N + n], e);
+                }
+            }
+            size_t pb = ix_kernels_packed_bytes(ty, N, K);
+            uint8_t *pw = ix_aligned_alloc(64, pb);
+            assert_int_equal(ix_kernels_pack(ty, c.w, 0, N, K, 0, N, pw), IX_OK);
+            for (int i = 0; i < nt; i++)
+                for (int packed = 0; packed < 2; packed++) {
+                    ix_matmul row = c.mm;
+                    if (packed) {
+                        c.mm.w = pw;
+                        c.mm.w_packed = true;
+                    }
+                    mm_run_table(t[i], &c, got);
+                    c.mm = row;
+                    if (memcmp(got, ref, M * N * sizeof *got) != 0)
+                        fail_msg("%s %s%s extreme codes M=%zu differs from generic", t[i]->name,
+                                 packed ? "packed " : "", ix_dtype_name(ty), M);
+                }
+            ix_aligned_free(pw);
+            free(ref);
+            free(got);
+            mm_free(&c);
+        }
 }
 
 /* Packed weights: every path, from the packed layout, gives the bits the
@@ -995,15 +1084,16 @@ static void test_matmul_mixed_types(void **state) {
     (void)state;
     ix_pool *pool;
     assert_int_equal(ix_pool_create(&pool, 3), IX_OK);
-    /* and types that quantize X two ways (Q2_K: one scale per 256), a float one
-     * among them: one run per way, in turn, on the one scratch (a Q2_K file's
-     * Q/K/V: Q2_K, Q2_K, Q3_K) */
+    /* and types that quantize X two ways (Q2_K, Q3_K: one scale per 256), a
+     * float one among them: one run per way, in turn, on the one scratch (a
+     * Q2_K_S file's Q/K/V: Q2_K, Q2_K, Q4_K) */
     assert_true(ix_kernels_same_act(IX_DTYPE_Q4_K, IX_DTYPE_Q8_0));
-    assert_true(ix_kernels_same_act(IX_DTYPE_Q2_K, IX_DTYPE_Q2_K));
-    assert_false(ix_kernels_same_act(IX_DTYPE_Q2_K, IX_DTYPE_Q3_K));
+    assert_true(ix_kernels_same_act(IX_DTYPE_Q2_K, IX_DTYPE_Q3_K));
+    assert_false(ix_kernels_same_act(IX_DTYPE_Q2_K, IX_DTYPE_Q4_K));
+    assert_false(ix_kernels_same_act(IX_DTYPE_Q6_K, IX_DTYPE_Q3_K));
     assert_false(ix_kernels_same_act(IX_DTYPE_F32, IX_DTYPE_F32));
     const ix_dtype sets[2][IX_KERNELS_MATMUL_MAX] = {{IX_DTYPE_Q4_K, IX_DTYPE_Q6_K, IX_DTYPE_Q5_0, IX_DTYPE_Q8_0},
-                                                     {IX_DTYPE_Q3_K, IX_DTYPE_Q2_K, IX_DTYPE_F16, IX_DTYPE_Q2_K}};
+                                                     {IX_DTYPE_Q3_K, IX_DTYPE_Q4_K, IX_DTYPE_F16, IX_DTYPE_Q2_K}};
     const size_t Ns[IX_KERNELS_MATMUL_MAX] = {512, 64, 100, 37};
     for (size_t it = 0; it < 4; it++) {
         const size_t M = it % 2 ? 33 : 1;
@@ -1845,6 +1935,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_n),
         cmocka_unit_test(test_matmul_mixed_types),
         cmocka_unit_test(test_matmul_packed),
+        cmocka_unit_test(test_matmul_extreme_codes),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_softmax),
         cmocka_unit_test(test_silu_add),

@@ -91,8 +91,8 @@ size_t ix_kernels_types(ix_dtype *out, size_t cap);
  * 8 bits with one f32 scale per 32 elements (the "q8a" format, see
  * docs/kernels.md) into caller-provided scratch, and every dot product is
  * integer per 32 elements (per 16-element sub-block scale inside them);
- * Q2_K's activations share one scale per 256 and its integer sums run over
- * the 256 (ix_kernels_same_act).
+ * Q2_K's and Q3_K's activations share one scale per 256 and their integer
+ * sums run over the 256 (ix_kernels_same_act).
  * F32 / F16 / BF16 weights are widened to f32 in registers (exact) and
  * multiplied with the f32 activations. */
 #define IX_KERNELS_QBLOCK 32 /* elements per q8a block (and per Q8_0 / Q4_0 block) */
@@ -181,7 +181,7 @@ ix_status ix_kernels_matmul(const ix_matmul *mm, ix_pool *pool);
 #define IX_KERNELS_MATMUL_MAX 4
 ix_status ix_kernels_matmul_n(const ix_matmul *mms, size_t n, ix_pool *pool);
 /* Whether matmuls over weight types a and b read X quantized the same way:
- * one scale per 32 elements, or (Q2_K) per 256 (false unless both are
+ * one scale per 32 elements, or (Q2_K, Q3_K) per 256 (false unless both are
  * quantized types).
  * A matmul_n whose members differ runs them as one run per way, each
  * quantizing X into the shared scratch in turn; x_ready trusts the scratch
@@ -332,7 +332,7 @@ typedef struct ix_kernel_table {
     void (*quantize_act)(const float *x, void *dst, size_t k);
     /* The same with one scale per 256 (k % 256 == 0): the 8 q8a blocks of
      * each 256 share the largest |x| of all of them; the activations of the
-     * weight types that sum per super-block (Q2_K). */
+     * weight types that sum per super-block (Q2_K, Q3_K). */
     void (*quantize_act_super)(const float *x, void *dst, size_t k);
     /* This table's column in the weight-type traits (kernels_int.h), which
      * hold the matmul of every weight type on every path. */

@@ -452,7 +452,7 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
     for (int i = 0; i < 16; i++) grid[i] = (int8_t)(ix__iq4_grid[i] ^ (vnni ? (int8_t)0x80 : 0)); /* + 128 as u8 */
     const __m256i vgrid = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)grid));
     __m256 acc[Q_RX];
-    __m256i isum[Q_RX], imsum[Q_RX]; /* Q2_K: the super-block's integer sums */
+    __m256i isum[Q_RX], imsum[Q_RX]; /* Q2_K, Q3_K: the super-block's integer sums */
     for (int i = 0; i < rx; i++) {
         acc[i] = _mm256_setzero_ps();
         isum[i] = imsum[i] = _mm256_setzero_si256();
@@ -573,13 +573,14 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
                 idot = reduce2(iq && !vnni ? kq_dps(kq_dps(bias, wl, xl), wh, xh) : kq_dp(kq_dp(bias, wl, xl), wh, xh));
                 if (t == KQ_IQ4_XS) idot = _mm256_mullo_epi32(sc0, idot);
             }
-            if (t == KQ_Q2_K) { /* the integer sums per super-block (kernels_int.h, x_super) */
+            if (t == KQ_Q2_K || t == KQ_Q3_K) { /* the integer sums per super-block (kernels_int.h, x_super) */
                 isum[i] = _mm256_add_epi32(isum[i], idot);
-                imsum[i] = _mm256_add_epi32(imsum[i], _mm256_add_epi32(_mm256_mullo_epi32(mn, _mm256_set1_epi32(s0)),
-                                                                       _mm256_mullo_epi32(mn1, _mm256_set1_epi32(s1))));
+                if (t == KQ_Q2_K)
+                    imsum[i] = _mm256_add_epi32(imsum[i], _mm256_add_epi32(_mm256_mullo_epi32(mn, _mm256_set1_epi32(s0)),
+                                                                           _mm256_mullo_epi32(mn1, _mm256_set1_epi32(s1))));
                 if (j == 7) {
                     acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_mul_ps(dw, sx), acc[i]);
-                    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imsum[i]), _mm256_mul_ps(dm, sx), acc[i]);
+                    if (t == KQ_Q2_K) acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imsum[i]), _mm256_mul_ps(dm, sx), acc[i]);
                     isum[i] = imsum[i] = _mm256_setzero_si256();
                 }
                 continue;

@@ -698,12 +698,13 @@ static inline __attribute__((always_inline)) void kq_sub_scales(kq_type t, const
     }
 }
 
-/* Q2_K: the super-block's integer sums is (idot) and ims (imin) into acc
- * as the canonical dot's two FMAs (kernels_int.h, x_super), and reset. */
-static inline __attribute__((always_inline)) __m512 q2_flush(__m512 acc, __m512i *is, __m512i *ims, __m512 d, __m512 dm,
-                                                            __m512 xd) {
+/* Q2_K, Q3_K: the super-block's integer sums is (idot) and ims (imin; with
+ * mins, Q2_K) into acc as the canonical dot's FMAs (kernels_int.h,
+ * x_super), and reset. */
+static inline __attribute__((always_inline)) __m512 xs_flush(__m512 acc, __m512i *is, __m512i *ims, __m512 d, __m512 dm,
+                                                            __m512 xd, bool mins) {
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(*is), _mm512_mul_ps(d, xd), acc);
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(*ims), _mm512_mul_ps(dm, xd), acc);
+    if (mins) acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(*ims), _mm512_mul_ps(dm, xd), acc);
     *is = *ims = _mm512_setzero_si512();
     return acc;
 }
@@ -729,7 +730,7 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
     for (int i = 0; i < 16; i++) grid[i] = (int8_t)(ix__iq4_grid[i] ^ (vnni ? (int8_t)0x80 : 0)); /* + 128 as u8 */
     const __m512i vgrid = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)grid));
     __m512 acc[Q_RX];
-    __m512i isum[Q_RX], imsum[Q_RX]; /* Q2_K: the super-block's integer sums */
+    __m512i isum[Q_RX], imsum[Q_RX]; /* Q2_K, Q3_K: the super-block's integer sums */
     for (int i = 0; i < rx; i++) {
         acc[i] = _mm512_setzero_ps();
         isum[i] = imsum[i] = _mm512_setzero_si512();
@@ -882,11 +883,12 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
                 idot = reduce8(iv[0], iv[1]);
                 if (t == KQ_IQ4_XS) idot = _mm512_mullo_epi32(sc0, idot);
             }
-            if (t == KQ_Q2_K) { /* the integer sums per super-block (kernels_int.h, x_super) */
+            if (t == KQ_Q2_K || t == KQ_Q3_K) { /* the integer sums per super-block (kernels_int.h, x_super) */
                 isum[i] = _mm512_add_epi32(isum[i], idot);
-                imsum[i] = _mm512_add_epi32(imsum[i], _mm512_add_epi32(_mm512_mullo_epi32(mn, _mm512_set1_epi32(s0)),
-                                                                       _mm512_mullo_epi32(mn1, _mm512_set1_epi32(s1))));
-                if (j == 7) acc[i] = q2_flush(acc[i], &isum[i], &imsum[i], dw, dm, sx);
+                if (t == KQ_Q2_K)
+                    imsum[i] = _mm512_add_epi32(imsum[i], _mm512_add_epi32(_mm512_mullo_epi32(mn, _mm512_set1_epi32(s0)),
+                                                                           _mm512_mullo_epi32(mn1, _mm512_set1_epi32(s1))));
+                if (j == 7) acc[i] = xs_flush(acc[i], &isum[i], &imsum[i], dw, dm, sx, t == KQ_Q2_K);
                 continue;
             }
             acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(idot), _mm512_mul_ps(k4 ? dsc : dw, sx), acc[i]);
@@ -1181,7 +1183,7 @@ static inline __attribute__((always_inline)) void kwide_inner(const ix__tile *a,
                                                               const kwide_blk *wb, size_t n, size_t b0,
                                                               const uint8_t *x, float (*acc)[W_RW]) {
     const size_t xs = a->xs;
-    const bool halves = kw_halves(t), sgn = kw_signed(t), q2 = t == KQ_Q2_K;
+    const bool halves = kw_halves(t), sgn = kw_signed(t), q2 = t == KQ_Q2_K, xsup = q2 || t == KQ_Q3_K;
     /* signed types: the rows' X codes of these blocks + 128 (unsigned); Q2_K:
      * the sums of each block's two halves of X codes, as floats */
     _Alignas(64) uint8_t xu[KW_XR][W_KC * IX__QK];
@@ -1256,15 +1258,17 @@ static inline __attribute__((always_inline)) void kwide_inner(const ix__tile *a,
         for (int i = 0; i < rx; i++) {
             const __m512 dx = _mm512_set1_ps(WIDE_XBLK(wx, i)->d);
             __m512 r = ra[i];
-            if (q2) { /* the integer sums per super-block (kernels_int.h, x_super), exact in f32 */
+            if (xsup) { /* the integer sums per super-block (kernels_int.h, x_super), exact in f32 */
                 rs[i] = _mm512_add_ps(rs[i], _mm512_fmadd_ps(s1, _mm512_cvtepi32_ps(dot1[i]), _mm512_mul_ps(s0, _mm512_cvtepi32_ps(dot[i]))));
                 if ((b0 + j) % IX__SUPER_BLOCKS == IX__SUPER_BLOCKS - 1) {
-                    __m512 imin = _mm512_setzero_ps();
-                    for (size_t k = j + 1 - IX__SUPER_BLOCKS; k <= j; k++)
-                        imin = _mm512_add_ps(imin, _mm512_fmadd_ps(_mm512_load_ps(&wb[k].m1), _mm512_set1_ps(xh[i][k][1]),
-                                                                   _mm512_mul_ps(_mm512_load_ps(&wb[k].m0), _mm512_set1_ps(xh[i][k][0]))));
                     r = _mm512_fmadd_ps(rs[i], _mm512_mul_ps(dw, dx), r);
-                    r = _mm512_fmadd_ps(imin, _mm512_mul_ps(dm, dx), r);
+                    if (q2) {
+                        __m512 imin = _mm512_setzero_ps();
+                        for (size_t k = j + 1 - IX__SUPER_BLOCKS; k <= j; k++)
+                            imin = _mm512_add_ps(imin, _mm512_fmadd_ps(_mm512_load_ps(&wb[k].m1), _mm512_set1_ps(xh[i][k][1]),
+                                                                       _mm512_mul_ps(_mm512_load_ps(&wb[k].m0), _mm512_set1_ps(xh[i][k][0]))));
+                        r = _mm512_fmadd_ps(imin, _mm512_mul_ps(dm, dx), r);
+                    }
                     rs[i] = _mm512_setzero_ps();
                 }
             } else if (halves) {
@@ -1526,6 +1530,23 @@ static inline __attribute__((always_inline)) void pk_q2_sums(__m512i *is, __m512
     *ims = _mm512_add_epi32(*ims, _mm512_add_epi32(_mm512_mullo_epi32(mn[0], v0), _mm512_mullo_epi32(mn[1], v1)));
 }
 
+/* Q3_K's block added to the super-block's integer sum: *is += sc0 dl + sc1
+ * dh. With VNNI by vpdpwssd: |dl|, |dh| <= 16 x 4 x 127 fit the low int16
+ * of their dwords, and the scales (-32..31, sign-extended) are cut to their
+ * low int16, so each dword's other product is 0. */
+static inline __attribute__((always_inline)) __m512i pk_q3_sums(__m512i is, __m512i dl, __m512i dh, const __m512i sc[2],
+                                                                 bool vnni) {
+    if (vnni) return _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(is, dl, sc[0]), dh, sc[1]);
+    return _mm512_add_epi32(is, _mm512_add_epi32(_mm512_mullo_epi32(dl, sc[0]), _mm512_mullo_epi32(dh, sc[1])));
+}
+/* The scales of pk_half_scales as pk_q3_sums takes them */
+static inline __attribute__((always_inline)) void pk_q3_cut(__m512i sc[2], bool vnni) {
+    if (!vnni) return;
+    const __m512i low = _mm512_set1_epi32(0xffff);
+    sc[0] = _mm512_and_si512(sc[0], low);
+    sc[1] = _mm512_and_si512(sc[1], low);
+}
+
 /* G groups (a->gstride apart) against rx X rows. G = 1 is the tile of
  * prefill and of the last few groups; G > 1 (at most IX__PK_LOCK, rx at
  * most IX__PK_LOCK_RX) is the few-row lockstep tile of speculative
@@ -1538,13 +1559,14 @@ static inline __attribute__((always_inline)) void pk_run_g(const ix__pk_tile *a,
                                                             int G) {
     enum { GMAX = IX__PK_LOCK };
     const bool q8 = kind == PK_Q8, k45 = kind == PK_K4 || kind == PK_K5, k6 = pk_halves(kind), q2 = kind == PK_K2;
+    const bool q3 = kind == PK_K3;
     const bool xs = kind == PK_XS, m32 = pk_min32(kind), sgn = q8 || pk_iq(kind); /* sgn: signed w without VNNI */
     const int c6 = pk_off(kind);
     const size_t cb = pk_cb(kind), nb = a->k / IX__QK, sup = pk_sup(kind), sblk = m32 ? 64 : 32, gs = a->gstride;
     const size_t pf = G > 1 ? PK_LOCK_PF_BYTES : PK_PF_BYTES;
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     __m512 acc[GMAX][PK_RX], d[GMAX], ndm[GMAX];
-    __m512i isum[GMAX][PK_RX], imsum[GMAX][PK_RX]; /* Q2_K: the super-block's integer sums */
+    __m512i isum[GMAX][PK_RX], imsum[GMAX][PK_RX]; /* Q2_K, Q3_K: the super-block's integer sums */
     for (int g = 0; g < G; g++) {
         d[g] = ndm[g] = _mm512_setzero_ps();
         for (int i = 0; i < rx; i++) {
@@ -1585,6 +1607,7 @@ static inline __attribute__((always_inline)) void pk_run_g(const ix__pk_tile *a,
                 }
                 dw = d[g];
                 pk_half_scales(kind, S, b, sc, mn);
+                if (q3) pk_q3_cut(sc, vnni);
             } else if (xs) { /* d per super-block, an int8 scale per block */
                 if (b % 8 == 0) d[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + IX__PKX_D)));
                 dw = d[g];
@@ -1606,10 +1629,11 @@ static inline __attribute__((always_inline)) void pk_run_g(const ix__pk_tile *a,
                         hi = pk_dp(hi, T[j + 4], xq + 16 + 4 * j, false, vnni);
                     }
                     const __m512 xd = _mm512_set1_ps(xb->d);
-                    if (q2) { /* the integer sums per super-block (kernels_int.h, x_super) */
-                        pk_q2_sums(&isum[g][i], &imsum[g][i], lo, hi, sc, mn, s0, s1, vnni);
+                    if (q2 || q3) { /* the integer sums per super-block (kernels_int.h, x_super) */
+                        if (q2) pk_q2_sums(&isum[g][i], &imsum[g][i], lo, hi, sc, mn, s0, s1, vnni);
+                        else isum[g][i] = pk_q3_sums(isum[g][i], lo, hi, sc, vnni);
                         if (b % IX__SUPER_BLOCKS == IX__SUPER_BLOCKS - 1)
-                            acc[g][i] = q2_flush(acc[g][i], &isum[g][i], &imsum[g][i], dw, ndm[g], xd);
+                            acc[g][i] = xs_flush(acc[g][i], &isum[g][i], &imsum[g][i], dw, ndm[g], xd, q2);
                         continue;
                     }
                     __m512i dot = _mm512_add_epi32(_mm512_mullo_epi32(lo, sc[0]), _mm512_mullo_epi32(hi, sc[1]));
@@ -1658,14 +1682,14 @@ static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, p
 static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile *a, pk_kind kind) {
     enum { G = IX__PK_LOCK };
     const bool q8 = kind == PK_Q8, k45 = kind == PK_K4 || kind == PK_K5, k6 = pk_halves(kind), q2 = kind == PK_K2;
-    const bool xs = kind == PK_XS, m32 = pk_min32(kind), sup_k = pk_super(kind);
+    const bool q3 = kind == PK_K3, xs = kind == PK_XS, m32 = pk_min32(kind), sup_k = pk_super(kind);
     const bool masked = kind == PK_Q4 || kind == PK_K4 || kind == PK_41; /* the nibble split by masks alone */
     const int c6 = pk_off(kind);
     const size_t cb = pk_cb(kind), nb = a->k / IX__QK, gs = a->gstride, sup = pk_sup(kind), sblk = m32 ? 64 : 32;
     const __m512i lo = _mm512_set1_epi8(0x0f), hi = _mm512_set1_epi8((char)0xf0),
                   flip = _mm512_set1_epi8((char)0x80);
     __m512 acc[G], d[G], ndm[G];
-    __m512i isum[G], imsum[G]; /* Q2_K: the super-block's integer sums */
+    __m512i isum[G], imsum[G]; /* Q2_K, Q3_K: the super-block's integer sums */
     for (int g = 0; g < G; g++) {
         acc[g] = d[g] = ndm[g] = _mm512_setzero_ps();
         isum[g] = imsum[g] = _mm512_setzero_si512();
@@ -1736,11 +1760,16 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
         for (int g = 0; g < G; g++) {
             const uint8_t *Sg = S + g * gs;
             __m512i dot, sc[2], mn[2];
-            if (q2) { /* the integer sums per super-block (kernels_int.h, x_super) */
+            if (q2 || q3) { /* the integer sums per super-block (kernels_int.h, x_super) */
                 pk_half_scales(kind, Sg, b, sc, mn);
-                pk_q2_sums(&isum[g], &imsum[g], dl[g], dh[g], sc, mn, s0, s1, true);
+                if (q2) {
+                    pk_q2_sums(&isum[g], &imsum[g], dl[g], dh[g], sc, mn, s0, s1, true);
+                } else {
+                    pk_q3_cut(sc, true);
+                    isum[g] = pk_q3_sums(isum[g], dl[g], dh[g], sc, true);
+                }
                 if (b % IX__SUPER_BLOCKS == IX__SUPER_BLOCKS - 1)
-                    acc[g] = q2_flush(acc[g], &isum[g], &imsum[g], d[g], ndm[g], xd);
+                    acc[g] = xs_flush(acc[g], &isum[g], &imsum[g], d[g], ndm[g], xd, q2);
                 continue;
             }
             if (k6) {

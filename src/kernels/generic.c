@@ -94,7 +94,7 @@ static float dot32(const ix__q32 *u, const ix__wtype *wt, ix__q8a_row xa, size_t
         is[1] += u->mn[0] * sum[0] + u->mn[1] * sum[1];
         if (b % IX__SUPER_BLOCKS == IX__SUPER_BLOCKS - 1) {
             acc = fmaf((float)is[0], u->d * xa.blk[b].d, acc);
-            acc = fmaf((float)is[1], u->dm * xa.blk[b].d, acc);
+            if (wt->has_min) acc = fmaf((float)is[1], u->dm * xa.blk[b].d, acc);
             is[0] = is[1] = 0;
         }
         return acc;

@@ -140,7 +140,7 @@ static inline void ix__q8a_out(void *dst, size_t k, int8_t **qs, ix__q8a_blk **b
  * one float scale product, one FMA with the X-side s d_x, no integer
  * multiply.
  *
- * Super-block sums (ix__wtype.x_super: Q2_K). X is quantized with one scale
+ * Super-block sums (ix__wtype.x_super: Q2_K, Q3_K). X is quantized with one scale
  * per 256 (ix_kernel_table.quantize_act_super: the 8 q8a blocks of a
  * super-block share d_x, the largest |x| of all 256 over 127), and the
  * integer sums run over the whole super-block S (blocks 8s .. 8s + 7, whose
@@ -148,11 +148,14 @@ static inline void ix__q8a_out(void *dst, size_t k, int8_t **qs, ix__q8a_blk **b
  *     idot = sum over S's blocks of the per-block idot above
  *     imin = sum over S's blocks of the per-block imin above
  *     acc = fma((float)idot, d * d_x[S], acc)
- *     acc = fma((float)imin, dm * d_x[S], acc)
- * once per super-block, in order: a two-bit type's dot is mostly scale and
- * min work, and this takes its float steps and half its integer adds out
- * of the per-block loop (the form llama.cpp's Q8_K activations give).
- * idot and imin stay exact in int32 (|idot| <= 256 * 15 * 3 * 127). */
+ *     acc = fma((float)imin, dm * d_x[S], acc)     (has_min: Q2_K)
+ * once per super-block, in order: a two- or three-bit type's dot is mostly
+ * scale and min work, and this takes its float steps and half its integer
+ * adds out of the per-block loop (the form llama.cpp's Q8_K activations
+ * give). idot and imin stay exact in int32, and below 2^24, so a path may
+ * sum them in f32 (|idot| <= 256 * 15 * 3 * 127 for Q2_K, 256 * 32 * 4 *
+ * 127 for Q3_K); a half's dot fits int16 (Q2_K 16 * 3 * 127, Q3_K 16 * 4 *
+ * 127), so VNNI's vpdpwssd may form the products. */
 
 /* The block scale of a q8a block, shared so that every path divides the same
  * way: returns d and sets *inv to the multiplier used before rounding. */
@@ -288,7 +291,7 @@ struct ix__wtype {
     bool q8a;       /* its matmul reads q8a activations (else f32 X) */
     bool has_min;   /* the canonical dot adds the min term */
     bool min_sx;    /* ... as fma(dm, (float)s * d_x, acc) (Q4_K, Q5_K: mins folded into dm) */
-    bool x_super;   /* X with one scale per 256 and the sums per super-block (Q2_K; above) */
+    bool x_super;   /* X with one scale per 256 and the sums per super-block (Q2_K, Q3_K; above) */
     ix__pack pack;
     uint16_t pk_code_bytes;  /* IX__PACK_PLANES / _K4 / _K6: code bytes of 16 rows' 32 elements */
     uint16_t pk_scale_bytes; /* ... and scale bytes of 16 rows' block (blck elements) */

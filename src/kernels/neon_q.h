@@ -115,7 +115,7 @@ static inline __attribute__((always_inline)) void NQ(kq_run)(const ix__tile *a, 
     const bool halves = t == KQ_Q6_K || t == KQ_Q2_K || t == KQ_Q3_K; /* a scale per 16 */
     const ix_dtype dt = t == KQ_IQ4_XS ? IX_DTYPE_IQ4_XS : t == KQ_Q2_K ? IX_DTYPE_Q2_K : IX_DTYPE_Q3_K;
     float32x4_t acc[NQ_RX];
-    int32x4_t isum[NQ_RX], imsum[NQ_RX]; /* Q2_K: the super-block's integer sums */
+    int32x4_t isum[NQ_RX], imsum[NQ_RX]; /* Q2_K, Q3_K: the super-block's integer sums */
     for (int i = 0; i < rx; i++) {
         acc[i] = vdupq_n_f32(0.0f);
         isum[i] = imsum[i] = vdupq_n_s32(0);
@@ -169,13 +169,14 @@ static inline __attribute__((always_inline)) void NQ(kq_run)(const ix__tile *a, 
                 idot = NQ(reduce4)(d);
                 if (t == KQ_IQ4_XS) idot = vmulq_s32(vsc0, idot);
             }
-            if (t == KQ_Q2_K) { /* the integer sums per super-block (kernels_int.h, x_super); a min per 16: the halves' X sums */
+            if (t == KQ_Q2_K || t == KQ_Q3_K) { /* the integer sums per super-block (kernels_int.h, x_super) */
                 const int32_t s0 = xb->s0, s1 = xb->s - xb->s0;
                 isum[i] = vaddq_s32(isum[i], idot);
-                imsum[i] = vaddq_s32(imsum[i], vmlaq_n_s32(vmulq_n_s32(vmn, s0), vmn1, s1));
+                if (t == KQ_Q2_K) /* a min per 16: the halves' X sums */
+                    imsum[i] = vaddq_s32(imsum[i], vmlaq_n_s32(vmulq_n_s32(vmn, s0), vmn1, s1));
                 if (j == 7) {
                     acc[i] = vfmaq_f32(acc[i], vcvtq_f32_s32(isum[i]), vmulq_n_f32(bw, xb->d));
-                    acc[i] = vfmaq_f32(acc[i], vcvtq_f32_s32(imsum[i]), vmulq_n_f32(dm, xb->d));
+                    if (t == KQ_Q2_K) acc[i] = vfmaq_f32(acc[i], vcvtq_f32_s32(imsum[i]), vmulq_n_f32(dm, xb->d));
                     isum[i] = imsum[i] = vdupq_n_s32(0);
                 }
                 continue;

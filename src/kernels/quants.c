@@ -710,10 +710,10 @@ static void quantize_q6_k(const float *src, uint8_t *p, size_t n, const float *q
                       {[IX__PATH_GENERIC] = ix__mm_float_generic, AVX2(t)                          \
                            AVX512(ix__mm_##t##_avx512, ix__mm_##t##_avx512)                         \
                                NEON(ix__mm_float_neon, ix__mm_float_neon)}}
-/* min_: 0 none, 1 the integer min term, 2 the min_sx form, 3 the integer min
- * term with super-block sums (x_super) (kernels_int.h) */
+/* min_: 0 none, 1 the integer min term, 2 the min_sx form; with super-block
+ * sums (x_super) (kernels_int.h): 3 the integer min term, 4 no min */
 #define Q_ROW(T, t, min_, pack_, pk_code_, pk_scale_, paths)                                        \
-    [IX_DTYPE_##T] = {IX_DTYPE_##T, BLCK_##T, BYTES_##T, true, (min_) != 0, (min_) == 2, (min_) == 3, pack_, pk_code_, pk_scale_, \
+    [IX_DTYPE_##T] = {IX_DTYPE_##T, BLCK_##T, BYTES_##T, true, (min_) != 0 && (min_) != 4, (min_) == 2, (min_) >= 3, pack_, pk_code_, pk_scale_, \
                       dequant_q, \
                       unpack_##t, quantize_##t, {[IX__PATH_GENERIC] = ix__mm_q_generic, paths}}
 
@@ -736,7 +736,7 @@ static const ix__wtype k_wtypes[] = {
               NEON(ix__mm_q5_1_neon, ix__mm_q5_1_neondot)),
     Q_ROW(Q2_K, q2_k, 3, IX__PACK_K2, 128, IX__PK2_SUPER, AVX2(q2_k) AVX512(ix__mm_q2_k_avx512bw, ix__mm_q2_k_avx512vnni)
               NEON(ix__mm_q2_k_neon, ix__mm_q2_k_neondot)),
-    Q_ROW(Q3_K, q3_k, 0, IX__PACK_K2, 192, IX__PK6_SUPER, AVX2(q3_k) AVX512(ix__mm_q3_k_avx512bw, ix__mm_q3_k_avx512vnni)
+    Q_ROW(Q3_K, q3_k, 4, IX__PACK_K2, 192, IX__PK6_SUPER, AVX2(q3_k) AVX512(ix__mm_q3_k_avx512bw, ix__mm_q3_k_avx512vnni)
               NEON(ix__mm_q3_k_neon, ix__mm_q3_k_neondot)),
     Q_ROW(Q4_K, q4_k, 2, IX__PACK_K4, IX__PK_HI, IX__PK4_SUPER, AVX2(q4_k) AVX512(ix__mm_q4_k_avx512bw, ix__mm_q4_k_avx512vnni)
               NEON(ix__mm_q4_k_neon, ix__mm_q4_k_neondot)),
