@@ -965,13 +965,13 @@ static const ix__tile_fn k_kqtiles[2][KQ_N][Q_RX] = {
  *   Q2_K         q - 4, Q2_K q) and X unsigned instead (x + 128: a copy of
  *                the X rows' codes xor 0x80 per band and K chunk), so each
  *                half's dot starts at -128 times the W half's code sum (from
- *                the decode) and needs no X sums; acc = fma(fma(sc1,
- *                cvt(dot_1), sc0 cvt(dot_0)), d dx, acc); Q2_K sums the
- *                blocks' fma(sc1, cvt(dot_1), sc0 cvt(dot_0)) over the
- *                super-block (exact integers in f32) and its mins per 16
- *                against the halves' X sums (vpsadbw of the copy), then
- *                acc = fma(sum, d dx, acc), acc = fma(mins, -dmin dx, acc)
- *                (kernels_int.h, x_super).
+ *                the decode) and needs no X sums; Q6_K: acc =
+ *                fma(fma(sc1, cvt(dot_1), sc0 cvt(dot_0)), d dx, acc);
+ *                Q3_K and Q2_K sum the blocks' fma(sc1, cvt(dot_1), sc0
+ *                cvt(dot_0)) over the super-block (exact integers in f32),
+ *                then acc = fma(sum, d dx, acc), and Q2_K its mins per 16
+ *                against the halves' X sums (vpsadbw of the copy), acc =
+ *                fma(mins, -dmin dx, acc) (kernels_int.h, x_super).
  *   IQ4_XS       the grid values, signed as above, one dot per block from
  *                -128 times its code sum; acc = fma(cvt(dot) sc, d dx, acc). */
 typedef struct kwide_blk {
