@@ -794,7 +794,8 @@ static void test_matmul_isa_vs_generic(void **state) {
 }
 
 /* The largest integer sums the canonical dot can meet: every code and
- * scale at one end of its range or the other, X at +-127. The paths that
+ * scale at one end of its range or the other (Q2_K's low scale and min 1,
+ * since 0 would drop the block), X at +-127. The paths that
  * form the scale products in int16 halves (vpdpwssd: Q2_K, Q3_K) or sum a
  * super-block in f32 must still give the generic path's bits, rows and
  * packed, at one row (the lockstep tiles) and many (the wide band), and
