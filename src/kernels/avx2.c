@@ -353,6 +353,10 @@ static const ix__tile_fn k_qtiles[2][Q_RX] = {TILE_ROW(qtile, Q8_0), TILE_ROW(qt
 typedef enum kq_type {
     KQ_Q5_0, KQ_Q4_K, KQ_Q5_K, KQ_Q6_K, KQ_Q4_1, KQ_Q5_1, KQ_IQ4_NL, KQ_IQ4_XS, KQ_Q2_K, KQ_Q3_K, KQ_N
 } kq_type;
+/* a scale per 16, the halves dotted apart (Q6_K, Q2_K, Q3_K) */
+static inline bool kq_halves(kq_type t) { return t == KQ_Q6_K || t == KQ_Q2_K || t == KQ_Q3_K; }
+/* X with one scale per 256 and the integer sums per super-block (kernels_int.h, x_super) */
+static inline bool kq_x_super(kq_type t) { return t == KQ_Q2_K || t == KQ_Q3_K; }
 /* and, as avx512.c's:
  *   Q4_1, Q5_1  c = 0, one scale and min per block: min term m * s;
  *   IQ4_NL      the codes looked up (vpshufb) in the grid + 128 (c = 128) with
@@ -443,7 +447,7 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
     const bool q5 = t == KQ_Q5_0 || t == KQ_Q5_1;
     const bool m1 = t == KQ_Q4_1 || t == KQ_Q5_1; /* min term m * s */
     const bool iq = t == KQ_IQ4_NL || t == KQ_IQ4_XS;
-    const bool halves = t == KQ_Q6_K || t == KQ_Q2_K || t == KQ_Q3_K; /* a scale per 16 */
+    const bool halves = kq_halves(t);
     const bool vnni = IX_AVX2_VNNI;
     /* the code offset c over 4: each dword lane starts at -c s / 4 */
     const int c4 = t == KQ_Q5_0 ? 4 : t == KQ_Q6_K ? 8 : t == KQ_Q3_K ? 1 : iq && vnni ? 32 : 0;
@@ -507,7 +511,7 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
             /* the unpack's float scales: d sc and -dmin mn, exact */
             dsc = _mm256_mul_ps(dw, _mm256_cvtepi32_ps(rows2_i32(scm[0][j], scm[1][j])));
             dmn = _mm256_mul_ps(dm, _mm256_cvtepi32_ps(rows2_i32(scm[0][8 + j], scm[1][8 + j])));
-        } else if (t == KQ_Q2_K || t == KQ_Q3_K) {
+        } else if (kq_x_super(t)) {
             if (j == 0) {
                 const size_t at = t == KQ_Q2_K ? 80 : 108;
                 dw = rows2_h(p0 + at, p1 + at);
@@ -573,7 +577,7 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
                 idot = reduce2(iq && !vnni ? kq_dps(kq_dps(bias, wl, xl), wh, xh) : kq_dp(kq_dp(bias, wl, xl), wh, xh));
                 if (t == KQ_IQ4_XS) idot = _mm256_mullo_epi32(sc0, idot);
             }
-            if (t == KQ_Q2_K || t == KQ_Q3_K) { /* the integer sums per super-block (kernels_int.h, x_super) */
+            if (kq_x_super(t)) { /* the integer sums per super-block */
                 isum[i] = _mm256_add_epi32(isum[i], idot);
                 if (t == KQ_Q2_K)
                     imsum[i] = _mm256_add_epi32(imsum[i], _mm256_add_epi32(_mm256_mullo_epi32(mn, _mm256_set1_epi32(s0)),

@@ -592,6 +592,10 @@ static const ix__tile_fn k_qtiles[2][2][Q_RX] = {
 typedef enum kq_type {
     KQ_Q5_0, KQ_Q4_K, KQ_Q5_K, KQ_Q6_K, KQ_Q4_1, KQ_Q5_1, KQ_IQ4_NL, KQ_IQ4_XS, KQ_Q2_K, KQ_Q3_K, KQ_N
 } kq_type;
+/* a scale per 16, the halves dotted apart (Q6_K, Q2_K, Q3_K) */
+static inline bool kq_halves(kq_type t) { return t == KQ_Q6_K || t == KQ_Q2_K || t == KQ_Q3_K; }
+/* X with one scale per 256 and the integer sums per super-block (kernels_int.h, x_super) */
+static inline bool kq_x_super(kq_type t) { return t == KQ_Q2_K || t == KQ_Q3_K; }
 /* Further types on the same tile:
  *   Q4_1, Q5_1  c = 0, one scale and min per block: min term m * s;
  *   IQ4_NL      the codes looked up (vpshufb) in the grid + 128 (c = 128);
@@ -721,7 +725,7 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
     const bool m1 = t == KQ_Q4_1 || t == KQ_Q5_1; /* min term m * s */
     const bool iq = t == KQ_IQ4_NL || t == KQ_IQ4_XS;
     const bool subsc = t == KQ_IQ4_XS || t == KQ_Q2_K || t == KQ_Q3_K; /* sub-block scales by kq_sub_scales */
-    const bool halves = t == KQ_Q6_K || t == KQ_Q2_K || t == KQ_Q3_K; /* a scale per 16 */
+    const bool halves = kq_halves(t);
     /* the code offset c over 4: each dword lane starts at -c s / 4 */
     const int c4 = t == KQ_Q5_0 ? 4 : t == KQ_Q6_K ? 8 : t == KQ_Q3_K ? 1 : iq && vnni ? 32 : 0;
     const __m512i nib = _mm512_set1_epi8(0x0f);
@@ -803,7 +807,7 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
                     wl[g] = _mm512_or_si512(wl[g], _mm512_slli_epi16(_mm512_and_si512(_mm512_srl_epi16(raw[g][2], sj), one), 4));
                     wh[g] = _mm512_or_si512(wh[g], _mm512_slli_epi16(_mm512_and_si512(_mm512_srl_epi16(raw[g][3], sj), one), 4));
                 }
-            } else if (t == KQ_Q2_K || t == KQ_Q3_K) {
+            } else if (kq_x_super(t)) {
                 /* 2-bit planes: element 32 (j % 4) + i of the half at bits 2 (j % 4) of byte i */
                 const size_t qs_at = t == KQ_Q2_K ? 16 : 32;
                 if (j % 4 == 0) {
@@ -883,7 +887,7 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
                 idot = reduce8(iv[0], iv[1]);
                 if (t == KQ_IQ4_XS) idot = _mm512_mullo_epi32(sc0, idot);
             }
-            if (t == KQ_Q2_K || t == KQ_Q3_K) { /* the integer sums per super-block (kernels_int.h, x_super) */
+            if (kq_x_super(t)) { /* the integer sums per super-block */
                 isum[i] = _mm512_add_epi32(isum[i], idot);
                 if (t == KQ_Q2_K)
                     imsum[i] = _mm512_add_epi32(imsum[i], _mm512_add_epi32(_mm512_mullo_epi32(mn, _mm512_set1_epi32(s0)),
@@ -985,9 +989,8 @@ typedef struct kwide_blk {
 #define KW_XR 8 /* X rows per inner tile: their accumulators stay in registers */
 #define KW_HALF_XR 6 /* ... with a scale per 16, whose two dots per row take more of them */
 
-static inline bool kw_halves(kq_type t) { return t == KQ_Q6_K || t == KQ_Q3_K || t == KQ_Q2_K; }
 /* the types whose codes go signed, against x + 128 */
-static inline bool kw_signed(kq_type t) { return kw_halves(t) || t == KQ_IQ4_XS; }
+static inline bool kw_signed(kq_type t) { return kq_halves(t) || t == KQ_IQ4_XS; }
 
 /* Byte k of each dword of v, as int32. */
 static inline __attribute__((always_inline)) __m512i kw_byte(__m512i v, int k, bool sgn) {
@@ -1183,7 +1186,7 @@ static inline __attribute__((always_inline)) void kwide_inner(const ix__tile *a,
                                                               const kwide_blk *wb, size_t n, size_t b0,
                                                               const uint8_t *x, float (*acc)[W_RW]) {
     const size_t xs = a->xs;
-    const bool halves = kw_halves(t), sgn = kw_signed(t), q2 = t == KQ_Q2_K, xsup = q2 || t == KQ_Q3_K;
+    const bool halves = kq_halves(t), sgn = kw_signed(t), q2 = t == KQ_Q2_K, xsup = kq_x_super(t);
     /* signed types: the rows' X codes of these blocks + 128 (unsigned); Q2_K:
      * the sums of each block's two halves of X codes, as floats */
     _Alignas(64) uint8_t xu[KW_XR][W_KC * IX__QK];
@@ -1325,7 +1328,7 @@ static inline __attribute__((always_inline)) void kwide_band(const ix__tile *a, 
     _Alignas(64) kwide_blk wb[W_KC];
     _Alignas(64) float acc[IX__MM_MCHUNK][W_RW];
     const kwide_inner_fn *inner = k_kwide[kw_index(t)];
-    const size_t nb = a->k / IX__QK, rows = a->rows, xr = kw_halves(t) ? KW_HALF_XR : KW_XR;
+    const size_t nb = a->k / IX__QK, rows = a->rows, xr = kq_halves(t) ? KW_HALF_XR : KW_XR;
     /* the byte offset of lane e's row, WIDE_ROW(e) * ws (kwide_ok: no overflow) */
     const __m512i off = _mm512_mullo_epi32(wide_rows(), _mm512_set1_epi32((int32_t)a->ws));
     for (size_t m = 0; m < rows; m++) _mm512_store_ps(acc[m], _mm512_setzero_ps());

@@ -436,6 +436,10 @@ void ix__mm_float_neon(const ix_matmul *mm, size_t n0, size_t n1) {
 typedef enum kq_type {
     KQ_Q5_0, KQ_Q4_K, KQ_Q5_K, KQ_Q6_K, KQ_Q4_1, KQ_Q5_1, KQ_IQ4_NL, KQ_IQ4_XS, KQ_Q2_K, KQ_Q3_K, KQ_N
 } kq_type;
+/* a scale per 16, the halves dotted apart (Q6_K, Q2_K, Q3_K) */
+static inline bool kq_halves(kq_type t) { return t == KQ_Q6_K || t == KQ_Q2_K || t == KQ_Q3_K; }
+/* X with one scale per 256 and the integer sums per super-block (kernels_int.h, x_super) */
+static inline bool kq_x_super(kq_type t) { return t == KQ_Q2_K || t == KQ_Q3_K; }
 
 /* v >> n per byte (n a run-time count) */
 static inline __attribute__((always_inline)) uint8x16_t shr_u8(uint8x16_t v, int n) {
@@ -473,7 +477,7 @@ static inline __attribute__((always_inline)) void kq_decode(kq_type t, const uin
             h = vorrq_u8(h, q5_bits(qh, 16));
         }
         off = t == KQ_Q5_0 ? 16 : 0; /* Q4_1 / Q5_1: unsigned codes, the min term below */
-    } else if (t == KQ_Q2_K || t == KQ_Q3_K) {
+    } else if (kq_x_super(t)) {
         /* 2-bit planes: element 32 (j % 4) + i of a 128-element half at bits 2 (j % 4) of byte i */
         const uint8_t *q = p + (t == KQ_Q2_K ? 16 : 32) + 32 * (j / 4);
         const uint8x16_t three = vdupq_n_u8(3);

@@ -112,7 +112,7 @@ static inline __attribute__((always_inline)) void NQ(kq_run)(const ix__tile *a, 
     const bool k4 = t == KQ_Q4_K || t == KQ_Q5_K; /* 6-bit scales and mins per 32 */
     const bool m1 = t == KQ_Q4_1 || t == KQ_Q5_1; /* min term m * s */
     const bool tabled = t == KQ_IQ4_XS || t == KQ_Q2_K || t == KQ_Q3_K; /* ix__sub_scales */
-    const bool halves = t == KQ_Q6_K || t == KQ_Q2_K || t == KQ_Q3_K; /* a scale per 16 */
+    const bool halves = kq_halves(t);
     const ix_dtype dt = t == KQ_IQ4_XS ? IX_DTYPE_IQ4_XS : t == KQ_Q2_K ? IX_DTYPE_Q2_K : IX_DTYPE_Q3_K;
     float32x4_t acc[NQ_RX];
     int32x4_t isum[NQ_RX], imsum[NQ_RX]; /* Q2_K, Q3_K: the super-block's integer sums */
@@ -169,7 +169,7 @@ static inline __attribute__((always_inline)) void NQ(kq_run)(const ix__tile *a, 
                 idot = NQ(reduce4)(d);
                 if (t == KQ_IQ4_XS) idot = vmulq_s32(vsc0, idot);
             }
-            if (t == KQ_Q2_K || t == KQ_Q3_K) { /* the integer sums per super-block (kernels_int.h, x_super) */
+            if (kq_x_super(t)) { /* the integer sums per super-block */
                 const int32_t s0 = xb->s0, s1 = xb->s - xb->s0;
                 isum[i] = vaddq_s32(isum[i], idot);
                 if (t == KQ_Q2_K) /* a min per 16: the halves' X sums */
