@@ -1594,8 +1594,13 @@ static inline __attribute__((always_inline)) void pk_run_g(const ix__pk_tile *a,
                     __m512i v = _mm512_load_si512((const void *)(c + 64 * j));
                     T[j] = vnni ? _mm512_xor_si512(v, flip) : v;
                 }
+            } else if (kind == PK_K6 && G == 1 && a->dec && !a->dec_fill) { /* decoded by the chunk's first tile (PK_WALK) */
+                IX__UNROLL(8)
+                for (int j = 0; j < 8; j++) T[j] = _mm512_load_si512((const void *)(a->dec + b * IX__PK_DEC_BLOCK + 64 * j));
             } else {
                 pk_codes(kind, c, T, vnni);
+                if (kind == PK_K6 && G == 1 && a->dec)
+                    for (int j = 0; j < 8; j++) _mm512_store_si512((void *)(a->dec + b * IX__PK_DEC_BLOCK + 64 * j), T[j]);
             }
             __m512 dw, dmn = _mm512_setzero_ps();
             __m512i sc[2], mn[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()}, sx = mn[0];
@@ -2046,14 +2051,20 @@ void ix__mm_q4_0_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) { mm_q(mm, 
     }
 /* The K-quants with a packed form (ix_kernels_pack_pays) through pk_run,
  * else as the others. */
+/* Q6_K's prefill decodes each group once per chunk of X rows (ix__pk_walk_dec):
+ * its codes cost about as many instructions to decode as a row's dots, and
+ * reading them back measured 1.1x faster (kernels_bench -m prefill, M = 512,
+ * Zen 5). The other kinds decode in a few instructions per vector, and the
+ * reloads, beside the dots' x broadcasts, made them 0.8-0.95x as fast. */
+#define PK_WALK(K) (PK_##K == PK_K6 ? ix__pk_walk_dec : ix__pk_walk)
 #define KP_MM(t, T, K)                                                                         \
     void ix__mm_##t##_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) {                    \
-        if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pk[1][PK_##K], PK_RX, PK_MCHUNK, k_lock[PK_##K]); \
+        if (mm->w_packed) PK_WALK(K)(mm, n0, n1, k_pk[1][PK_##K], PK_RX, PK_MCHUNK, k_lock[PK_##K]); \
         else if (kwide_ok(mm)) ix__matmul_tiles(mm, n0, n1, k_kwide_band[kw_index(KQ_##T)], 0, W_RW); \
         else ix__matmul_tiles(mm, n0, n1, k_kqtiles[1][KQ_##T], Q_RX, Q_RW);                      \
     }                                                                                          \
     void ix__mm_##t##_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) {                      \
-        if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pk[0][PK_##K], PK_RX, PK_MCHUNK, NULL);        \
+        if (mm->w_packed) PK_WALK(K)(mm, n0, n1, k_pk[0][PK_##K], PK_RX, PK_MCHUNK, NULL);        \
         else ix__matmul_tiles(mm, n0, n1, k_kqtiles[0][KQ_##T], Q_RX, Q_RW);                      \
     }
 KP_MM(q4_k, Q4_K, K4)

@@ -151,8 +151,8 @@ size_t ix_kernels_packed_bytes(ix_dtype type, size_t N, size_t K) {
     return N / IX__PK * ix__pk_group_bytes(type, K);
 }
 
-void ix__pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *fns, int rx_max, size_t mchunk,
-                 const ix__pk_fn *lock) {
+static void pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *fns, int rx_max, size_t mchunk,
+                    const ix__pk_fn *lock, bool dec) {
     const ix_dtype t = mm->w_type;
     const bool q = ix__w_quantized(t);
     ix__pk_tile a = {.k = mm->K, .ldy = ix__mm_ldy(mm), .blk_off = ix__align64(mm->K),
@@ -175,8 +175,13 @@ void ix__pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *fns
         }
         n0 = g * IX__PK; /* the last few groups, one at a time */
     }
+    /* the decode buffer: only where some chunk has more than one tile of rows */
+    uint8_t *buf = NULL;
+    if (dec && q && n0 < n1 && mm->M > (size_t)rx_max)
+        buf = ix_aligned_alloc(64, mm->K / IX__QK * IX__PK_DEC_BLOCK);
     for (size_t mc = 0; mc < mm->M; mc += mchunk) {
         size_t mend = mm->M - mc < mchunk ? mm->M : mc + mchunk;
+        a.dec = mend - mc > (size_t)rx_max ? buf : NULL;
         for (size_t g = n0 / IX__PK; g < n1 / IX__PK; g++) {
             a.w = w + g * a.gstride;
             a.scales = q ? a.w + sc_off : NULL;
@@ -184,10 +189,22 @@ void ix__pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *fns
                 int rx = mend - m < (size_t)rx_max ? (int)(mend - m) : rx_max;
                 a.x = x0 + m * a.xs;
                 a.y = mm->y + m * a.ldy + g * IX__PK;
+                a.dec_fill = m == mc;
                 fns[rx - 1](&a);
             }
         }
     }
+    ix_aligned_free(buf);
+}
+
+void ix__pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *fns, int rx_max, size_t mchunk,
+                 const ix__pk_fn *lock) {
+    pk_walk(mm, n0, n1, fns, rx_max, mchunk, lock, false);
+}
+
+void ix__pk_walk_dec(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *fns, int rx_max, size_t mchunk,
+                     const ix__pk_fn *lock) {
+    pk_walk(mm, n0, n1, fns, rx_max, mchunk, lock, true);
 }
 
 /* IX__PACK_K4 / _K6 (Q4_K, Q5_K, Q6_K): per super-block and row, each

@@ -480,7 +480,12 @@ typedef struct ix__pk_tile {
     float *y;              /* Y[row 0][first column of the group] */
     size_t ldy;            /* floats between Y rows */
     size_t gstride;        /* lockstep tiles: bytes from one group to the next */
+    /* prefill (ix__pk_walk_dec): the group's codes as the tile decodes them,
+     * IX__PK_DEC_BLOCK bytes per block, 64-byte aligned; NULL: none */
+    uint8_t *dec;
+    bool dec_fill; /* true: decode W and keep it in dec; false: read dec */
 } ix__pk_tile;
+#define IX__PK_DEC_BLOCK 512 /* eight 64-byte code vectors */
 typedef void (*ix__pk_fn)(const ix__pk_tile *t);
 
 /* Groups a lockstep tile takes at once (one X row: decode). A core that
@@ -507,6 +512,13 @@ static inline size_t ix__pk_lock_groups(size_t rx) { return rx <= 3 ? IX__PK_LOC
  * the last few groups to fns. */
 void ix__pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *fns, int rx_max, size_t mchunk,
                  const ix__pk_fn *lock);
+/* The same for tiles that take a decode buffer (ix__pk_tile.dec): where a
+ * chunk has more than rx_max rows, each group's first tile of the chunk
+ * decodes W into it and the chunk's other tiles read it back, so W is
+ * decoded once per chunk, not once per rx_max rows. The tiles' bits do not
+ * change; without the memory for it the walk runs as ix__pk_walk. */
+void ix__pk_walk_dec(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *fns, int rx_max, size_t mchunk,
+                     const ix__pk_fn *lock);
 
 /* ---- matmul helpers -------------------------------------------------------- */
 /* Bytes of a row of k elements (whole blocks) of t; 0 without kernels. */
