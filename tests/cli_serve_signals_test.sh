@@ -47,9 +47,18 @@ n_old=$(wc -l <"$tmp/access.log.1")
 curl -sf "$base/health" >/dev/null
 [ "$(wc -l <"$tmp/access.log.1")" -eq "$n_old" ] || fail "the rotated log still grows"
 
-# drain: new connections refused at once; a second SIGTERM ends it
-curl -sN "$base/v1/completions" -d "$long" >"$tmp/s2" &
+# drain: new connections refused at once; a second SIGTERM ends it. The
+# streams must outlast the ~1 s to the second signal on any machine: four of
+# 16 x 480 tokens (one such stream alone took 1.25 s on a loaded 2-core VM;
+# a stream of 8 x 400 once finished before the cancel).
+longest='{"prompt":"It was","max_tokens":480,"ignore_eos":true,"n":16,"stream":true}'
+curl -sN "$base/v1/completions" -d "$longest" >"$tmp/s2" &
 c2=$!
+busy=()
+for i in 1 2 3; do
+  curl -sN "$base/v1/completions" -d "$longest" >"$tmp/s2.$i" &
+  busy+=($!)
+done
 sleep 0.3
 kill -TERM $pid
 wait_for "shutting down" "$tmp/err" 10 || fail "no shutdown line"
@@ -68,7 +77,7 @@ rc=$?
 pid=""
 [ $rc -eq 0 ] || fail "exit status $rc"
 grep -q "inferx serve: stopped" "$tmp/err" || fail "no final line"
-wait $c2
+wait $c2 "${busy[@]}"
 grep -q '"finish_reason":"abort"' "$tmp/s2" || fail "the cancelled stream did not say abort: $(tail -c 300 "$tmp/s2")"
 
 # drain under a flood of new connections
