@@ -119,7 +119,7 @@ start_serve() {
         kill -0 "$job" 2>/dev/null || break
         sleep 0.1
     done
-    [ -n "$port" ] || { cat "$log"; echo "FAIL: serve $* did not come up"; exit 1; }
+    [ -n "$port" ] || { cat "$log" "$log.out"; echo "FAIL: serve $* did not come up"; exit 1; }
     ready=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/ready")
     [ "$ready" = 200 ] || { cat "$log"; echo "FAIL: /ready says $ready with every rank up"; exit 1; }
 }
