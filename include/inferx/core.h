@@ -137,6 +137,7 @@ typedef struct ix_cpu_features {
     bool avx512f, avx512bw, avx512vl, avx512vnni, avx512bf16;
     bool avx_vnni;
     bool neon, dotprod;
+    int amd_family; /* x86: an AMD CPU's family (25 Zen 3/4, 26 Zen 5), else 0 */
 } ix_cpu_features;
 
 /* Instruction-set paths that kernels are built for, in increasing order. */

@@ -33,7 +33,11 @@ static uint64_t read_xcr0(void) {
 static void probe(void) {
     ix_cpu_features *f = &g_features;
     unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return;
+    bool amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; /* "AuthenticAMD" */
     if (!__get_cpuid(1, &a, &b, &c, &d)) return;
+    unsigned family = (a >> 8) & 0xf;
+    if (amd) f->amd_family = (int)(family == 0xf ? family + ((a >> 20) & 0xff) : family);
     bool osxsave = (c >> 27) & 1;
     f->sse42 = (c >> 20) & 1;
     bool avx_hw = (c >> 28) & 1;

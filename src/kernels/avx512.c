@@ -26,6 +26,8 @@
 #include "kernels/kernels_int.h"
 
 #include <immintrin.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <math.h>
 
 /* ---- vector vocabulary for vecops.h ------------------------------------------ */
@@ -1687,7 +1689,13 @@ static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, p
  * these magnitudes), so the integer dot, and with it every bit, equals
  * pk_run's. Q5_K and Q6_K, whose codes do not fit a byte times 16, take
  * pk_run's codes. */
-static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile *a, pk_kind kind) {
+/* A streamed line asked for into L2 (IX__PF_LOC), or with l1 into L1 (t0). */
+static inline __attribute__((always_inline)) void pk_pf(const void *p, bool l1) {
+    if (l1) __builtin_prefetch(p, 0, 3);
+    else __builtin_prefetch(p, 0, IX__PF_LOC);
+}
+
+static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile *a, pk_kind kind, bool l1) {
     enum { G = IX__PK_LOCK };
     const bool q8 = kind == PK_Q8, k45 = kind == PK_K4 || kind == PK_K5, k6 = pk_halves(kind), q2 = kind == PK_K2;
     const bool q3 = kind == PK_K3, xs = kind == PK_XS, m32 = pk_min32(kind), sup_k = pk_super(kind);
@@ -1708,12 +1716,12 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
         const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + a->blk_off) + b;
         IX__UNROLL(4)
         for (int g = 0; g < G; g++)
-            for (size_t o = 0; o < cb; o += 64) __builtin_prefetch(c + g * gs + PK_LOCK_PF_BYTES + o, 0, IX__PF_LOC);
+            for (size_t o = 0; o < cb; o += 64) pk_pf(c + g * gs + PK_LOCK_PF_BYTES + o, l1);
         if (sup_k && b % 8 == 0) {
             IX__UNROLL(4)
             for (int g = 0; g < G; g++) {
                 /* the scales are a stream of their own (after the group's codes) */
-                for (size_t o = 0; o < sup; o += 64) __builtin_prefetch(S + g * gs + 2 * sup + o, 0, IX__PF_LOC);
+                for (size_t o = 0; o < sup; o += 64) pk_pf(S + g * gs + 2 * sup + o, l1);
                 if (k45 || q2) pk4_super(S + g * gs, &d[g], &ndm[g]); /* Q2_K's d and dmin sit where Q4_K's do */
                 else d[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + g * gs))); /* PK6_D, PKX_D */
             }
@@ -1812,7 +1820,8 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
         pk_run_g(a, PK_##K, true, R, (int)ix__pk_lock_groups(R));                               \
     }
 #define PK_LOCKS(K)                                                                            \
-    static void pk_lock_##K(const ix__pk_tile *a) { pk_lock_run(a, PK_##K); }                   \
+    static void pk_lock_##K(const ix__pk_tile *a) { pk_lock_run(a, PK_##K, false); }            \
+    static void pk_lock_l1_##K(const ix__pk_tile *a) { pk_lock_run(a, PK_##K, true); }          \
     PK_GLOCK(K, 2) PK_GLOCK(K, 3) PK_GLOCK(K, 4) PK_GLOCK(K, 5)
 PK_LOCKS(Q8)
 PK_LOCKS(Q4)
@@ -1827,12 +1836,38 @@ PK_LOCKS(41)
 PK_LOCKS(50)
 PK_LOCKS(51)
 PK_GLOCK(Q8, 6)
-#define PK_LOCK_ROW(K, SIX) {pk_lock_##K, pk_glock_##K##_2, pk_glock_##K##_3, pk_glock_##K##_4, pk_glock_##K##_5, SIX}
-/* [kind][rx - 1] */
-static const ix__pk_fn k_lock[PK_KINDS][IX__PK_LOCK_RX] = {
-    PK_LOCK_ROW(Q8, pk_glock_Q8_6), PK_LOCK_ROW(Q4, NULL), PK_LOCK_ROW(K4, NULL), PK_LOCK_ROW(K5, NULL),
-    PK_LOCK_ROW(K6, NULL),          PK_LOCK_ROW(K2, NULL), PK_LOCK_ROW(K3, NULL), PK_LOCK_ROW(NL, NULL),
-    PK_LOCK_ROW(XS, NULL),          PK_LOCK_ROW(41, NULL), PK_LOCK_ROW(50, NULL), PK_LOCK_ROW(51, NULL)};
+#define PK_LOCK_ROW(K, L, SIX) {pk_lock_##L##K, pk_glock_##K##_2, pk_glock_##K##_3, pk_glock_##K##_4, pk_glock_##K##_5, SIX}
+#define PK_LOCK_TABLE(L)                                                                       \
+    {PK_LOCK_ROW(Q8, L, pk_glock_Q8_6), PK_LOCK_ROW(Q4, L, NULL), PK_LOCK_ROW(K4, L, NULL),        \
+     PK_LOCK_ROW(K5, L, NULL),          PK_LOCK_ROW(K6, L, NULL), PK_LOCK_ROW(K2, L, NULL),        \
+     PK_LOCK_ROW(K3, L, NULL),          PK_LOCK_ROW(NL, L, NULL), PK_LOCK_ROW(XS, L, NULL),        \
+     PK_LOCK_ROW(41, L, NULL),          PK_LOCK_ROW(50, L, NULL), PK_LOCK_ROW(51, L, NULL)}
+/* [kind][rx - 1]; k_lock_l1: decode's one-row tiles prefetching into L1 */
+static const ix__pk_fn k_lock_l2[PK_KINDS][IX__PK_LOCK_RX] = PK_LOCK_TABLE();
+static const ix__pk_fn k_lock_l1[PK_KINDS][IX__PK_LOCK_RX] = PK_LOCK_TABLE(l1_);
+
+/* Where decode's one-row lockstep tiles prefetch the weights: into L2
+ * (IX__PF_LOC) on the Zen 4 host, where that raised decode 1.13-1.54x over
+ * L1, and into L1 on Zen 5 (AMD family 26), where L1 measured better
+ * (inferx bench, 4 alternations, 2026-12-04: Q4_0 0.71 -> 0.80 of the bound,
+ * Q8_0 0.78 -> 0.84, Q2_K 0.55 -> 0.62, Q4_K_M 0.70 -> 0.75).
+ * INFERX_PREFETCH=l1|l2 overrides the choice. Set once, when the table is
+ * first asked for; the bits do not depend on it. */
+static _Atomic int g_pf_l1 = -1; /* -1: not chosen yet */
+
+static void pf_choose(void) {
+    if (atomic_load_explicit(&g_pf_l1, memory_order_relaxed) >= 0) return;
+    const char *e = getenv("INFERX_PREFETCH");
+    int l1 = ix_cpu_features_get()->amd_family == 26;
+    if (e && !strcmp(e, "l1")) l1 = 1;
+    else if (e && !strcmp(e, "l2")) l1 = 0;
+    else if (e && *e) IX_LOGW("kernels: INFERX_PREFETCH=%s is not l1 or l2; using %s", e, l1 ? "l1" : "l2");
+    atomic_store_explicit(&g_pf_l1, l1, memory_order_relaxed);
+}
+
+static inline const ix__pk_fn *k_lock(size_t kind) {
+    return atomic_load_explicit(&g_pf_l1, memory_order_relaxed) > 0 ? k_lock_l1[kind] : k_lock_l2[kind];
+}
 
 #define PK_INST(K, TAG, V, R)                                                                  \
     static void pk_##K##_##TAG##_##R(const ix__pk_tile *a) { pk_run(a, PK_##K, V, R); }
@@ -2027,7 +2062,7 @@ static const ix__tile_fn k_ftiles[3][F_RX] = {FTILE_ROW(F32), FTILE_ROW(F16), FT
 static inline __attribute__((always_inline)) void mm_q(const ix_matmul *mm, size_t n0, size_t n1, bool q4,
                                                        bool vnni) {
     if (mm->w_packed)
-        ix__pk_walk(mm, n0, n1, k_pk[vnni][q4], PK_RX, PK_MCHUNK, vnni ? k_lock[q4] : NULL);
+        ix__pk_walk(mm, n0, n1, k_pk[vnni][q4], PK_RX, PK_MCHUNK, vnni ? k_lock(q4) : NULL);
     /* the wide tile's transpose pays off once a few X rows share it */
     else if (vnni && mm->M >= WIDE_MIN_M) ix__matmul_tiles(mm, n0, n1, k_wide_band[q4], 0, W_RW);
     else ix__matmul_tiles(mm, n0, n1, k_qtiles[vnni][q4], Q_RX, Q_RW);
@@ -2059,7 +2094,7 @@ void ix__mm_q4_0_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) { mm_q(mm, 
 #define PK_WALK(K) (PK_##K == PK_K6 ? ix__pk_walk_dec : ix__pk_walk)
 #define KP_MM(t, T, K)                                                                         \
     void ix__mm_##t##_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) {                    \
-        if (mm->w_packed) PK_WALK(K)(mm, n0, n1, k_pk[1][PK_##K], PK_RX, PK_MCHUNK, k_lock[PK_##K]); \
+        if (mm->w_packed) PK_WALK(K)(mm, n0, n1, k_pk[1][PK_##K], PK_RX, PK_MCHUNK, k_lock(PK_##K)); \
         else if (kwide_ok(mm)) ix__matmul_tiles(mm, n0, n1, k_kwide_band[kw_index(KQ_##T)], 0, W_RW); \
         else ix__matmul_tiles(mm, n0, n1, k_kqtiles[1][KQ_##T], Q_RX, Q_RW);                      \
     }                                                                                          \
@@ -2076,7 +2111,7 @@ KP_MM(q2_k, Q2_K, K2)
 /* the 32-element types: packed, or kq_run's tiles on rows */
 #define KP_MM32(t, T, K)                                                                       \
     void ix__mm_##t##_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) {                    \
-        if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pk[1][PK_##K], PK_RX, PK_MCHUNK, k_lock[PK_##K]); \
+        if (mm->w_packed) ix__pk_walk(mm, n0, n1, k_pk[1][PK_##K], PK_RX, PK_MCHUNK, k_lock(PK_##K)); \
         else ix__matmul_tiles(mm, n0, n1, k_kqtiles[1][KQ_##T], Q_RX, Q_RW);                      \
     }                                                                                          \
     void ix__mm_##t##_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) {                      \
@@ -2142,4 +2177,7 @@ static void rope_head(float *x, const float *cs, size_t n_rot, ix_rope_mode mode
 static const ix_kernel_table k_avx512_vnni = AVX512_TABLE("avx512-vnni", IX__PATH_AVX512_VNNI);
 static const ix_kernel_table k_avx512_bw = AVX512_TABLE("avx512-bw", IX__PATH_AVX512_BW);
 
-const ix_kernel_table *ix__kernels_avx512(bool vnni) { return vnni ? &k_avx512_vnni : &k_avx512_bw; }
+const ix_kernel_table *ix__kernels_avx512(bool vnni) {
+    pf_choose();
+    return vnni ? &k_avx512_vnni : &k_avx512_bw;
+}
