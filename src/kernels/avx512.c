@@ -1682,6 +1682,12 @@ static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, p
     pk_run_g(a, kind, vnni, rx, 1);
 }
 
+/* A streamed line asked for into L2 (IX__PF_LOC), or with l1 into L1 (t0). */
+static inline __attribute__((always_inline)) void pk_pf(const void *p, bool l1) {
+    if (l1) __builtin_prefetch(p, 0, 3);
+    else __builtin_prefetch(p, 0, IX__PF_LOC);
+}
+
 /* The lockstep tile (IX__PK_LOCK groups, one X row: decode), VNNI. The x
  * broadcasts are shared by the groups. Q4_0 and Q4_K split a byte's
  * nibbles by masking alone: the high nibble stays scaled by 16 in its own
@@ -1689,12 +1695,6 @@ static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, p
  * these magnitudes), so the integer dot, and with it every bit, equals
  * pk_run's. Q5_K and Q6_K, whose codes do not fit a byte times 16, take
  * pk_run's codes. */
-/* A streamed line asked for into L2 (IX__PF_LOC), or with l1 into L1 (t0). */
-static inline __attribute__((always_inline)) void pk_pf(const void *p, bool l1) {
-    if (l1) __builtin_prefetch(p, 0, 3);
-    else __builtin_prefetch(p, 0, IX__PF_LOC);
-}
-
 static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile *a, pk_kind kind, bool l1) {
     enum { G = IX__PK_LOCK };
     const bool q8 = kind == PK_Q8, k45 = kind == PK_K4 || kind == PK_K5, k6 = pk_halves(kind), q2 = kind == PK_K2;
@@ -1849,8 +1849,9 @@ static const ix__pk_fn k_lock_l1[PK_KINDS][IX__PK_LOCK_RX] = PK_LOCK_TABLE(l1_);
 /* Where decode's one-row lockstep tiles prefetch the weights: into L2
  * (IX__PF_LOC) on the Zen 4 host, where that raised decode 1.13-1.54x over
  * L1, and into L1 on Zen 5 (AMD family 26), where L1 measured better
- * (inferx bench, 4 alternations, 2026-12-04: Q4_0 0.71 -> 0.80 of the bound,
- * Q8_0 0.78 -> 0.84, Q2_K 0.55 -> 0.62, Q4_K_M 0.70 -> 0.75).
+ * (inferx bench at ~80 GB/s, 3 alternations, 2026-12-04: Q4_0 0.71 -> 0.82
+ * of the bound, Q8_0 0.77 -> 0.84, Q2_K 0.63 -> 0.66, Q4_K_M 0.71 -> 0.78;
+ * docs/kernels.md). The few-row tiles (pk_run_g) keep prefetching into L2.
  * INFERX_PREFETCH=l1|l2 overrides the choice. Set once, when the table is
  * first asked for; the bits do not depend on it. */
 static _Atomic int g_pf_l1 = -1; /* -1: not chosen yet */
