@@ -1433,6 +1433,9 @@ static inline int32_t pk_blk_off(pk_kind kind, const ix__q8a_blk *xb, bool vnni)
 static inline bool pk_halves(pk_kind kind) { return kind == PK_K6 || kind == PK_K2 || kind == PK_K3; }
 static inline int pk_off(pk_kind kind) { return kind == PK_K6 ? 32 : kind == PK_K3 ? 4 : 0; }
 /* Bytes of a super-block's scales */
+/* The kinds whose prefill keeps each group's decoded codes per X chunk
+ * (ix__pk_walk_dec, PK_WALK): Q6_K only, see KP_MM. */
+static inline bool pk_dec(pk_kind kind) { return kind == PK_K6; }
 static inline size_t pk_sup(pk_kind kind) {
     return kind == PK_K6 || kind == PK_K3 ? IX__PK6_SUPER : kind == PK_K2 ? IX__PK2_SUPER
            : kind == PK_XS ? IX__PKX_SUPER : IX__PK4_SUPER;
@@ -1596,12 +1599,12 @@ static inline __attribute__((always_inline)) void pk_run_g(const ix__pk_tile *a,
                     __m512i v = _mm512_load_si512((const void *)(c + 64 * j));
                     T[j] = vnni ? _mm512_xor_si512(v, flip) : v;
                 }
-            } else if (kind == PK_K6 && G == 1 && a->dec && !a->dec_fill) { /* decoded by the chunk's first tile (PK_WALK) */
+            } else if (pk_dec(kind) && G == 1 && a->dec && !a->dec_fill) { /* decoded by the chunk's first tile (PK_WALK) */
                 IX__UNROLL(8)
                 for (int j = 0; j < 8; j++) T[j] = _mm512_load_si512((const void *)(a->dec + b * IX__PK_DEC_BLOCK + 64 * j));
             } else {
                 pk_codes(kind, c, T, vnni);
-                if (kind == PK_K6 && G == 1 && a->dec)
+                if (pk_dec(kind) && G == 1 && a->dec)
                     for (int j = 0; j < 8; j++) _mm512_store_si512((void *)(a->dec + b * IX__PK_DEC_BLOCK + 64 * j), T[j]);
             }
             __m512 dw, dmn = _mm512_setzero_ps();
@@ -2086,13 +2089,13 @@ void ix__mm_q4_0_avx512bw(const ix_matmul *mm, size_t n0, size_t n1) { mm_q(mm, 
         ix__matmul_tiles(mm, n0, n1, k_kqtiles[0][KQ_##T], Q_RX, Q_RW);                          \
     }
 /* The K-quants with a packed form (ix_kernels_pack_pays) through pk_run,
- * else as the others. */
-/* Q6_K's prefill decodes each group once per chunk of X rows (ix__pk_walk_dec):
- * its codes cost about as many instructions to decode as a row's dots, and
- * reading them back measured 1.1x faster (kernels_bench -m prefill, M = 512,
- * Zen 5). The other kinds decode in a few instructions per vector, and the
- * reloads, beside the dots' x broadcasts, made them 0.8-0.95x as fast. */
-#define PK_WALK(K) (PK_##K == PK_K6 ? ix__pk_walk_dec : ix__pk_walk)
+ * else as the others. Q6_K's prefill (pk_dec) decodes each group once per
+ * chunk of X rows: its codes cost about as many instructions to decode as a
+ * row's dots, and reading them back measured 1.10-1.18x faster (kernels_bench
+ * -m prefill, M = 512, Zen 5). The other kinds decode in a few instructions
+ * per vector, and the reloads, beside the dots' x broadcasts, made them
+ * 0.85-0.97x as fast. */
+#define PK_WALK(K) (pk_dec(PK_##K) ? ix__pk_walk_dec : ix__pk_walk)
 #define KP_MM(t, T, K)                                                                         \
     void ix__mm_##t##_avx512vnni(const ix_matmul *mm, size_t n0, size_t n1) {                    \
         if (mm->w_packed) PK_WALK(K)(mm, n0, n1, k_pk[1][PK_##K], PK_RX, PK_MCHUNK, k_lock(PK_##K)); \
