@@ -27,7 +27,6 @@
 #ifndef INFERX_KERNELS_ATTN_Q_H
 #define INFERX_KERNELS_ATTN_Q_H
 
-_Static_assert(sizeof(ix__q8a_blk) == 16, "q8a query buffer size below assumes 16-byte blocks");
 
 /* A block's scale (ix__kv_block_scale through the path's f16 conversion). */
 static inline __attribute__((always_inline)) float vq_scale(const uint8_t *blk, ix_kv_dtype t) {
@@ -75,7 +74,7 @@ vq_attn_add(ix_attn_acc *accs, const float *q, size_t nq, const void *k, size_t 
     const bool tail = hd % IX__KV_QK != 0;
     const size_t hdp = (nb + tail) * IX__KV_QK; /* the query's padded length */
     const size_t krb = ix_kv_dtype_row_bytes(t, k_stride), vrb = ix_kv_dtype_row_bytes(t, v_stride);
-    _Alignas(64) uint8_t qa[IX__ATTN_Q_MAX_HD + IX__ATTN_Q_MAX_HD / 2]; /* one q8a row */
+    _Alignas(64) uint8_t qa[IX__ATTN_Q_MAX_HD + IX__ATTN_Q_MAX_HD / IX__QK * sizeof(ix__q8a_blk) + 64]; /* one q8a row */
     float qpad[IX__ATTN_Q_MAX_HD];
     float s[IX__ATTN_CHUNK];
     for (size_t qi = 0; qi < nq; qi++) {

@@ -591,9 +591,9 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
             }
             acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(idot), _mm256_mul_ps(k4 ? dsc : dw, sx), acc[i]);
             if (k4) { /* the min_sx form */
-                acc[i] = _mm256_fmadd_ps(dmn, _mm256_set1_ps((float)xb->s * xb->d), acc[i]);
+                acc[i] = _mm256_fmadd_ps(dmn, _mm256_set1_ps(xb->sd), acc[i]);
             } else if (m1) {
-                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_set1_epi32(xb->s)), _mm256_mul_ps(dm, sx), acc[i]);
+                acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(xb->fs), _mm256_mul_ps(dm, sx), acc[i]);
             }
         }
     }

@@ -899,9 +899,9 @@ static inline __attribute__((always_inline)) void kq_run(const ix__tile *a, kq_t
             }
             acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(idot), _mm512_mul_ps(k4 ? dsc : dw, sx), acc[i]);
             if (k4) { /* the min_sx form */
-                acc[i] = _mm512_fmadd_ps(dmn, _mm512_set1_ps((float)xb->s * xb->d), acc[i]);
+                acc[i] = _mm512_fmadd_ps(dmn, _mm512_set1_ps(xb->sd), acc[i]);
             } else if (m1) {
-                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_set1_epi32(xb->s)), _mm512_mul_ps(dm, sx), acc[i]);
+                acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(xb->fs), _mm512_mul_ps(dm, sx), acc[i]);
             }
         }
     }
@@ -1283,7 +1283,7 @@ static inline __attribute__((always_inline)) void kwide_inner(const ix__tile *a,
                 r = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot[i]), s0), _mm512_mul_ps(dw, dx), r);
             } else {
                 r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i]), _mm512_mul_ps(dw, dx), r);
-                r = _mm512_fmadd_ps(dm, _mm512_set1_ps((float)WIDE_XBLK(wx, i)->s * WIDE_XBLK(wx, i)->d), r);
+                r = _mm512_fmadd_ps(dm, _mm512_set1_ps(WIDE_XBLK(wx, i)->sd), r);
             }
             ra[i] = r;
         }
@@ -1671,9 +1671,9 @@ static inline __attribute__((always_inline)) void pk_run_g(const ix__pk_tile *a,
                 const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + (size_t)i * a->xs + a->blk_off) + b;
                 if (xs) dot[i] = _mm512_mullo_epi32(dot[i], sx); /* sc sum0 + sc sum1, one scale per 32 */
                 acc[g][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i]), _mm512_mul_ps(dw, _mm512_set1_ps(xb->d)), acc[g][i]);
-                if (k45) acc[g][i] = _mm512_fmadd_ps(dmn, _mm512_set1_ps((float)xb->s * xb->d), acc[g][i]);
+                if (k45) acc[g][i] = _mm512_fmadd_ps(dmn, _mm512_set1_ps(xb->sd), acc[g][i]);
                 if (m32) /* the integer min term: s times m dx */
-                    acc[g][i] = _mm512_fmadd_ps(_mm512_set1_ps((float)xb->s), _mm512_mul_ps(dmn, _mm512_set1_ps(xb->d)),
+                    acc[g][i] = _mm512_fmadd_ps(_mm512_set1_ps(xb->fs), _mm512_mul_ps(dmn, _mm512_set1_ps(xb->d)),
                                                 acc[g][i]);
             }
         }
@@ -1774,7 +1774,7 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
             }
         }
         const __m512i off = _mm512_set1_epi32(pk_blk_off(kind, xb, true));
-        const __m512 xd = _mm512_set1_ps(xb->d), sxd = _mm512_set1_ps((float)xb->s * xb->d);
+        const __m512 xd = _mm512_set1_ps(xb->d), sxd = _mm512_set1_ps(xb->sd);
         IX__UNROLL(4)
         for (int g = 0; g < G; g++) {
             const uint8_t *Sg = S + g * gs;
@@ -1805,7 +1805,7 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
                      : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)Sg));
             acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, xd), acc[g]);
             if (m32) /* the integer min term: s times m dx */
-                acc[g] = _mm512_fmadd_ps(_mm512_set1_ps((float)xb->s),
+                acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(xb->fs),
                                          _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(Sg + 32))), xd),
                                          acc[g]);
             if (k45) acc[g] = _mm512_fmadd_ps(pk4_sub(Sg + IX__PK4_MN + b % 8 * IX__PK, ndm[g]), sxd, acc[g]);

@@ -183,9 +183,9 @@ static inline __attribute__((always_inline)) void NQ(kq_run)(const ix__tile *a, 
             }
             acc[i] = vfmaq_f32(acc[i], vcvtq_f32_s32(idot), vmulq_n_f32(bw, xb->d));
             if (k4) { /* the min_sx form */
-                acc[i] = vfmaq_f32(acc[i], bm, vdupq_n_f32((float)xb->s * xb->d));
+                acc[i] = vfmaq_f32(acc[i], bm, vdupq_n_f32(xb->sd));
             } else if (m1) {
-                acc[i] = vfmaq_f32(acc[i], vcvtq_f32_s32(vdupq_n_s32(xb->s)), vmulq_n_f32(dm, xb->d));
+                acc[i] = vfmaq_f32(acc[i], vdupq_n_f32(xb->fs), vmulq_n_f32(dm, xb->d));
             }
         }
     }
