@@ -1520,15 +1520,22 @@ static inline __attribute__((always_inline)) void pk_half_scales(pk_kind kind, c
     }
 }
 
+/* A scale-per-16 kind's dot offset for one half of a block, -c h (c =
+ * pk_off; h = the half's X sum, broadcast from the q8a block). */
+static inline __attribute__((always_inline)) __m512i pk_half_off(int c, const int32_t *h) {
+    return c ? _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_set1_epi32(*h), (unsigned)__builtin_ctz((unsigned)c)))
+             : _mm512_setzero_si512();
+}
+
 /* Q2_K's block added to the super-block's integer sums: *is += sc0 dl +
  * sc1 dh, *ims += mn0 s0 + mn1 s1. With VNNI by vpdpwssd: every factor
  * fits the low int16 of its dword (|dl|, |dh| <= 16 x 3 x 128, |s| <= 16 x
  * 127) and the other factor's high word is 0 (scales and mins are 0..15),
  * so each dword's product is exact. */
 static inline __attribute__((always_inline)) void pk_q2_sums(__m512i *is, __m512i *ims, __m512i dl, __m512i dh,
-                                                              const __m512i sc[2], const __m512i mn[2], int32_t s0,
-                                                              int32_t s1, bool vnni) {
-    const __m512i v0 = _mm512_set1_epi32(s0), v1 = _mm512_set1_epi32(s1);
+                                                              const __m512i sc[2], const __m512i mn[2],
+                                                              const ix__q8a_blk *xb, bool vnni) {
+    const __m512i v0 = _mm512_set1_epi32(xb->h0), v1 = _mm512_set1_epi32(xb->h1);
     if (vnni) {
         *is = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(*is, dl, sc[0]), dh, sc[1]);
         *ims = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(*ims, mn[0], v0), mn[1], v1);
@@ -1634,8 +1641,7 @@ static inline __attribute__((always_inline)) void pk_run_g(const ix__pk_tile *a,
                 for (int i = 0; i < rx; i++) {
                     const uint8_t *xr = a->x + (size_t)i * a->xs, *xq = xr + b * IX__QK;
                     const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(xr + a->blk_off) + b;
-                    const int32_t s0 = xb->s0, s1 = xb->s - xb->s0;
-                    __m512i lo = _mm512_set1_epi32(-c6 * s0), hi = _mm512_set1_epi32(-c6 * s1);
+                    __m512i lo = pk_half_off(c6, &xb->h0), hi = pk_half_off(c6, &xb->h1);
                     IX__UNROLL(4)
                     for (int j = 0; j < 4; j++) {
                         lo = pk_dp(lo, T[j], xq + 4 * j, false, vnni);
@@ -1643,7 +1649,7 @@ static inline __attribute__((always_inline)) void pk_run_g(const ix__pk_tile *a,
                     }
                     const __m512 xd = _mm512_set1_ps(xb->d);
                     if (q2 || q3) { /* the integer sums per super-block (kernels_int.h, x_super) */
-                        if (q2) pk_q2_sums(&isum[g][i], &imsum[g][i], lo, hi, sc, mn, s0, s1, vnni);
+                        if (q2) pk_q2_sums(&isum[g][i], &imsum[g][i], lo, hi, sc, mn, xb, vnni);
                         else isum[g][i] = pk_q3_sums(isum[g][i], lo, hi, sc, vnni);
                         if (b % IX__SUPER_BLOCKS == IX__SUPER_BLOCKS - 1)
                             acc[g][i] = xs_flush(acc[g][i], &isum[g][i], &imsum[g][i], dw, ndm[g], xd, q2);
@@ -1729,12 +1735,12 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
                 else d[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + g * gs))); /* PK6_D, PKX_D */
             }
         }
-        const int32_t s0 = xb->s0, s1 = xb->s - xb->s0;
+        const __m512i o0 = pk_half_off(c6, &xb->h0), o1 = pk_half_off(c6, &xb->h1);
         __m512i dl[G], dh[G];
         IX__UNROLL(4)
         for (int g = 0; g < G; g++) {
-            dl[g] = _mm512_set1_epi32(-c6 * s0);
-            dh[g] = _mm512_set1_epi32(-c6 * s1);
+            dl[g] = o0;
+            dh[g] = o1;
         }
         if (q8) {
             IX__UNROLL(8)
@@ -1782,7 +1788,7 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
             if (q2 || q3) { /* the integer sums per super-block (kernels_int.h, x_super) */
                 pk_half_scales(kind, Sg, b, sc, mn);
                 if (q2) {
-                    pk_q2_sums(&isum[g], &imsum[g], dl[g], dh[g], sc, mn, s0, s1, true);
+                    pk_q2_sums(&isum[g], &imsum[g], dl[g], dh[g], sc, mn, xb, true);
                 } else {
                     pk_q3_cut(sc, true);
                     isum[g] = pk_q3_sums(isum[g], dl[g], dh[g], sc, true);

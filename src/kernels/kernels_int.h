@@ -79,15 +79,18 @@ static inline void ix__cpu_relax(void) {
 #define IX__SUPER_BLOCKS 8
 
 /* A q8a block's scale and the sums the tiles take per X row and block,
- * computed once here rather than per W group: fs = (float)s and sd =
- * (float)s * d, the X side of the canonical min terms below (a tile that
- * converted and multiplied them per row ran Q4_K / Q5_K prefill 1.15-1.25x
- * slower: scalar work between the vector dots). */
+ * computed once here rather than per W group, so that a tile broadcasts
+ * them from memory and moves nothing from scalar registers into vectors
+ * between its dots: fs = (float)s and sd = (float)s * d, the X side of the
+ * canonical min terms below (converted and multiplied per row, Q4_K / Q5_K
+ * prefill ran 1.05-1.14x slower), and h0, h1 the halves' sums as int32
+ * (Q6_K / Q3_K / Q2_K: 1.02-1.06x). 32 bytes. */
 typedef struct ix__q8a_blk {
     float d;
     int16_t s, s0;
     int32_t neg8s, neg128s;
     float fs, sd;
+    int32_t h0, h1;
 } ix__q8a_blk;
 
 /* The sums of a block's first and second 16 codes; b->d is already set. */
@@ -98,6 +101,8 @@ static inline void ix__q8a_set_sums(ix__q8a_blk *b, int32_t s0, int32_t s1) {
     b->neg128s = -128 * (s0 + s1);
     b->fs = (float)b->s;
     b->sd = b->fs * b->d;
+    b->h0 = s0;
+    b->h1 = s1;
 }
 
 static inline size_t ix__align64(size_t n) { return (n + 63) & ~(size_t)63; }
