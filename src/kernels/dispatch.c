@@ -175,6 +175,11 @@ static void pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *
         }
         n0 = g * IX__PK; /* the last few groups, one at a time */
     }
+    /* at most IX__PK_XCHUNK_BYTES of X per chunk, whole tiles of rows */
+    if (mchunk * a.xs > IX__PK_XCHUNK_BYTES) {
+        const size_t fit = IX__PK_XCHUNK_BYTES / a.xs / (size_t)rx_max * (size_t)rx_max;
+        mchunk = fit < (size_t)rx_max ? (size_t)rx_max : fit;
+    }
     /* the decode buffer: only where some chunk has more than one tile of rows */
     uint8_t *buf = NULL;
     if (dec && q && n0 < n1 && mm->M > (size_t)rx_max)

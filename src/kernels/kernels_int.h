@@ -517,8 +517,17 @@ typedef void (*ix__pk_fn)(const ix__pk_tile *t);
 #define IX__PK_LOCK_RX 6
 static inline size_t ix__pk_lock_groups(size_t rx) { return rx <= 3 ? IX__PK_LOCK : IX__PK_LOCK / 2; }
 
+/* A packed walk's X chunk: at most this many bytes of X rows (fewer rows
+ * than mchunk where K is long), so that the chunk, read again for every
+ * group, stays in L2. At K = 5632 (ffn_down) 128 q8a rows are 1.4 MiB;
+ * bounded to 512 KiB (40 rows) the prefill tiles ran ffn_down 1.05-1.15x
+ * faster (Zen 5, 1 MiB L2, kernels_bench -t 1 -m prefill, best of 5
+ * alternations: Q4_0 1.15x, Q4_K 1.10x, F16 1.08x, Q6_K 1.05x); the K =
+ * 2048 shapes keep their 128 rows. 384 KiB cost those 1-4%. */
+#define IX__PK_XCHUNK_BYTES (512 << 10)
+
 /* Columns [n0, n1) (whole groups) of a packed matmul: X in chunks of mchunk
- * rows, and per chunk each group against the chunk's rows, fns[rx - 1]
+ * rows (at most IX__PK_XCHUNK_BYTES), and per chunk each group against the chunk's rows, fns[rx - 1]
  * doing rx (1..rx_max) of them at a time. lock (NULL: none) holds
  * IX__PK_LOCK_RX lockstep tiles, lock[M - 1] for M rows (NULL where the path
  * has none): with one, runs of ix__pk_lock_groups(M) groups go to it and
