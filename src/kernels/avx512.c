@@ -1521,10 +1521,11 @@ static inline __attribute__((always_inline)) void pk_half_scales(pk_kind kind, c
 }
 
 /* A scale-per-16 kind's dot offset for one half of a block, -c h (c =
- * pk_off; h = the half's X sum, broadcast from the q8a block). */
+ * pk_off; h = the half's X sum in the q8a block). A multiply and a
+ * broadcast from a scalar register measured 1-3% faster here than a
+ * broadcast from memory shifted and negated (Q6_K prefill). */
 static inline __attribute__((always_inline)) __m512i pk_half_off(int c, const int32_t *h) {
-    return c ? _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_set1_epi32(*h), (unsigned)__builtin_ctz((unsigned)c)))
-             : _mm512_setzero_si512();
+    return c ? _mm512_set1_epi32(-c * *h) : _mm512_setzero_si512();
 }
 
 /* Q2_K's block added to the super-block's integer sums: *is += sc0 dl +

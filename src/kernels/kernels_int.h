@@ -84,7 +84,7 @@ static inline void ix__cpu_relax(void) {
  * between its dots: fs = (float)s and sd = (float)s * d, the X side of the
  * canonical min terms below (converted and multiplied per row, Q4_K / Q5_K
  * prefill ran 1.05-1.14x slower), and h0, h1 the halves' sums as int32
- * (Q6_K / Q3_K / Q2_K: 1.02-1.06x). 32 bytes. */
+ * (Q2_K's integer min sums: prefill 1.05-1.10x). 32 bytes. */
 typedef struct ix__q8a_blk {
     float d;
     int16_t s, s0;
