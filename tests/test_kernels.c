@@ -892,7 +892,7 @@ static void test_matmul_packed(void **state) {
     int nt = tables(t);
     const size_t Ms[] = {1, 2, 3, 4, 5, 6, 8, 9, 17, 150}; /* up to 6: the lockstep tiles */
     const size_t Ns[] = {16, 48, 80}; /* 80: lockstep runs of groups (4 or 2), then one more */
-    const size_t Ks[] = {32, 224, 1024, 8192}; /* 8192: chunks of fewer X rows (IX__PK_XCHUNK_BYTES) */
+    const size_t Ks[] = {32, 224, 1024, 4096}; /* 4096: chunks of 64 q8a rows (IX__PK_XCHUNK_BYTES) */
     const ix_dtype qt[] = {IX_DTYPE_Q8_0, IX_DTYPE_Q4_0, IX_DTYPE_Q4_K, IX_DTYPE_Q5_K, IX_DTYPE_Q6_K,
                            IX_DTYPE_Q2_K, IX_DTYPE_Q3_K, IX_DTYPE_IQ4_XS, IX_DTYPE_Q4_1, IX_DTYPE_Q5_0,
                            IX_DTYPE_Q5_1, IX_DTYPE_IQ4_NL, IX_DTYPE_F16, IX_DTYPE_BF16};
