@@ -27,7 +27,6 @@
 #ifndef INFERX_KERNELS_ATTN_Q_H
 #define INFERX_KERNELS_ATTN_Q_H
 
-
 /* A block's scale (ix__kv_block_scale through the path's f16 conversion). */
 static inline __attribute__((always_inline)) float vq_scale(const uint8_t *blk, ix_kv_dtype t) {
     float d = vq_half(ix__load_u16(blk));
