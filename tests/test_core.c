@@ -52,6 +52,41 @@ static void test_alloc_counts(void **state) {
     assert_null(ix_aligned_alloc(3, 10));
 }
 
+/* Zeroed blocks from 2 MiB up have a mapping of their own on a 2 MiB
+ * boundary (huge pages): zero, writable end to end, counted, freed by
+ * munmap; a plain aligned block of the same size still goes back to free,
+ * and fault injection fails both. */
+static void test_alloc_huge(void **state) {
+    (void)state;
+    const size_t mib = (size_t)1 << 20;
+    size_t live0 = ix_mem_live_bytes(), cnt0 = ix_mem_live_count();
+    size_t sizes[] = {2 * mib, 3 * mib + 17, 9 * mib};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t n = sizes[k];
+        unsigned char *p = ix_aligned_calloc(64, n), *q = ix_aligned_alloc(64, n);
+        assert_non_null(p);
+        assert_non_null(q);
+        assert_int_equal((uintptr_t)p % (2 * mib), 0);
+        assert_int_equal((uintptr_t)q % 64, 0);
+        for (size_t i = 0; i < n; i += 4093) assert_int_equal(p[i], 0);
+        assert_int_equal(p[n - 1], 0);
+        memset(p, 0x5a, n);
+        memset(q, 0xa5, n);
+        assert_int_equal(p[n - 1], 0x5a);
+        assert_int_equal(ix_mem_live_bytes(), live0 + 2 * n);
+        ix_aligned_free(p);
+        ix_aligned_free(q);
+        assert_int_equal(ix_mem_live_bytes(), live0);
+    }
+    assert_int_equal(ix_mem_live_count(), cnt0);
+    assert_null(ix_aligned_calloc(3, 4 * mib));
+    assert_null(ix_aligned_calloc(64, SIZE_MAX - mib));
+    ix_mem_fail_after(0);
+    assert_null(ix_aligned_calloc(64, 4 * mib));
+    ix_mem_fail_reset();
+    assert_int_equal(ix_mem_live_bytes(), live0);
+}
+
 static void test_alloc_fault_injection(void **state) {
     (void)state;
     ix_mem_fail_after(2);
@@ -155,6 +190,7 @@ static void test_resident_bytes(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_status_table), cmocka_unit_test(test_alloc_counts),
+        cmocka_unit_test(test_alloc_huge),
         cmocka_unit_test(test_alloc_fault_injection), cmocka_unit_test(test_buf),
         cmocka_unit_test(test_log_hook), cmocka_unit_test(test_cpu),
         cmocka_unit_test(test_resident_bytes),

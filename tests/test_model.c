@@ -372,9 +372,52 @@ static void test_pack_cache(void **state) {
     assert_int_equal(system(cmd), 0);
 }
 
+/* The embedding table is copied beside the packed weights and its file
+ * pages dropped: looking up tokens all over the vocabulary (a row every 36
+ * KiB of the bundled F16 table) leaves none of the file's pages of it
+ * resident but the two it may share with its neighbours; read through the
+ * mapping (INFERX_REPACK=0 keeps everything there), every lookup makes its
+ * page resident. (test_golden and the pack cache's test check the outputs.) */
+static void test_embd_copy(void **state) {
+    (void)state;
+    const char *path = IX_SOURCE_DIR "/models/target-f16.gguf";
+    for (int mapped = 0; mapped < 2; mapped++) {
+        if (mapped) assert_int_equal(setenv("INFERX_REPACK", "0", 1), 0);
+        runner r;
+        runner_open(&r, path, IX_KV_F16, 64, 1);
+        const ix_gguf_tensor *te = ix_gguf_find_tensor(ix_model_gguf(r.m), "token_embd.weight");
+        assert_non_null(te);
+        int32_t seq;
+        assert_int_equal(ix_kv_seq_create(r.kv, 0, &seq), IX_OK);
+        ix_token toks[64];
+        int32_t pos[64], sq[64];
+        uint8_t outf[64] = {0};
+        for (int i = 0; i < 64; i++) {
+            toks[i] = (ix_token)((i * 64 + 7) % r.n_vocab);
+            pos[i] = i;
+            sq[i] = seq;
+        }
+        outf[63] = 1;
+        assert_int_equal(ix_kv_seq_append(r.kv, seq, 64, toks), IX_OK);
+        ix_batch b = {64, toks, pos, sq, outf};
+        float *logits = malloc((size_t)r.n_vocab * sizeof(float));
+        assert_int_equal(ix_model_forward(r.ctx, &b, logits), IX_OK);
+        free(logits);
+        uint64_t res = ix_resident_bytes(te->data, te->n_bytes), page = (uint64_t)sysconf(_SC_PAGESIZE);
+        if (mapped) {
+            assert_true(res >= 32 * page); /* the lookups' pages (at least half of them) */
+            assert_int_equal(unsetenv("INFERX_REPACK"), 0);
+        } else if (res > 2 * page) {
+            fail_msg("%llu bytes of the file's embedding table resident after 64 lookups", (unsigned long long)res);
+        }
+        runner_close(&r);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pack_cache),
+        cmocka_unit_test(test_embd_copy),
         cmocka_unit_test(test_golden),
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_logit_invariance),

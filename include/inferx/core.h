@@ -78,7 +78,10 @@ void *ix_calloc(size_t count, size_t size);
 void *ix_realloc(void *p, size_t n_bytes);
 void *ix_aligned_alloc(size_t alignment, size_t n_bytes);
 /* Zeroed, like calloc: a large block's pages stay untouched (not resident)
- * until written. Freed with ix_aligned_free. */
+ * until written; from 2 MiB up the block starts on a 2 MiB boundary of a
+ * mapping of its own with transparent huge pages requested, so it becomes
+ * resident 2 MiB per fault where the kernel gives huge pages. Freed with
+ * ix_aligned_free. */
 void *ix_aligned_calloc(size_t alignment, size_t n_bytes);
 void ix_free(void *p);
 void ix_aligned_free(void *p);

@@ -153,8 +153,8 @@ const ix_gguf *ix_model_gguf(const ix_model *m);
 uint64_t ix_model_decode_bytes(const ix_model *m);
 uint64_t ix_model_n_params(const ix_model *m);
 /* Bytes of weights the model keeps in memory while serving: the packed
- * copies plus the tensors read in place from the file's mapping (embedding
- * rows, norms, weights that were not packed). */
+ * copies (the embedding rows copied beside them) plus the tensors read in
+ * place from the file's mapping (norms, weights that were not packed). */
 uint64_t ix_model_weight_bytes(const ix_model *m);
 /* Of those, the bytes resident in this process now: the packed copies'
  * pages plus the file mapping's (tensors read in place, and the metadata).

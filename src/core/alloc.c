@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define HDR 16
@@ -110,8 +111,41 @@ static void *aligned_alloc_with(size_t alignment, size_t n, bool zero) {
     return (void *)aligned;
 }
 
+/* Zeroed blocks of HUGE_MIN bytes or more (the KV cache's pool) come from
+ * their own anonymous mapping, starting on a 2 MiB boundary with transparent
+ * huge pages requested: still resident only as written, but a first write
+ * makes 2 MiB resident in one fault instead of 4 KiB. On a virtual machine
+ * that shadows page tables a fault costs 20-70 us (docs/kv-cache.md), which
+ * a decode step paid every few tokens as its K/V rows reached new pages.
+ * The offset stored below the block carries HUGE_TAG for these. */
+#define HUGE_ALIGN ((size_t)2 << 20)
+#define HUGE_MIN HUGE_ALIGN
+#define HUGE_TAG ((size_t)1 << (sizeof(size_t) * 8 - 1))
+
+static void *huge_calloc(size_t n) {
+    if (n > SIZE_MAX - HUGE_ALIGN || should_fail()) return NULL;
+    size_t len = n + HUGE_ALIGN;
+    unsigned char *raw = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return NULL;
+    /* the first 2 MiB boundary past the header: raw is page-aligned, so
+     * at most HUGE_ALIGN further, and the block ends inside the mapping */
+    uintptr_t aligned = ((uintptr_t)raw + HDR + HUGE_ALIGN - 1) & ~(uintptr_t)(HUGE_ALIGN - 1);
+    size_t off = (size_t)(aligned - (uintptr_t)raw) | HUGE_TAG;
+#ifdef MADV_HUGEPAGE
+    madvise((void *)aligned, n, MADV_HUGEPAGE); /* advice: without THP the block works as 4 KiB pages */
+#endif
+    memcpy((unsigned char *)aligned - 2 * sizeof(size_t), &n, sizeof n);
+    memcpy((unsigned char *)aligned - sizeof(size_t), &off, sizeof off);
+    account_add(n);
+    return (void *)aligned;
+}
+
 void *ix_aligned_alloc(size_t alignment, size_t n) { return aligned_alloc_with(alignment, n, false); }
-void *ix_aligned_calloc(size_t alignment, size_t n) { return aligned_alloc_with(alignment, n, true); }
+
+void *ix_aligned_calloc(size_t alignment, size_t n) {
+    if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > 4096) return NULL;
+    return n >= HUGE_MIN ? huge_calloc(n) : aligned_alloc_with(alignment, n, true);
+}
 
 void ix_aligned_free(void *p) {
     if (!p) return;
@@ -119,6 +153,10 @@ void ix_aligned_free(void *p) {
     memcpy(&n, (unsigned char *)p - 2 * sizeof(size_t), sizeof n);
     memcpy(&off, (unsigned char *)p - sizeof(size_t), sizeof off);
     account_sub(n);
+    if (off & HUGE_TAG) {
+        munmap((unsigned char *)p - (off & ~HUGE_TAG), n + HUGE_ALIGN);
+        return;
+    }
     free((unsigned char *)p - off);
 }
 

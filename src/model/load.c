@@ -282,6 +282,7 @@ static void drop_pages(const void *data, uint64_t n_bytes) {
 typedef struct pack_job {
     ix__weight **ws;
     uint8_t **dst;  /* (n) packed destination, NULL: weight not packable */
+    const ix__weight *copy; /* the weight among ws copied row for row, not packed (or NULL) */
     size_t *first;  /* (n + 1) first grain of each weight */
     size_t n;
     uint64_t total_bytes, t0_ns;
@@ -307,9 +308,12 @@ static void pack_worker(void *ctx, int ith, int nth) {
         const ix__weight *wt = j->ws[w];
         size_t N = (size_t)wt->ne1, K = (size_t)wt->ne0;
         size_t r0 = (it - j->first[w]) * PACK_GRAIN_ROWS, r1 = r0 + PACK_GRAIN_ROWS < N ? r0 + PACK_GRAIN_ROWS : N;
-        if (ix_kernels_pack(wt->type, wt->data, 0, N, K, r0, r1, j->dst[w]) != IX_OK) atomic_store(&j->failed, 1);
         uint64_t row_bytes = 0;
         ix_dtype_row_bytes(wt->type, (uint64_t)K, &row_bytes);
+        if (wt == j->copy)
+            memcpy(j->dst[w] + r0 * row_bytes, (const uint8_t *)wt->data + r0 * row_bytes, (r1 - r0) * row_bytes);
+        else if (ix_kernels_pack(wt->type, wt->data, 0, N, K, r0, r1, j->dst[w]) != IX_OK)
+            atomic_store(&j->failed, 1);
         /* The grain's source rows are never read again: dropping them now
          * keeps the load's peak near the packed size instead of twice the
          * model (the pages it shares with the next grain go at the end). */
@@ -327,6 +331,21 @@ static void pack_worker(void *ctx, int ith, int nth) {
 
 static uint64_t stage_decode_bytes(const ix_model *m);
 
+/* The token embedding table when this rank reads it: the lookup on a
+ * pipeline's first stage (or the only one), the tied output head on its last.
+ * NULL: a middle stage, which reads neither. */
+static ix__weight *embed_to_copy(ix_model *m) {
+    const ix_model_comm *comm = m->comm;
+    int32_t S = comm && comm->n_stages > 1 ? comm->n_stages : 1, st = S > 1 ? comm->stage : 0;
+    bool lookup = st == 0, head = m->hp.tied_embeddings && m->output.data && st == S - 1;
+    return m->tok_embd.data && (lookup || head) ? &m->tok_embd : NULL;
+}
+
+/* Bytes of w in the packed buffer: its packed form, or (copy) its rows. */
+static uint64_t buffer_bytes(const ix__weight *w, bool copy) {
+    return copy ? (w->n_bytes + 63) / 64 * 64 : ix_kernels_packed_bytes(w->type, (size_t)w->ne1, (size_t)w->ne0);
+}
+
 /* Repacks every packable matmul weight (Q8_0 / Q4_0 / F16 / BF16, the other quantized types on AVX-512:
  * ix_kernels_pack) into one buffer, so the kernels read 16 rows per vector
  * load with no run-time transposes. Quantized results are the same bits,
@@ -336,7 +355,7 @@ static ix_status repack_weights(loader *L) {
     ix_model *m = L->m;
     const char *env = getenv("INFERX_REPACK");
     if (env && strcmp(env, "0") == 0) return IX_OK;
-    ix__weight **ws = ix_malloc(((size_t)m->hp.n_layer * 7 + 1) * sizeof *ws);
+    ix__weight **ws = ix_malloc(((size_t)m->hp.n_layer * 7 + 2) * sizeof *ws);
     if (!ws) return ix_errf(L->err, IX_ERR_NOMEM, "out of memory");
     size_t n = 0, n_all = matmul_weights(m, ws);
     for (size_t i = 0; i < n_all; i++) /* what the active kernels read packed with tiles of their own */
@@ -348,10 +367,20 @@ static ix_status repack_weights(loader *L) {
         ix_free(ws);
         return IX_OK;
     }
+    /* The embedding rows go into the same buffer, unchanged: read through
+     * the file's mapping, each token's first lookup of a 4 KiB page is a
+     * page fault (10-100 us on a virtual machine that shadows page tables,
+     * docs/model.md), and a tied output head would stream 4 KiB pages;
+     * here they share the packed weights' huge pages. */
+    ix__weight *emb = embed_to_copy(m);
+    if (emb) {
+        ws[n++] = emb;
+        total += buffer_bytes(emb, true);
+    }
     /* the cache: a hit maps the packed weights, a miss packs into a new file */
     struct stat st;
     bool use_cache = L->p->pack_cache_dir && total >= L->p->pack_cache_min_bytes && !stat(L->path, &st);
-    uint64_t key = use_cache ? ix__pack_cache_key(L->path, &st, ws, n) : 0;
+    uint64_t key = use_cache ? ix__pack_cache_key(L->path, &st, ws, n, emb) : 0;
     size_t mapped = 0;
     uint64_t t0 = ix_time_ns();
     uint8_t *map = use_cache ? ix__pack_cache_map(L->p->pack_cache_dir, L->path, key, total, &st, &mapped) : NULL;
@@ -370,7 +399,7 @@ static ix_status repack_weights(loader *L) {
     /* destinations first, then the rows of every weight in grains spread
      * over all cores: packing is a memory copy, and one core cannot stream
      * what the machine can */
-    pack_job j = {.ws = ws, .n = n, .total_bytes = total, .L = L};
+    pack_job j = {.ws = ws, .copy = emb, .n = n, .total_bytes = total, .L = L};
     j.dst = ix_calloc(n, sizeof *j.dst);
     j.first = ix_calloc(n + 1, sizeof *j.first);
     if (!j.dst || !j.first) {
@@ -383,7 +412,7 @@ static ix_status repack_weights(loader *L) {
     }
     uint64_t at = 0;
     for (size_t i = 0; i < n; i++) {
-        size_t pb = ix_kernels_packed_bytes(ws[i]->type, (size_t)ws[i]->ne1, (size_t)ws[i]->ne0);
+        size_t pb = buffer_bytes(ws[i], ws[i] == emb);
         size_t grains = pb ? ((size_t)ws[i]->ne1 + PACK_GRAIN_ROWS - 1) / PACK_GRAIN_ROWS : 0;
         j.dst[i] = pb ? buf + at : NULL;
         j.first[i + 1] = j.first[i] + grains;
@@ -404,6 +433,13 @@ static ix_status repack_weights(loader *L) {
     }
     for (size_t i = 0; i < n; i++) {
         if (!j.dst[i]) continue;
+        if (ws[i] == emb) { /* rows as they were; a tied (or sharded) head views them */
+            uintptr_t old = (uintptr_t)emb->data, out = (uintptr_t)m->output.data;
+            if (out >= old && out - old < emb->n_bytes) m->output.data = j.dst[i] + (out - old);
+            drop_pages(emb->data, emb->n_bytes);
+            emb->data = j.dst[i];
+            continue;
+        }
         m->weight_bytes -= ws[i]->n_bytes; /* the file's copy, replaced by the packed one */
         m->weight_bytes += ix_kernels_packed_bytes(ws[i]->type, (size_t)ws[i]->ne1, (size_t)ws[i]->ne0);
         drop_pages(ws[i]->data, ws[i]->n_bytes); /* what the grains left: pages two of them shared */

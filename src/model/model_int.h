@@ -133,8 +133,10 @@ struct ix_model {
 #define IX__PACK_CACHE_DATA_OFFSET ((size_t)2 << 20)
 struct stat;
 typedef struct ix__pack_cache ix__pack_cache;
-/* The key of the packed form of weights ws (n) of the file at path. */
-uint64_t ix__pack_cache_key(const char *path, const struct stat *st, ix__weight *const *ws, size_t n);
+/* The key of the packed form of weights ws (n) of the file at path; copy,
+ * if one of them, is kept row for row (the embedding table). */
+uint64_t ix__pack_cache_key(const char *path, const struct stat *st, ix__weight *const *ws, size_t n,
+                            const ix__weight *copy);
 /* A hit: the cache file of key in dir mapped read-only (a header, then at
  * IX__PACK_CACHE_DATA_OFFSET data_bytes of packed weights); *map_len its
  * length. NULL: a miss. */

@@ -16,7 +16,8 @@
  * A cache file is named after the model and a 64-bit key over everything the
  * packed bytes depend on: the source file's identity (device, inode, size,
  * modification time, path), the pack layout's version and row group, and
- * every packed weight's type and shape. Its header (the weights start 2 MiB
+ * every packed weight's type and shape (and the embedding table's, copied
+ * row for row after them). Its header (the weights start 2 MiB
  * in) repeats the key and the sizes under a checksum; a file whose header
  * does not match is packed again. The directory is bounded: before a file is created, the least
  * recently used cache files go until the new one fits under the cap.
@@ -72,7 +73,8 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
 
 static uint64_t header_check(const pc_header *h) { return fnv(0xcbf29ce484222325ull, h, offsetof(pc_header, check)); }
 
-uint64_t ix__pack_cache_key(const char *path, const struct stat *st, ix__weight *const *ws, size_t n) {
+uint64_t ix__pack_cache_key(const char *path, const struct stat *st, ix__weight *const *ws, size_t n,
+                            const ix__weight *copy) {
     uint64_t h = fnv(0xcbf29ce484222325ull, "inferx-pack", 11);
     uint32_t v[2] = {PC_VERSION, IX_KERNELS_PACK_ROWS};
     h = fnv(h, v, sizeof v);
@@ -83,8 +85,9 @@ uint64_t ix__pack_cache_key(const char *path, const struct stat *st, ix__weight 
                       (uint64_t)st->st_mtim.tv_sec, (uint64_t)st->st_mtim.tv_nsec};
     h = fnv(h, id, sizeof id);
     for (size_t i = 0; i < n; i++) {
+        bool rows = ws[i] == copy; /* copied row for row: tagged -1 */
         int64_t w[4] = {(int64_t)ws[i]->type, ws[i]->ne0, ws[i]->ne1,
-                        (int64_t)ix_kernels_packed_bytes(ws[i]->type, (size_t)ws[i]->ne1, (size_t)ws[i]->ne0)};
+                        rows ? -1 : (int64_t)ix_kernels_packed_bytes(ws[i]->type, (size_t)ws[i]->ne1, (size_t)ws[i]->ne0)};
         h = fnv(h, w, sizeof w);
     }
     return h;
