@@ -31,6 +31,29 @@ static void test_greedy(void **state) {
     float l[6] = {0.1f, 3.0f, -1.0f, 3.0f, 2.9f, -INFINITY};
     assert_int_equal(sample1(s, l), 1); /* tie: lowest id */
     ix_sampler_destroy(s);
+
+    /* Past the vector lanes: the first index of the maximum as the one-pass
+     * loop "best = i if l[i] > l[best]" picks it, over vocabularies of every
+     * length around the lane width, with ties, signed zeros, -inf and NaNs
+     * (a NaN never wins; a NaN at 0 is what that loop returns) */
+    enum { NV = 83 };
+    float w[NV];
+    uint32_t rng = 12345;
+    for (int t = 0; t < 4000; t++) {
+        int32_t n = 1 + t % NV;
+        for (int32_t i = 0; i < n; i++) {
+            rng = rng * 1664525u + 1013904223u;
+            int r = (int)(rng >> 24) % 12;
+            w[i] = r == 0 ? NAN : r == 1 ? -0.0f : r == 2 ? 0.0f : r == 3 ? -INFINITY : (float)(r % 5) - 2.0f;
+        }
+        if (t % 97 == 0) w[0] = NAN;
+        ix_token want = 0;
+        for (int32_t i = 1; i < n; i++)
+            if (w[i] > w[want]) want = i;
+        ix_sampler *g = mk(p, n);
+        assert_int_equal(sample1(g, w), want);
+        ix_sampler_destroy(g);
+    }
 }
 
 /* probabilities 0.5, 0.3, 0.15, 0.05 */
