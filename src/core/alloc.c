@@ -94,8 +94,16 @@ void ix_free(void *p) {
 /* Layout: [raw ... pad][size_t size][size_t offset][aligned data] */
 /* Both aligned allocators: raw comes from malloc or calloc(n + alignment +
  * HDR); the size and the offset back to raw sit just below the result. */
+static bool alignment_ok(size_t a) { return a != 0 && (a & (a - 1)) == 0 && a <= 4096; }
+
+/* The size and the offset back to the raw pointer, just below the block. */
+static void put_header(uintptr_t aligned, size_t n, size_t off) {
+    memcpy((unsigned char *)aligned - 2 * sizeof(size_t), &n, sizeof n);
+    memcpy((unsigned char *)aligned - sizeof(size_t), &off, sizeof off);
+}
+
 static void *aligned_alloc_with(size_t alignment, size_t n, bool zero) {
-    if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > 4096) return NULL;
+    if (!alignment_ok(alignment)) return NULL;
     if (alignment < HDR) alignment = HDR;
     if (n > SIZE_MAX - alignment - HDR || should_fail()) return NULL;
     /* calloc, not malloc + memset: a large block comes straight from mmap,
@@ -104,9 +112,7 @@ static void *aligned_alloc_with(size_t alignment, size_t n, bool zero) {
     if (!raw) return NULL;
     uintptr_t base = (uintptr_t)raw + HDR;
     uintptr_t aligned = (base + alignment - 1) & ~(uintptr_t)(alignment - 1);
-    size_t off = (size_t)(aligned - (uintptr_t)raw);
-    memcpy((unsigned char *)aligned - 2 * sizeof(size_t), &n, sizeof n);
-    memcpy((unsigned char *)aligned - sizeof(size_t), &off, sizeof off);
+    put_header(aligned, n, (size_t)(aligned - (uintptr_t)raw));
     account_add(n);
     return (void *)aligned;
 }
@@ -115,8 +121,8 @@ static void *aligned_alloc_with(size_t alignment, size_t n, bool zero) {
  * their own anonymous mapping, starting on a 2 MiB boundary with transparent
  * huge pages requested: still resident only as written, but a first write
  * makes 2 MiB resident in one fault instead of 4 KiB. On a virtual machine
- * that shadows page tables a fault costs 20-70 us (docs/kv-cache.md), which
- * a decode step paid every few tokens as its K/V rows reached new pages.
+ * that shadows page tables a decode step's K/V store paid 63-103 us every
+ * few tokens as its rows reached new 4 KiB pages (docs/kv-cache.md).
  * The offset stored below the block carries HUGE_TAG for these. */
 #define HUGE_ALIGN ((size_t)2 << 20)
 #define HUGE_MIN HUGE_ALIGN
@@ -130,12 +136,10 @@ static void *huge_calloc(size_t n) {
     /* the first 2 MiB boundary past the header: raw is page-aligned, so
      * at most HUGE_ALIGN further, and the block ends inside the mapping */
     uintptr_t aligned = ((uintptr_t)raw + HDR + HUGE_ALIGN - 1) & ~(uintptr_t)(HUGE_ALIGN - 1);
-    size_t off = (size_t)(aligned - (uintptr_t)raw) | HUGE_TAG;
 #ifdef MADV_HUGEPAGE
     madvise((void *)aligned, n, MADV_HUGEPAGE); /* advice: without THP the block works as 4 KiB pages */
 #endif
-    memcpy((unsigned char *)aligned - 2 * sizeof(size_t), &n, sizeof n);
-    memcpy((unsigned char *)aligned - sizeof(size_t), &off, sizeof off);
+    put_header(aligned, n, (size_t)(aligned - (uintptr_t)raw) | HUGE_TAG);
     account_add(n);
     return (void *)aligned;
 }
@@ -143,7 +147,7 @@ static void *huge_calloc(size_t n) {
 void *ix_aligned_alloc(size_t alignment, size_t n) { return aligned_alloc_with(alignment, n, false); }
 
 void *ix_aligned_calloc(size_t alignment, size_t n) {
-    if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > 4096) return NULL;
+    if (!alignment_ok(alignment)) return NULL;
     return n >= HUGE_MIN ? huge_calloc(n) : aligned_alloc_with(alignment, n, true);
 }
 

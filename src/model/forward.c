@@ -93,8 +93,6 @@ static void lap(uint64_t *acc, uint64_t *t) {
 
 /* Tensor parallelism: this shard holds part of every layer's heads and rows. */
 static bool is_tp(const ix_model *m) { return m->comm && m->shard.n_ranks > 1; }
-/* Pipeline stages (1: none). */
-static int32_t n_stages(const ix_model *m) { return m->comm && m->comm->n_stages > 1 ? m->comm->n_stages : 1; }
 /* The rank that runs the engine: rank 0 of stage 0 (or the one process). */
 static bool is_engine(const ix_model *m) { return !m->comm || (m->comm->rank == 0 && m->comm->stage == 0); }
 
@@ -531,6 +529,11 @@ static void prefetch_kv_rows(const ix_model_ctx *c, unsigned char *base, int32_t
     }
 }
 
+/* The last slot of block blk (bs slots) that a query at position p reads. */
+static inline int32_t block_last(int32_t blk, int32_t bs, int32_t p) {
+    return (blk + 1) * bs - 1 < p ? bs - 1 : p - blk * bs;
+}
+
 static void attn_item(const attn_job *j, int64_t it) {
     ix_model_ctx *c = j->c;
     const ix_batch *b = j->b;
@@ -561,13 +564,11 @@ static void attn_item(const attn_job *j, int64_t it) {
     }
     const ix_kernel_table *kt = ix_kernels();
     for (int32_t blk = lo / bs; blk <= p / bs; blk++) {
-        int32_t first = blk * bs > lo ? 0 : lo - blk * bs;
-        int32_t last = (blk + 1) * bs - 1 < p ? bs - 1 : p - blk * bs;
+        int32_t first = blk * bs > lo ? 0 : lo - blk * bs, last = block_last(blk, bs, p);
         int32_t id = c->tables[t][blk];
         if (blk == lo / bs) prefetch_kv_rows(c, base, j->layer, id, kvh, first, last);
-        if (blk < p / bs) /* the next block's rows: slots 0 .. its last */
-            prefetch_kv_rows(c, base, j->layer, c->tables[t][blk + 1], kvh, 0,
-                             (blk + 2) * bs - 1 < p ? bs - 1 : p - (blk + 1) * bs);
+        if (blk < p / bs) /* the next block's rows, from its slot 0 */
+            prefetch_kv_rows(c, base, j->layer, c->tables[t][blk + 1], kvh, 0, block_last(blk + 1, bs, p));
         const void *k = kv_addr(c, base, j->layer, id, kvh, first, false);
         const void *v = kv_addr(c, base, j->layer, id, kvh, first, true);
         kt->attn_add(accs, q, (size_t)nq, k, hd, v, hd, (size_t)(last - first + 1), c->lay.dtype);
@@ -794,7 +795,7 @@ static ix_status stage_pass(ix_model_ctx *c, const ix_batch *b, int32_t n_out, f
     const ix_model *m = c->m;
     const ix_model_comm *comm = m->comm;
     const ix_model_hparams *hp = &m->hp;
-    int32_t S = n_stages(m), st = S > 1 ? comm->stage : 0;
+    int32_t S = ix__n_stages(m), st = ix__stage(m);
     size_t T = (size_t)b->n_tokens, E = (size_t)hp->n_embd;
     ix_status s;
     if (st == 0) {
@@ -845,7 +846,7 @@ static int32_t micro_outputs(ix_model_ctx *c, const int32_t *out_rows, int32_t n
 /* The engine's micro-batches per step: one per stage unless told, at most
  * one per token; 1 without a pipeline. */
 static int32_t micro_count(const ix_model_ctx *c, int32_t T) {
-    int32_t S = n_stages(c->m);
+    int32_t S = ix__n_stages(c->m);
     if (S == 1) return 1;
     int32_t M = c->m->comm->micro_batches > 0 ? c->m->comm->micro_batches : S;
     return M < T ? M : T;
@@ -887,11 +888,11 @@ static ix_status forward(ix_model_ctx *c, const ix_batch *b, const ix_model_plan
     ix_status s = plan ? check_plan(c, plan, &n_out) : check_batch(c, b, &n_out);
     if (s != IX_OK) return s;
     int32_t T = b->n_tokens, M = plan ? plan->n_micro : micro_count(c, T);
-    if (M < 1 || M > T || (M > 1 && n_stages(m) == 1))
+    if (M < 1 || M > T || (M > 1 && ix__n_stages(m) == 1))
         return ix_errf(&c->err, IX_ERR_RANGE, "plan of %d tokens in %d micro-batches", T, M);
     if (plan) apply_copies(c, plan);
     else if (comm && (s = send_plan(c, b, want_hidden, M)) != IX_OK) return s;
-    int32_t S = n_stages(m), st = S > 1 ? comm->stage : 0;
+    int32_t S = ix__n_stages(m), st = ix__stage(m);
     size_t E = (size_t)hp->n_embd, V = (size_t)hp->n_vocab, width = want_hidden ? E : V;
     /* hidden rows beside the logits (ix_model_forward_out): one stage only,
      * where the rows that give the logits are at hand (checked before any

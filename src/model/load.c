@@ -335,9 +335,8 @@ static uint64_t stage_decode_bytes(const ix_model *m);
  * pipeline's first stage (or the only one), the tied output head on its last.
  * NULL: a middle stage, which reads neither. */
 static ix__weight *embed_to_copy(ix_model *m) {
-    const ix_model_comm *comm = m->comm;
-    int32_t S = comm && comm->n_stages > 1 ? comm->n_stages : 1, st = S > 1 ? comm->stage : 0;
-    bool lookup = st == 0, head = m->hp.tied_embeddings && m->output.data && st == S - 1;
+    int32_t st = ix__stage(m);
+    bool lookup = st == 0, head = m->hp.tied_embeddings && m->output.data && st == ix__n_stages(m) - 1;
     return m->tok_embd.data && (lookup || head) ? &m->tok_embd : NULL;
 }
 

@@ -128,6 +128,12 @@ struct ix_model {
     struct ix__pack_cache *pack_writer; /* a new cache file being made durable, or NULL */
 };
 
+/* Pipeline stages (1: none) and this rank's stage. */
+static inline int32_t ix__n_stages(const ix_model *m) {
+    return m->comm && m->comm->n_stages > 1 ? m->comm->n_stages : 1;
+}
+static inline int32_t ix__stage(const ix_model *m) { return ix__n_stages(m) > 1 ? m->comm->stage : 0; }
+
 /* ---- the packed-weight cache (pack_cache.c) ---- */
 /* Where a cache file's packed weights start (the header is at 0). */
 #define IX__PACK_CACHE_DATA_OFFSET ((size_t)2 << 20)

@@ -32,6 +32,7 @@ struct ix_sampler {
     int32_t n_seen;
     uint32_t *mask;      /* ((n_vocab + 31) / 32) allowed tokens of the next sample */
     bool mask_on;
+    bool plain_greedy;   /* temperature 0 and nothing that changes or reports logits */
 };
 
 ix_sample_params ix_sample_default_params(void) {
@@ -135,6 +136,8 @@ ix_status ix_sampler_create(ix_sampler **out, const ix_sample_params *p, int32_t
     }
     if (p->n_logit_bias) memcpy(s->bias, p->logit_bias, p->n_logit_bias * sizeof *s->bias);
     s->p.logit_bias = s->bias;
+    s->plain_greedy = p->temperature == 0.0f && !p->logprobs && p->n_logprobs <= 0 && !p->n_logit_bias &&
+                      p->repetition_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f;
     seed_rng(s);
     *out = s;
     return IX_OK;
@@ -290,7 +293,6 @@ static void fill_logprobs(ix_sampler *s, ix_sample_result *r) {
     for (int32_t j = 0; j < r->n_top; j++) r->top_logprobs[j] = w[r->top_ids[j]] - lse;
 }
 
-
 static ix_token draw(ix_sampler *s) {
     const ix_sample_params *p = &s->p;
     float inv_t = 1.0f / p->temperature;
@@ -368,12 +370,10 @@ static ix_token apply_mask(ix_sampler *s) {
 }
 
 ix_status ix_sampler_sample(ix_sampler *s, const float *logits, ix_sample_result *out) {
-    const ix_sample_params *p = &s->p;
-    if (p->temperature == 0.0f && !s->mask_on && !p->logprobs && p->n_logprobs <= 0 && !p->n_logit_bias &&
-        p->repetition_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f) {
-        out->id = argmax(logits, s->n_vocab); /* plain greedy: the logits as they are, no copy */
-        out->logprob = 0.0f;
-        out->n_top = 0;
+    out->logprob = 0.0f;
+    out->n_top = 0;
+    if (s->plain_greedy && !s->mask_on) {
+        out->id = argmax(logits, s->n_vocab); /* the logits as they are, no copy */
         return IX_OK;
     }
     apply_bias_and_penalties(s, logits);
@@ -382,16 +382,12 @@ ix_status ix_sampler_sample(ix_sampler *s, const float *logits, ix_sample_result
         s->mask_on = false;
         if ((allowed = apply_mask(s)) == IX_TOKEN_NONE) {
             out->id = IX_TOKEN_NONE;
-            out->logprob = 0.0f;
-            out->n_top = 0;
             return IX_ERR_STATE;
         }
     }
     out->id = s->p.temperature == 0.0f ? argmax(s->work, s->n_vocab) : draw(s);
     /* Every allowed logit -inf: the draw fell back to an arbitrary id. */
     if (allowed != IX_TOKEN_NONE && s->work[out->id] == -INFINITY) out->id = allowed;
-    out->logprob = 0.0f;
-    out->n_top = 0;
     if (s->p.logprobs || s->p.n_logprobs > 0) fill_logprobs(s, out);
     return IX_OK;
 }
