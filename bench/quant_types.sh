@@ -6,9 +6,11 @@
 # ROUNDS rounds in which every type runs `inferx bench -r 1` once, types in turn
 # (so a slow minute of the shared machine hits every type alike). Per type: the
 # medians over the rounds of prefill tokens/s, decode tokens/s, the fraction of
-# the bandwidth bound `inferx bench` measured beside that decode, and prefill as a
-# fraction of Q4_0's prefill in the same round (Q4_0 is the baseline, measured in
-# every round).
+# the bandwidth bound `inferx bench` measured beside that decode, the weight bytes
+# per second that decode read (the bound's bandwidth times that fraction: on a VM
+# whose bandwidth moves from minute to minute it is the steadier figure), that
+# bandwidth, and prefill as a fraction of Q4_0's prefill in the same round (Q4_0 is
+# the baseline, measured in every round).
 #
 # usage: bench/quant_types.sh INFERX TMP_DIR [ROUNDS] [PROMPT] [GEN] [TYPES...]
 #   defaults: 3 rounds, -p 64, -n 32, all types; threads: all cores. ROUNDS=0 makes the
@@ -62,7 +64,7 @@ while [ "$r" -le "$rounds" ]; do
         for lb in $bins; do
             "${lb#*=}" bench -m "$tmp/qt-$ty.gguf" -p "$np" -n "$ng" -r 1 --json >"$tmp/qt-run.json" 2>/dev/null
             python3 -c "import json,sys; d=json.load(open(sys.argv[1]))
-print(sys.argv[2], sys.argv[3], sys.argv[4], d['prefill_tokens_per_s'], d['decode_tokens_per_s'], d['decode_fraction_of_bound'], d['kernels'])" \
+bw=d['mem_bandwidth_gbs']; print(sys.argv[2], sys.argv[3], sys.argv[4], d['prefill_tokens_per_s'], d['decode_tokens_per_s'], d['decode_fraction_of_bound'], d['kernels'], bw * d['decode_fraction_of_bound'], bw)" \
                 "$tmp/qt-run.json" "$r" "$ty" "${lb%%=*}" >>"$out"
         done
         if [ -n "${LLAMA_BENCH:-}" ]; then
@@ -70,7 +72,7 @@ print(sys.argv[2], sys.argv[3], sys.argv[4], d['prefill_tokens_per_s'], d['decod
             # the bound: the one INFERX measured just before (its decode over its fraction)
             python3 -c "import json,sys; d=json.load(open(sys.argv[1])); pp=[t['avg_ts'] for t in d if t['n_gen']==0][0]; tg=[t['avg_ts'] for t in d if t['n_prompt']==0][0]
 nb=[l.split() for l in open(sys.argv[4]) if l.split()[:3]==[sys.argv[2], sys.argv[3], 'new']][-1]; bound=float(nb[4])/float(nb[5])
-print(sys.argv[2], sys.argv[3], 'llama.cpp', pp, tg, tg/bound, 'llama-bench')" \
+print(sys.argv[2], sys.argv[3], 'llama.cpp', pp, tg, tg/bound, 'llama-bench', float(nb[8]) * tg / bound, nb[8])" \
                 "$tmp/qt-run.json" "$r" "$ty" "$out" >>"$out"
         fi
     done
@@ -89,17 +91,18 @@ for r in rows:
     if r[1] not in types: types.append(r[1])
     if r[2] not in bins: bins.append(r[2])
 med = lambda rs, f: st.median(f(r) for r in rs)
-print('| type | binary | prefill pp%s (tok/s) | decode tg%s (tok/s) | decode / bound | prefill / Q4_0 prefill |' % (np_, ng))
-print('|---|---|---:|---:|---:|---:|')
+print('| type | binary | prefill pp%s (tok/s) | decode tg%s (tok/s) | decode / bound | decode reads (GB/s) | bandwidth (GB/s) | prefill / Q4_0 prefill |' % (np_, ng))
+print('|---|---|---:|---:|---:|---:|---:|---:|')
 for t in types:
     for b in bins:
         rs = [r for r in rows if r[1] == t and r[2] == b]
-        print('| %s | %s | %.2f | %.2f | %.0f%% | %.2f |' % (t, b, med(rs, lambda r: float(r[3])), med(rs, lambda r: float(r[4])),
-              100 * med(rs, lambda r: float(r[5])), med(rs, lambda r: float(r[3]) / base[(r[0], r[2])])))
+        print('| %s | %s | %.2f | %.2f | %.0f%% | %.1f | %.1f | %.2f |' % (t, b, med(rs, lambda r: float(r[3])), med(rs, lambda r: float(r[4])),
+              100 * med(rs, lambda r: float(r[5])), med(rs, lambda r: float(r[7])), med(rs, lambda r: float(r[8])),
+              med(rs, lambda r: float(r[3]) / base[(r[0], r[2])])))
     rs = {(r[0], r[2]): r for r in rows if r[1] == t}
     rr = [r for r in rows if r[1] == t and r[2] == 'new']
     for b in bins[1:]:
-        print('| %s | new / %s | %.2fx | %.2fx | | |' % (t, b, med(rr, lambda r: float(r[3]) / float(rs[(r[0], b)][3])),
+        print('| %s | new / %s | %.2fx | %.2fx | | | | |' % (t, b, med(rr, lambda r: float(r[3]) / float(rs[(r[0], b)][3])),
               med(rr, lambda r: float(r[4]) / float(rs[(r[0], b)][4]))))
 print()
 print('kernels %s; medians of %s rounds, each type run by each binary in turn in every round; ratios within a round;'

@@ -1949,5 +1949,23 @@ int main(void) {
         cmocka_unit_test(test_attention_kv_quant),
         cmocka_unit_test(test_pool),
     };
+    /* IX_TEST_THREADED_ONLY=1 (the ThreadSanitizer build, tests/kernels.cmake):
+     * only the tests that run the worker pool. The single-threaded sweeps are
+     * checked by the other builds and take minutes under TSan. */
+    static const char *const threaded[] = {"test_matmul_invariance", "test_matmul_n", "test_matmul_mixed_types",
+                                           "test_pool"};
+    const char *only = getenv("IX_TEST_THREADED_ONLY");
+    if (only && !strcmp(only, "1")) {
+        struct CMUnitTest sel[IX_ARRAY_LEN(threaded)];
+        size_t n = 0;
+        for (size_t i = 0; i < IX_ARRAY_LEN(tests); i++)
+            for (size_t j = 0; j < IX_ARRAY_LEN(threaded); j++)
+                if (!strcmp(tests[i].name, threaded[j])) sel[n++] = tests[i];
+        if (n != IX_ARRAY_LEN(threaded)) { /* a renamed test must be renamed here too */
+            fprintf(stderr, "test_kernels: IX_TEST_THREADED_ONLY names a test that is not in the table\n");
+            return 1;
+        }
+        return _cmocka_run_group_tests("test_kernels (threaded)", sel, n, NULL, NULL);
+    }
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
