@@ -1503,21 +1503,23 @@ static inline __attribute__((always_inline)) void pk4_super(const uint8_t *S, __
 static inline __attribute__((always_inline)) __m512i pk6_sc(const uint8_t *S, size_t s) {
     return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(S + IX__PK6_SC + s * IX__PK)));
 }
-/* The integer scales of block b's halves (sub-blocks 2 (b % 8) and the
- * next) of a scale-per-16 kind's group whose super-block scales are at S,
- * and Q2_K's mins. */
-static inline __attribute__((always_inline)) void pk_half_scales(pk_kind kind, const uint8_t *S, size_t b, __m512i sc[2],
-                                                                  __m512i mn[2]) {
-    for (size_t k = 0; k < 2; k++) {
-        const size_t s = 2 * (b % 8) + k;
-        if (kind == PK_K2) {
-            __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(S + IX__PK2_SM + s * IX__PK)));
-            sc[k] = _mm512_and_si512(v, _mm512_set1_epi32(15));
-            mn[k] = _mm512_srli_epi32(v, 4);
-        } else {
-            sc[k] = pk6_sc(S, s);
-        }
-    }
+/* The int8 scales of block b's halves (sub-blocks 2 (b % 8) and the next)
+ * of a Q6_K or Q3_K group whose super-block scales are at S, as int32. */
+static inline __attribute__((always_inline)) void pk_half_scales(const uint8_t *S, size_t b, __m512i sc[2]) {
+    for (size_t k = 0; k < 2; k++) sc[k] = pk6_sc(S, 2 * (b % 8) + k);
+}
+
+/* Q2_K's scales and mins of block b's halves for the 16 rows, each row's
+ * pair in one dword: *sc = sc0 | sc1 << 16, *mn = mn0 | mn1 << 16 (the pack
+ * layout keeps a row's two scale bytes side by side). */
+static inline __attribute__((always_inline)) void pk_q2_scales(const uint8_t *S, size_t b, __m512i *sc, __m512i *mn) {
+    const __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(S + IX__PK2_SM + b % 8 * 2 * IX__PK)));
+    *sc = _mm512_and_si512(v, _mm512_set1_epi16(15));
+    *mn = _mm512_srli_epi16(v, 4);
+}
+/* A q8a block's two half sums as one dword, h0 | h1 << 16 (|h| <= 16 x 128) */
+static inline __attribute__((always_inline)) __m512i pk_q2_h(const ix__q8a_blk *xb) {
+    return _mm512_set1_epi32((int32_t)(((uint32_t)xb->h0 & 0xffffu) | (uint32_t)xb->h1 << 16));
 }
 
 /* A scale-per-16 kind's dot offset for one half of a block, -c h (c =
@@ -1529,21 +1531,20 @@ static inline __attribute__((always_inline)) __m512i pk_half_off(int c, const in
 }
 
 /* Q2_K's block added to the super-block's integer sums: *is += sc0 dl +
- * sc1 dh, *ims += mn0 s0 + mn1 s1. With VNNI by vpdpwssd: every factor
- * fits the low int16 of its dword (|dl|, |dh| <= 16 x 3 x 128, |s| <= 16 x
- * 127) and the other factor's high word is 0 (scales and mins are 0..15),
- * so each dword's product is exact. */
-static inline __attribute__((always_inline)) void pk_q2_sums(__m512i *is, __m512i *ims, __m512i dl, __m512i dh,
-                                                              const __m512i sc[2], const __m512i mn[2],
-                                                              const ix__q8a_blk *xb, bool vnni) {
-    const __m512i v0 = _mm512_set1_epi32(xb->h0), v1 = _mm512_set1_epi32(xb->h1);
+ * sc1 dh, *ims += mn0 h0 + mn1 h1, each a pair of int16 products per dword
+ * (pk_q2_scales' pairs; h = pk_q2_h): dl and dh go into one dword's low and
+ * high word first. Every factor fits an int16 (|dl|, |dh| <= 16 x 3 x 128,
+ * |h| <= 16 x 128, scales and mins 0..15), so each sum is exact. */
+static inline __attribute__((always_inline)) void pk_q2_sums(__m512i *is, __m512i *ims, __m512i dl, __m512i dh, __m512i sc,
+                                                              __m512i mn, __m512i h, bool vnni) {
+    const __m512i p = _mm512_mask_blend_epi16(0xaaaaaaaau, dl, _mm512_slli_epi32(dh, 16));
     if (vnni) {
-        *is = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(*is, dl, sc[0]), dh, sc[1]);
-        *ims = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(*ims, mn[0], v0), mn[1], v1);
+        *is = _mm512_dpwssd_epi32(*is, p, sc);
+        *ims = _mm512_dpwssd_epi32(*ims, mn, h);
         return;
     }
-    *is = _mm512_add_epi32(*is, _mm512_add_epi32(_mm512_mullo_epi32(dl, sc[0]), _mm512_mullo_epi32(dh, sc[1])));
-    *ims = _mm512_add_epi32(*ims, _mm512_add_epi32(_mm512_mullo_epi32(mn[0], v0), _mm512_mullo_epi32(mn[1], v1)));
+    *is = _mm512_add_epi32(*is, _mm512_madd_epi16(p, sc));
+    *ims = _mm512_add_epi32(*ims, _mm512_madd_epi16(mn, h));
 }
 
 /* Q3_K's block added to the super-block's integer sum: *is += sc0 dl + sc1
@@ -1627,7 +1628,8 @@ static inline __attribute__((always_inline)) void pk_run_g(const ix__pk_tile *a,
                     else d[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + IX__PK6_D)));
                 }
                 dw = d[g];
-                pk_half_scales(kind, S, b, sc, mn);
+                if (q2) pk_q2_scales(S, b, &sc[0], &mn[0]);
+                else pk_half_scales(S, b, sc);
                 if (q3) pk_q3_cut(sc, vnni);
             } else if (xs) { /* d per super-block, an int8 scale per block */
                 if (b % 8 == 0) d[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + IX__PKX_D)));
@@ -1650,7 +1652,7 @@ static inline __attribute__((always_inline)) void pk_run_g(const ix__pk_tile *a,
                     }
                     const __m512 xd = _mm512_set1_ps(xb->d);
                     if (q2 || q3) { /* the integer sums per super-block (kernels_int.h, x_super) */
-                        if (q2) pk_q2_sums(&isum[g][i], &imsum[g][i], lo, hi, sc, mn, xb, vnni);
+                        if (q2) pk_q2_sums(&isum[g][i], &imsum[g][i], lo, hi, sc[0], mn[0], pk_q2_h(xb), vnni);
                         else isum[g][i] = pk_q3_sums(isum[g][i], lo, hi, sc, vnni);
                         if (b % IX__SUPER_BLOCKS == IX__SUPER_BLOCKS - 1)
                             acc[g][i] = xs_flush(acc[g][i], &isum[g][i], &imsum[g][i], dw, ndm[g], xd, q2);
@@ -1782,15 +1784,17 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
         }
         const __m512i off = _mm512_set1_epi32(pk_blk_off(kind, xb, true));
         const __m512 xd = _mm512_set1_ps(xb->d), sxd = _mm512_set1_ps(xb->sd);
+        const __m512i h2 = q2 ? pk_q2_h(xb) : _mm512_setzero_si512();
         IX__UNROLL(4)
         for (int g = 0; g < G; g++) {
             const uint8_t *Sg = S + g * gs;
             __m512i dot, sc[2], mn[2];
             if (q2 || q3) { /* the integer sums per super-block (kernels_int.h, x_super) */
-                pk_half_scales(kind, Sg, b, sc, mn);
                 if (q2) {
-                    pk_q2_sums(&isum[g], &imsum[g], dl[g], dh[g], sc, mn, xb, true);
+                    pk_q2_scales(Sg, b, &sc[0], &mn[0]);
+                    pk_q2_sums(&isum[g], &imsum[g], dl[g], dh[g], sc[0], mn[0], h2, true);
                 } else {
+                    pk_half_scales(Sg, b, sc);
                     pk_q3_cut(sc, true);
                     isum[g] = pk_q3_sums(isum[g], dl[g], dh[g], sc, true);
                 }
@@ -1799,7 +1803,7 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
                 continue;
             }
             if (k6) {
-                pk_half_scales(kind, Sg, b, sc, mn);
+                pk_half_scales(Sg, b, sc);
                 dot = _mm512_add_epi32(_mm512_mullo_epi32(dl[g], sc[0]), _mm512_mullo_epi32(dh[g], sc[1]));
             }
             else if (masked) dot = _mm512_add_epi32(_mm512_add_epi32(off, dl[g]), _mm512_srai_epi32(dh[g], 4));

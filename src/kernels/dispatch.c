@@ -256,7 +256,8 @@ static void pack_k(ix_dtype t, const void *w, size_t ws, size_t K, size_t n0, si
                 } else if (q2) { /* Q2_K: scale | min << 4 bytes at 0, fp16 d and dmin at 80 */
                     memcpy(S + IX__PK2_D + 2 * r, blk + 80, 2);
                     memcpy(S + IX__PK2_DMIN + 2 * r, blk + 82, 2);
-                    for (size_t s = 0; s < 16; s++) S[IX__PK2_SM + s * IX__PK + r] = blk[s];
+                    /* a block's two halves side by side per row: one load gives each row's pair */
+                    for (size_t s = 0; s < 16; s++) S[IX__PK2_SM + s / 2 * 2 * IX__PK + 2 * r + s % 2] = blk[s];
                 } else {
                     uint8_t sm[16];
                     memcpy(S + IX__PK4_D + 2 * r, blk, 2);

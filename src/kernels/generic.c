@@ -150,7 +150,7 @@ static void unpack_packed(ix_dtype t, const uint8_t *codes, const uint8_t *scale
     if (q2) { /* scale and min of sub-blocks 2 (b % 8) and the next, as unpack_q2_k */
         const uint8_t *S = scales + b / 8 * IX__PK2_SUPER;
         for (size_t k = 0; k < 2; k++) {
-            const uint8_t sm = S[IX__PK2_SM + (2 * (b % 8) + k) * IX__PK + r];
+            const uint8_t sm = S[IX__PK2_SM + b % 8 * 2 * IX__PK + 2 * r + k];
             u->sc[k] = sm & 15, u->mn[k] = sm >> 4;
         }
         u->d = ix__fp16_to_fp32(ix__load_u16(S + IX__PK2_D + 2 * r));

@@ -447,7 +447,7 @@ IX__MM_DECL_NEON(q2_k) IX__MM_DECL_NEON(q3_k)
 /* Q2_K's */
 #define IX__PK2_D 0          /* fp16 d[16] */
 #define IX__PK2_DMIN 32      /* fp16 dmin[16] */
-#define IX__PK2_SM 64        /* u8 scale | min << 4 [16][16] */
+#define IX__PK2_SM 64        /* u8 scale | min << 4 [8][16][2]: block, row, half */
 #define IX__PK2_SUPER 320    /* bytes */
 /* IQ4_XS's */
 #define IX__PKX_D 0          /* fp16 d[16] */
