@@ -1504,7 +1504,7 @@ static inline __attribute__((always_inline)) __m512i pk6_sc(const uint8_t *S, si
     return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(S + IX__PK6_SC + s * IX__PK)));
 }
 /* The int8 scales of block b's halves (sub-blocks 2 (b % 8) and the next)
- * of a Q6_K or Q3_K group whose super-block scales are at S, as int32. */
+ * of a Q6_K group whose super-block scales are at S, as int32. */
 static inline __attribute__((always_inline)) void pk_half_scales(const uint8_t *S, size_t b, __m512i sc[2]) {
     for (size_t k = 0; k < 2; k++) sc[k] = pk6_sc(S, 2 * (b % 8) + k);
 }
@@ -1547,21 +1547,19 @@ static inline __attribute__((always_inline)) void pk_q2_sums(__m512i *is, __m512
     *ims = _mm512_add_epi32(*ims, _mm512_madd_epi16(mn, h));
 }
 
-/* Q3_K's block added to the super-block's integer sum: *is += sc0 dl + sc1
- * dh. With VNNI by vpdpwssd: |dl|, |dh| <= 16 x 4 x 127 fit the low int16
- * of their dwords, and the scales (-32..31, sign-extended) are cut to their
- * low int16, so each dword's other product is 0. */
-static inline __attribute__((always_inline)) __m512i pk_q3_sums(__m512i is, __m512i dl, __m512i dh, const __m512i sc[2],
-                                                                 bool vnni) {
-    if (vnni) return _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(is, dl, sc[0]), dh, sc[1]);
-    return _mm512_add_epi32(is, _mm512_add_epi32(_mm512_mullo_epi32(dl, sc[0]), _mm512_mullo_epi32(dh, sc[1])));
+/* Q3_K's scales of block b's halves for the 16 rows, each row's pair in one
+ * dword: sc0 | sc1 << 16, sign-extended words (the pack layout keeps a row's
+ * two scales side by side, as Q2_K's). */
+static inline __attribute__((always_inline)) __m512i pk_q3_scales(const uint8_t *S, size_t b) {
+    return _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(S + IX__PK6_SC + b % 8 * 2 * IX__PK)));
 }
-/* The scales of pk_half_scales as pk_q3_sums takes them */
-static inline __attribute__((always_inline)) void pk_q3_cut(__m512i sc[2], bool vnni) {
-    if (!vnni) return;
-    const __m512i low = _mm512_set1_epi32(0xffff);
-    sc[0] = _mm512_and_si512(sc[0], low);
-    sc[1] = _mm512_and_si512(sc[1], low);
+/* Q3_K's block added to the super-block's integer sum: is + sc0 dl + sc1
+ * dh, one pair of int16 products per dword (dl and dh blended into one
+ * dword's low and high word: |dl|, |dh| <= 16 x 4 x 128, scales -32..31),
+ * so the sum is exact. */
+static inline __attribute__((always_inline)) __m512i pk_q3_sums(__m512i is, __m512i dl, __m512i dh, __m512i sc, bool vnni) {
+    const __m512i p = _mm512_mask_blend_epi16(0xaaaaaaaau, dl, _mm512_slli_epi32(dh, 16));
+    return vnni ? _mm512_dpwssd_epi32(is, p, sc) : _mm512_add_epi32(is, _mm512_madd_epi16(p, sc));
 }
 
 /* G groups (a->gstride apart) against rx X rows. G = 1 is the tile of
@@ -1629,8 +1627,8 @@ static inline __attribute__((always_inline)) void pk_run_g(const ix__pk_tile *a,
                 }
                 dw = d[g];
                 if (q2) pk_q2_scales(S, b, &sc[0], &mn[0]);
+                else if (q3) sc[0] = pk_q3_scales(S, b);
                 else pk_half_scales(S, b, sc);
-                if (q3) pk_q3_cut(sc, vnni);
             } else if (xs) { /* d per super-block, an int8 scale per block */
                 if (b % 8 == 0) d[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + IX__PKX_D)));
                 dw = d[g];
@@ -1653,7 +1651,7 @@ static inline __attribute__((always_inline)) void pk_run_g(const ix__pk_tile *a,
                     const __m512 xd = _mm512_set1_ps(xb->d);
                     if (q2 || q3) { /* the integer sums per super-block (kernels_int.h, x_super) */
                         if (q2) pk_q2_sums(&isum[g][i], &imsum[g][i], lo, hi, sc[0], mn[0], pk_q2_h(xb), vnni);
-                        else isum[g][i] = pk_q3_sums(isum[g][i], lo, hi, sc, vnni);
+                        else isum[g][i] = pk_q3_sums(isum[g][i], lo, hi, sc[0], vnni);
                         if (b % IX__SUPER_BLOCKS == IX__SUPER_BLOCKS - 1)
                             acc[g][i] = xs_flush(acc[g][i], &isum[g][i], &imsum[g][i], dw, ndm[g], xd, q2);
                         continue;
@@ -1794,9 +1792,7 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
                     pk_q2_scales(Sg, b, &sc[0], &mn[0]);
                     pk_q2_sums(&isum[g], &imsum[g], dl[g], dh[g], sc[0], mn[0], h2, true);
                 } else {
-                    pk_half_scales(Sg, b, sc);
-                    pk_q3_cut(sc, true);
-                    isum[g] = pk_q3_sums(isum[g], dl[g], dh[g], sc, true);
+                    isum[g] = pk_q3_sums(isum[g], dl[g], dh[g], pk_q3_scales(Sg, b), true);
                 }
                 if (b % IX__SUPER_BLOCKS == IX__SUPER_BLOCKS - 1)
                     acc[g] = xs_flush(acc[g], &isum[g], &imsum[g], d[g], ndm[g], xd, q2);

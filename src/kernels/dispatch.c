@@ -240,8 +240,9 @@ static void pack_k(ix_dtype t, const void *w, size_t ws, size_t K, size_t n0, si
                     for (size_t j = 0; j < 8; j++) {
                         int32_t sc[2], mn[2];
                         ix__sub_scales(t, blk, j, sc, mn);
-                        S[IX__PK6_SC + 2 * j * IX__PK + r] = (uint8_t)(int8_t)sc[0];
-                        S[IX__PK6_SC + (2 * j + 1) * IX__PK + r] = (uint8_t)(int8_t)sc[1];
+                        /* a block's two halves side by side per row, as Q2_K's */
+                        S[IX__PK6_SC + j * 2 * IX__PK + 2 * r] = (uint8_t)(int8_t)sc[0];
+                        S[IX__PK6_SC + j * 2 * IX__PK + 2 * r + 1] = (uint8_t)(int8_t)sc[1];
                     }
                 } else if (q32) { /* fp16 d (and m) at 0 (2) */
                     memcpy(S + 2 * r, blk, 2);

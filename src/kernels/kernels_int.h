@@ -442,7 +442,7 @@ IX__MM_DECL_NEON(q2_k) IX__MM_DECL_NEON(q3_k)
 #define IX__PK4_SUPER 320    /* bytes */
 /* Q6_K's and Q3_K's */
 #define IX__PK6_D 0          /* fp16 d[16] */
-#define IX__PK6_SC 32        /* int8 sc[16][16] */
+#define IX__PK6_SC 32        /* int8 sc[16][16]: sub-block, row (Q3_K: [8][16][2], block, row, half) */
 #define IX__PK6_SUPER 288    /* bytes */
 /* Q2_K's */
 #define IX__PK2_D 0          /* fp16 d[16] */
