@@ -1513,7 +1513,7 @@ static inline __attribute__((always_inline)) void pk_half_scales(const uint8_t *
  * pair in one dword: *sc = sc0 | sc1 << 16, *mn = mn0 | mn1 << 16 (the pack
  * layout keeps a row's two scale bytes side by side). */
 static inline __attribute__((always_inline)) void pk_q2_scales(const uint8_t *S, size_t b, __m512i *sc, __m512i *mn) {
-    const __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(S + IX__PK2_SM + b % 8 * 2 * IX__PK)));
+    const __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(S + IX__PK2_SM + ix__pk_pair_at(b % 8, 0, 0))));
     *sc = _mm512_and_si512(v, _mm512_set1_epi16(15));
     *mn = _mm512_srli_epi16(v, 4);
 }
@@ -1530,6 +1530,11 @@ static inline __attribute__((always_inline)) __m512i pk_half_off(int c, const in
     return c ? _mm512_set1_epi32(-c * *h) : _mm512_setzero_si512();
 }
 
+/* A row's two half dots as one dword, dl | dh << 16 (each fits an int16):
+ * the pairwise multiply-add then takes both against the row's scale pair. */
+static inline __attribute__((always_inline)) __m512i pk_dot_pair(__m512i dl, __m512i dh) {
+    return _mm512_mask_blend_epi16(0xaaaaaaaau, dl, _mm512_slli_epi32(dh, 16));
+}
 /* Q2_K's block added to the super-block's integer sums: *is += sc0 dl +
  * sc1 dh, *ims += mn0 h0 + mn1 h1, each a pair of int16 products per dword
  * (pk_q2_scales' pairs; h = pk_q2_h): dl and dh go into one dword's low and
@@ -1537,7 +1542,7 @@ static inline __attribute__((always_inline)) __m512i pk_half_off(int c, const in
  * |h| <= 16 x 128, scales and mins 0..15), so each sum is exact. */
 static inline __attribute__((always_inline)) void pk_q2_sums(__m512i *is, __m512i *ims, __m512i dl, __m512i dh, __m512i sc,
                                                               __m512i mn, __m512i h, bool vnni) {
-    const __m512i p = _mm512_mask_blend_epi16(0xaaaaaaaau, dl, _mm512_slli_epi32(dh, 16));
+    const __m512i p = pk_dot_pair(dl, dh);
     if (vnni) {
         *is = _mm512_dpwssd_epi32(*is, p, sc);
         *ims = _mm512_dpwssd_epi32(*ims, mn, h);
@@ -1551,14 +1556,14 @@ static inline __attribute__((always_inline)) void pk_q2_sums(__m512i *is, __m512
  * dword: sc0 | sc1 << 16, sign-extended words (the pack layout keeps a row's
  * two scales side by side, as Q2_K's). */
 static inline __attribute__((always_inline)) __m512i pk_q3_scales(const uint8_t *S, size_t b) {
-    return _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(S + IX__PK6_SC + b % 8 * 2 * IX__PK)));
+    return _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(S + IX__PK6_SC + ix__pk_pair_at(b % 8, 0, 0))));
 }
 /* Q3_K's block added to the super-block's integer sum: is + sc0 dl + sc1
  * dh, one pair of int16 products per dword (dl and dh blended into one
  * dword's low and high word: |dl|, |dh| <= 16 x 4 x 128, scales -32..31),
  * so the sum is exact. */
 static inline __attribute__((always_inline)) __m512i pk_q3_sums(__m512i is, __m512i dl, __m512i dh, __m512i sc, bool vnni) {
-    const __m512i p = _mm512_mask_blend_epi16(0xaaaaaaaau, dl, _mm512_slli_epi32(dh, 16));
+    const __m512i p = pk_dot_pair(dl, dh);
     return vnni ? _mm512_dpwssd_epi32(is, p, sc) : _mm512_add_epi32(is, _mm512_madd_epi16(p, sc));
 }
 

@@ -240,9 +240,7 @@ static void pack_k(ix_dtype t, const void *w, size_t ws, size_t K, size_t n0, si
                     for (size_t j = 0; j < 8; j++) {
                         int32_t sc[2], mn[2];
                         ix__sub_scales(t, blk, j, sc, mn);
-                        /* a block's two halves side by side per row, as Q2_K's */
-                        S[IX__PK6_SC + j * 2 * IX__PK + 2 * r] = (uint8_t)(int8_t)sc[0];
-                        S[IX__PK6_SC + j * 2 * IX__PK + 2 * r + 1] = (uint8_t)(int8_t)sc[1];
+                        for (size_t k = 0; k < 2; k++) S[IX__PK6_SC + ix__pk_pair_at(j, r, k)] = (uint8_t)(int8_t)sc[k];
                     }
                 } else if (q32) { /* fp16 d (and m) at 0 (2) */
                     memcpy(S + 2 * r, blk, 2);
@@ -257,8 +255,7 @@ static void pack_k(ix_dtype t, const void *w, size_t ws, size_t K, size_t n0, si
                 } else if (q2) { /* Q2_K: scale | min << 4 bytes at 0, fp16 d and dmin at 80 */
                     memcpy(S + IX__PK2_D + 2 * r, blk + 80, 2);
                     memcpy(S + IX__PK2_DMIN + 2 * r, blk + 82, 2);
-                    /* a block's two halves side by side per row: one load gives each row's pair */
-                    for (size_t s = 0; s < 16; s++) S[IX__PK2_SM + s / 2 * 2 * IX__PK + 2 * r + s % 2] = blk[s];
+                    for (size_t s = 0; s < 16; s++) S[IX__PK2_SM + ix__pk_pair_at(s / 2, r, s % 2)] = blk[s];
                 } else {
                     uint8_t sm[16];
                     memcpy(S + IX__PK4_D + 2 * r, blk, 2);

@@ -150,7 +150,7 @@ static void unpack_packed(ix_dtype t, const uint8_t *codes, const uint8_t *scale
     if (q2) { /* scale and min of sub-blocks 2 (b % 8) and the next, as unpack_q2_k */
         const uint8_t *S = scales + b / 8 * IX__PK2_SUPER;
         for (size_t k = 0; k < 2; k++) {
-            const uint8_t sm = S[IX__PK2_SM + b % 8 * 2 * IX__PK + 2 * r + k];
+            const uint8_t sm = S[IX__PK2_SM + ix__pk_pair_at(b % 8, r, k)];
             u->sc[k] = sm & 15, u->mn[k] = sm >> 4;
         }
         u->d = ix__fp16_to_fp32(ix__load_u16(S + IX__PK2_D + 2 * r));
@@ -175,7 +175,7 @@ static void unpack_packed(ix_dtype t, const uint8_t *codes, const uint8_t *scale
     if (k6 || q3) { /* the int8 scales of sub-blocks 2 (b % 8) and the next, as unpack_q6_k / _q3_k */
         const uint8_t *S = scales + b / 8 * IX__PK6_SUPER;
         for (size_t k = 0; k < 2; k++) /* Q6_K: [16 sub-blocks][16 rows]; Q3_K: [8 blocks][16 rows][2 halves] */
-            u->sc[k] = (int8_t)S[q3 ? IX__PK6_SC + b % 8 * 2 * IX__PK + 2 * r + k : IX__PK6_SC + (2 * (b % 8) + k) * IX__PK + r];
+            u->sc[k] = (int8_t)S[IX__PK6_SC + (q3 ? ix__pk_pair_at(b % 8, r, k) : (2 * (b % 8) + k) * IX__PK + r)];
         u->d = ix__fp16_to_fp32(ix__load_u16(S + IX__PK6_D + 2 * r));
         return;
     }

@@ -449,6 +449,11 @@ IX__MM_DECL_NEON(q2_k) IX__MM_DECL_NEON(q3_k)
 #define IX__PK2_DMIN 32      /* fp16 dmin[16] */
 #define IX__PK2_SM 64        /* u8 scale | min << 4 [8][16][2]: block, row, half */
 #define IX__PK2_SUPER 320    /* bytes */
+/* Where Q2_K's and Q3_K's scale byte of half k (0, 1) of block j (0..7 in
+ * its super-block) and row r sits, from the scales' start (IX__PK2_SM,
+ * IX__PK6_SC): a row's two halves side by side, so one 32-byte load gives
+ * every row's pair. */
+static inline size_t ix__pk_pair_at(size_t j, size_t r, size_t k) { return j * 2 * IX__PK + 2 * r + k; }
 /* IQ4_XS's */
 #define IX__PKX_D 0          /* fp16 d[16] */
 #define IX__PKX_SC 32        /* int8 sc[8][16] */
