@@ -747,7 +747,6 @@ static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, b
  * in one pass and two groups side by side, so each line is loaded once and
  * two forward streams are in flight instead of one (the registers hold no
  * more: 2 groups x 2 halves x (int dot + float sum)). Same bits as pk_run. */
-#define PK_LOCK_PF_BYTES 2048 /* per stream, as avx512.c's */
 
 /* Groups w and w + gstride (scales sc and sc + gstride) into y[0..31]. */
 static inline __attribute__((always_inline)) void pk_lock_pair(const ix__pk_tile *a, const uint8_t *w,
@@ -761,7 +760,11 @@ static inline __attribute__((always_inline)) void pk_lock_pair(const ix__pk_tile
         const uint8_t *c = w + b * cb, *xq = a->x + b * IX__QK;
         const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + a->blk_off) + b;
         for (int g = 0; g < G; g++)
-            for (size_t o = 0; o < cb; o += 64) __builtin_prefetch(c + g * gs + PK_LOCK_PF_BYTES + o, 0, IX__PF_LOC);
+            for (size_t o = 0; o < cb; o += 64) /* on into the pair G groups on (IX__PK_LOCK_PF) */
+                __builtin_prefetch(ix__pk_lock_pf_at(w + g * gs, b * cb + IX__PK_LOCK_PF + o, nb * cb, G * gs), 0, IX__PF_LOC);
+        if (b * cb + IX__PK_LOCK_PF >= nb * cb) /* and its first blocks' scales */
+            for (int g = 0; g < G; g++)
+                __builtin_prefetch(sc + (size_t)(G + g) * gs + (b * cb + IX__PK_LOCK_PF - nb * cb) / cb * 32, 0, IX__PF_LOC);
         __m256i dot[G][2];
         const __m256i d0 = _mm256_set1_epi32(q8 ? 0 : xb->neg8s);
         for (int g = 0; g < G; g++) dot[g][0] = dot[g][1] = d0;
@@ -847,7 +850,8 @@ static inline __attribute__((always_inline)) void pkf_lock_run(const ix__pk_tile
         const __m256 xv = _mm256_broadcast_ss(x + k);
         for (int g = 0; g < G; g++) {
             const uint8_t *w = a->w + g * gs + k * 32;
-            if (!(k & 1)) __builtin_prefetch(w + PK_LOCK_PF_BYTES, 0, IX__PF_LOC); /* one per 64-byte line */
+            if (!(k & 1)) /* one per 64-byte line */
+                __builtin_prefetch(ix__pk_lock_pf_at(a->w + g * gs, k * 32 + IX__PK_LOCK_PF, a->k * 32, G * gs), 0, IX__PF_LOC);
             acc[g][0] = _mm256_fmadd_ps(pkf_ld(w, bf), xv, acc[g][0]);
             acc[g][1] = _mm256_fmadd_ps(pkf_ld(w + 16, bf), xv, acc[g][1]);
         }

@@ -1573,7 +1573,6 @@ static inline __attribute__((always_inline)) __m512i pk_q3_sums(__m512i is, __m5
  * verification, draft catch-up passes and steps of 2 to 6 decoding
  * sequences: G streams in flight, as pk_lock_run at one row. Each group's
  * arithmetic is the same in either, so are its bits. */
-#define PK_LOCK_PF_BYTES 2048 /* per stream; the four streams together run 8 KiB ahead */
 
 static inline __attribute__((always_inline)) void pk_run_g(const ix__pk_tile *a, pk_kind kind, bool vnni, int rx,
                                                             int G) {
@@ -1583,7 +1582,7 @@ static inline __attribute__((always_inline)) void pk_run_g(const ix__pk_tile *a,
     const bool xs = kind == PK_XS, m32 = pk_min32(kind), sgn = q8 || pk_iq(kind); /* sgn: signed w without VNNI */
     const int c6 = pk_off(kind);
     const size_t cb = pk_cb(kind), nb = a->k / IX__QK, sup = pk_sup(kind), sblk = m32 ? 64 : 32, gs = a->gstride;
-    const size_t pf = G > 1 ? PK_LOCK_PF_BYTES : PK_PF_BYTES;
+    const size_t pf = G > 1 ? IX__PK_LOCK_PF : PK_PF_BYTES;
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     __m512 acc[GMAX][PK_RX], d[GMAX], ndm[GMAX];
     __m512i isum[GMAX][PK_RX], imsum[GMAX][PK_RX]; /* Q2_K, Q3_K: the super-block's integer sums */
@@ -1595,15 +1594,25 @@ static inline __attribute__((always_inline)) void pk_run_g(const ix__pk_tile *a,
         }
     }
     for (size_t b = 0; b < nb; b++) {
+        /* G > 1: each stream on into the next tile's past its group, scales
+         * included (IX__PK_LOCK_PF, as pk_lock_run) */
+        const size_t ahead = b * cb + pf;
+        const uint8_t *pfc = G > 1 ? ix__pk_lock_pf_at(a->w, ahead, nb * cb, (size_t)G * gs) : a->w + ahead;
+        const uint8_t *pfs = G > 1 && pk_super(kind) && b % 8 == 0
+                                 ? ix__pk_lock_pf_at(a->scales, (b / 8 + 2) * sup, nb / 8 * sup, (size_t)G * gs)
+                                 : NULL;
         IX__UNROLL(4)
         for (int g = 0; g < G; g++)
-            for (size_t o = 0; o < cb; o += 64) __builtin_prefetch(a->w + g * gs + b * cb + pf + o, 0, IX__PF_LOC);
+            for (size_t o = 0; o < cb; o += 64) __builtin_prefetch(pfc + g * gs + o, 0, IX__PF_LOC);
+        if (G > 1 && !pk_super(kind) && ahead >= nb * cb)
+            for (int g = 0; g < G; g++)
+                __builtin_prefetch(a->scales + (size_t)(G + g) * gs + (ahead - nb * cb) / cb * sblk, 0, IX__PF_LOC);
         IX__UNROLL(4)
         for (int g = 0; g < G; g++) {
             const uint8_t *c = a->w + g * gs + b * cb;
             const uint8_t *S = (pk_super(kind) ? a->scales + b / 8 * sup : a->scales + b * sblk) + g * gs;
-            if (G > 1 && pk_super(kind) && b % 8 == 0) /* the scales are a stream of their own */
-                for (size_t o = 0; o < sup; o += 64) __builtin_prefetch(S + 2 * sup + o, 0, IX__PF_LOC);
+            if (pfs) /* the scales are a stream of their own */
+                for (size_t o = 0; o < sup; o += 64) __builtin_prefetch(pfs + g * gs + o, 0, IX__PF_LOC);
             __m512i T[8];
             if (q8) {
                 IX__UNROLL(8)
@@ -1729,14 +1738,22 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
         const uint8_t *c = a->w + b * cb, *x = a->x + b * IX__QK;
         const uint8_t *S = sup_k ? a->scales + b / 8 * sup : a->scales + b * sblk;
         const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + a->blk_off) + b;
+        const size_t ahead = b * cb + IX__PK_LOCK_PF;
+        const uint8_t *pfc = ix__pk_lock_pf_at(a->w, ahead, nb * cb, G * gs);
         IX__UNROLL(4)
         for (int g = 0; g < G; g++)
-            for (size_t o = 0; o < cb; o += 64) pk_pf(c + g * gs + PK_LOCK_PF_BYTES + o, l1);
+            for (size_t o = 0; o < cb; o += 64) pk_pf(pfc + g * gs + o, l1);
+        if (!sup_k && ahead >= nb * cb) { /* and the next tile's first per-block scales */
+            const uint8_t *ps = a->scales + G * gs + (ahead - nb * cb) / cb * sblk;
+            IX__UNROLL(4)
+            for (int g = 0; g < G; g++) pk_pf(ps + g * gs, l1);
+        }
         if (sup_k && b % 8 == 0) {
+            /* the scales are a stream of their own (after the group's codes), two super-blocks ahead */
+            const uint8_t *pfs = ix__pk_lock_pf_at(a->scales, (b / 8 + 2) * sup, nb / 8 * sup, G * gs);
             IX__UNROLL(4)
             for (int g = 0; g < G; g++) {
-                /* the scales are a stream of their own (after the group's codes) */
-                for (size_t o = 0; o < sup; o += 64) pk_pf(S + g * gs + 2 * sup + o, l1);
+                for (size_t o = 0; o < sup; o += 64) pk_pf(pfs + g * gs + o, l1);
                 if (k45 || q2) pk4_super(S + g * gs, &d[g], &ndm[g]); /* Q2_K's d and dmin sit where Q4_K's do */
                 else d[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + g * gs))); /* PK6_D, PKX_D */
             }
@@ -1975,7 +1992,7 @@ static inline __attribute__((always_inline)) void pkf_lock_run(const ix__pk_tile
         IX__UNROLL(4)
         for (int g = 0; g < G; g++) {
             const uint8_t *w = wg + g * gs + k * 32;
-            __builtin_prefetch(w + PK_LOCK_PF_BYTES, 0, IX__PF_LOC);
+            __builtin_prefetch(ix__pk_lock_pf_at(wg + g * gs, k * 32 + IX__PK_LOCK_PF, K * 32, (size_t)G * gs), 0, IX__PF_LOC);
             const __m512 w0 = pkf_ld(w, bf), w1 = pkf_ld(w + 32, bf);
             IX__UNROLL(6)
             for (int i = 0; i < rx; i++) {

@@ -514,6 +514,21 @@ typedef void (*ix__pk_fn)(const ix__pk_tile *t);
  * so the bits are the same. */
 #define IX__PK_LOCK 4
 
+/* How far ahead of its reads each stream of a lockstep tile prefetches: 2
+ * KiB (the four streams together 8 KiB; 1 and 4 KiB measured no better).
+ * Near the end of its group a stream's prefetch would land in its own
+ * scales and the next group, lines the tile or its neighbour stream asks
+ * for anyway, and the walker's next tile would start its streams cold:
+ * a group of Q2_K codes is 8 KiB at K = 2048, a quarter of it the cold
+ * start. So past the end (len bytes from p, the group's codes or scales)
+ * the prefetch goes on into the same stream of the next tile, next bytes
+ * on (its G groups of gstride), which the walker runs right after. A
+ * prefetch never faults, so one past the matrix is harmless. */
+#define IX__PK_LOCK_PF 2048
+static inline const uint8_t *ix__pk_lock_pf_at(const uint8_t *p, size_t off, size_t len, size_t next) {
+    return off < len ? p + off : p + next + (off - len);
+}
+
 /* A few X rows (speculative verification's k + 1) run in lockstep too where
  * a path has tiles for them: up to IX__PK_LOCK_RX rows, over
  * ix__pk_lock_groups(rx) groups at a time (fewer groups as the rows grow,
