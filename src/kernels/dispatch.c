@@ -167,13 +167,6 @@ static void pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *
         const size_t G = ix__pk_lock_groups(mm->M);
         size_t g = n0 / IX__PK;
         a.x = x0;
-        /* the first tile's streams: each tile prefetches IX__PK_LOCK_PF ahead
-         * of its reads, and runs on into the next tile's, so only the first
-         * of a range starts cold without this */
-        if (g + G <= n1 / IX__PK)
-            for (size_t k = 0; k < G; k++)
-                for (size_t o = 0; o < IX__PK_LOCK_PF && o < a.gstride; o += 64)
-                    __builtin_prefetch(w + (g + k) * a.gstride + o, 0, IX__PF_LOC);
         for (; g + G <= n1 / IX__PK; g += G) {
             a.w = w + g * a.gstride;
             a.scales = q ? a.w + sc_off : NULL;

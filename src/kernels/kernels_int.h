@@ -522,8 +522,10 @@ typedef void (*ix__pk_fn)(const ix__pk_tile *t);
  * a group of Q2_K codes is 8 KiB at K = 2048, a quarter of it the cold
  * start. So past the end (len bytes from p, the group's codes or scales)
  * the prefetch goes on into the same stream of the next tile, next bytes
- * on (its G groups of gstride), which the walker runs right after. A
- * prefetch never faults, so one past the matrix is harmless. */
+ * on (its G groups of gstride), which the walker runs right after; a
+ * range's first tile still starts cold (asking for its first lines in the
+ * walker measured no better). A prefetch never faults, so one past the
+ * matrix is harmless. */
 #define IX__PK_LOCK_PF 2048
 static inline const uint8_t *ix__pk_lock_pf_at(const uint8_t *p, size_t off, size_t len, size_t next) {
     return off < len ? p + off : p + next + (off - len);
