@@ -759,12 +759,14 @@ static inline __attribute__((always_inline)) void pk_lock_pair(const ix__pk_tile
     for (size_t b = 0; b < nb; b++) {
         const uint8_t *c = w + b * cb, *xq = a->x + b * IX__QK;
         const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + a->blk_off) + b;
+        /* on into the pair G groups on (IX__PK_LOCK_PF), and its first blocks' scales */
+        const size_t ahead = b * cb + IX__PK_LOCK_PF;
+        const uint8_t *pfc = ix__pk_lock_pf_at(w, ahead, nb * cb, G * gs);
+        const uint8_t *ps = ix__pk_lock_pf_scales(sc, ahead, nb * cb, cb, 2 * IX__PK, G * gs);
         for (int g = 0; g < G; g++)
-            for (size_t o = 0; o < cb; o += 64) /* on into the pair G groups on (IX__PK_LOCK_PF) */
-                __builtin_prefetch(ix__pk_lock_pf_at(w + g * gs, b * cb + IX__PK_LOCK_PF + o, nb * cb, G * gs), 0, IX__PF_LOC);
-        if (b * cb + IX__PK_LOCK_PF >= nb * cb) /* and its first blocks' scales */
-            for (int g = 0; g < G; g++)
-                __builtin_prefetch(sc + (size_t)(G + g) * gs + (b * cb + IX__PK_LOCK_PF - nb * cb) / cb * 32, 0, IX__PF_LOC);
+            for (size_t o = 0; o < cb; o += 64) __builtin_prefetch(pfc + g * gs + o, 0, IX__PF_LOC);
+        if (ps)
+            for (int g = 0; g < G; g++) __builtin_prefetch(ps + g * gs, 0, IX__PF_LOC);
         __m256i dot[G][2];
         const __m256i d0 = _mm256_set1_epi32(q8 ? 0 : xb->neg8s);
         for (int g = 0; g < G; g++) dot[g][0] = dot[g][1] = d0;

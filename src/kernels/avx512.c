@@ -1604,9 +1604,10 @@ static inline __attribute__((always_inline)) void pk_run_g(const ix__pk_tile *a,
         IX__UNROLL(4)
         for (int g = 0; g < G; g++)
             for (size_t o = 0; o < cb; o += 64) __builtin_prefetch(pfc + g * gs + o, 0, IX__PF_LOC);
-        if (G > 1 && !pk_super(kind) && ahead >= nb * cb)
-            for (int g = 0; g < G; g++)
-                __builtin_prefetch(a->scales + (size_t)(G + g) * gs + (ahead - nb * cb) / cb * sblk, 0, IX__PF_LOC);
+        const uint8_t *ps = G > 1 && !pk_super(kind) ? ix__pk_lock_pf_scales(a->scales, ahead, nb * cb, cb, sblk, (size_t)G * gs)
+                                                     : NULL;
+        if (ps)
+            for (int g = 0; g < G; g++) __builtin_prefetch(ps + g * gs, 0, IX__PF_LOC);
         IX__UNROLL(4)
         for (int g = 0; g < G; g++) {
             const uint8_t *c = a->w + g * gs + b * cb;
@@ -1743,11 +1744,9 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
         IX__UNROLL(4)
         for (int g = 0; g < G; g++)
             for (size_t o = 0; o < cb; o += 64) pk_pf(pfc + g * gs + o, l1);
-        if (!sup_k && ahead >= nb * cb) { /* and the next tile's first per-block scales */
-            const uint8_t *ps = a->scales + G * gs + (ahead - nb * cb) / cb * sblk;
-            IX__UNROLL(4)
+        const uint8_t *ps = sup_k ? NULL : ix__pk_lock_pf_scales(a->scales, ahead, nb * cb, cb, sblk, G * gs);
+        if (ps) /* and the next tile's first per-block scales */
             for (int g = 0; g < G; g++) pk_pf(ps + g * gs, l1);
-        }
         if (sup_k && b % 8 == 0) {
             /* the scales are a stream of their own (after the group's codes), two super-blocks ahead */
             const uint8_t *pfs = ix__pk_lock_pf_at(a->scales, (b / 8 + 2) * sup, nb / 8 * sup, G * gs);

@@ -530,6 +530,14 @@ typedef void (*ix__pk_fn)(const ix__pk_tile *t);
 static inline const uint8_t *ix__pk_lock_pf_at(const uint8_t *p, size_t off, size_t len, size_t next) {
     return off < len ? p + off : p + next + (off - len);
 }
+/* The per-block kinds' scale line to ask for beside it: once a stream's
+ * codes prefetch (ahead bytes into codes of len bytes, cb a block) has run
+ * on into the next tile, the scales (sblk bytes a block) of the block it
+ * reached there; NULL while it is still in this group. */
+static inline const uint8_t *ix__pk_lock_pf_scales(const uint8_t *scales, size_t ahead, size_t len, size_t cb,
+                                                   size_t sblk, size_t next) {
+    return ahead < len ? NULL : scales + next + (ahead - len) / cb * sblk;
+}
 
 /* A few X rows (speculative verification's k + 1) run in lockstep too where
  * a path has tiles for them: up to IX__PK_LOCK_RX rows, over
