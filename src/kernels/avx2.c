@@ -710,13 +710,13 @@ static inline __attribute__((always_inline)) __m256i pk_dp(__m256i acc, __m256i 
 }
 
 static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, bool q8, int rx) {
-    const size_t cb = q8 ? 512 : 256, nb = a->k / IX__QK;
+    const size_t ub = (q8 ? 512 : 256) + 2 * IX__PK, nb = a->k / IX__QK; /* a unit: the block's codes, its scales */
     const __m256i nib = _mm256_set1_epi8(0x0f);
     for (int h = 0; h < 2; h++) { /* W rows 8h..8h+7 */
         __m256 acc[PK_RX];
         for (int i = 0; i < rx; i++) acc[i] = _mm256_setzero_ps();
         for (size_t b = 0; b < nb; b++) {
-            const uint8_t *c = a->w + b * cb + 32 * h;
+            const uint8_t *c = a->w + b * ub + 32 * h;
             __m256i dot[PK_RX];
             for (int i = 0; i < rx; i++) {
                 const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + (size_t)i * a->xs + a->blk_off) + b;
@@ -732,7 +732,7 @@ static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, b
                     if (!q8) dot[i] = pk_dp(dot[i], hi, xq + 16, false);
                 }
             }
-            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(a->scales + b * 2 * IX__PK + 16 * h)));
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(a->scales + b * ub + 16 * h)));
             for (int i = 0; i < rx; i++) {
                 const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + (size_t)i * a->xs + a->blk_off) + b;
                 acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[i]), _mm256_mul_ps(dw, _mm256_set1_ps(xb->d)), acc[i]);
@@ -748,25 +748,21 @@ static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, b
  * two forward streams are in flight instead of one (the registers hold no
  * more: 2 groups x 2 halves x (int dot + float sum)). Same bits as pk_run. */
 
-/* Groups w and w + gstride (scales sc and sc + gstride) into y[0..31]. */
+/* Groups w and w + gstride (scales sc and sc + gstride) into y and y + ygs. */
 static inline __attribute__((always_inline)) void pk_lock_pair(const ix__pk_tile *a, const uint8_t *w,
                                                                 const uint8_t *sc, float *y, bool q8) {
     enum { G = 2 };
-    const size_t cb = q8 ? 512 : 256, nb = a->k / IX__QK, gs = a->gstride;
+    const size_t cb = q8 ? 512 : 256, ub = cb + 2 * IX__PK, nb = a->k / IX__QK, gs = a->gstride;
     const __m256i nib = _mm256_set1_epi8(0x0f);
     __m256 acc[G][2];
     for (int g = 0; g < G; g++) acc[g][0] = acc[g][1] = _mm256_setzero_ps();
     for (size_t b = 0; b < nb; b++) {
-        const uint8_t *c = w + b * cb, *xq = a->x + b * IX__QK;
+        const uint8_t *c = w + b * ub, *xq = a->x + b * IX__QK;
         const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + a->blk_off) + b;
-        /* on into the pair G groups on (IX__PK_LOCK_PF), and its first blocks' scales */
-        const size_t ahead = b * cb + IX__PK_LOCK_PF;
-        const uint8_t *pfc = ix__pk_lock_pf_at(w, ahead, nb * cb, G * gs);
-        const uint8_t *ps = ix__pk_lock_pf_scales(sc, ahead, nb * cb, cb, 2 * IX__PK, G * gs);
-        for (int g = 0; g < G; g++)
-            for (size_t o = 0; o < cb; o += 64) __builtin_prefetch(pfc + g * gs + o, 0, IX__PF_LOC);
-        if (ps)
-            for (int g = 0; g < G; g++) __builtin_prefetch(ps + g * gs, 0, IX__PF_LOC);
+        /* each line of the stream once, IX__PK_LOCK_PF ahead, on into the
+         * group the stream reads next */
+        for (size_t l = (b * ub + IX__PK_LOCK_PF + 63) & ~(size_t)63; l < (b + 1) * ub + IX__PK_LOCK_PF; l += 64)
+            for (int g = 0; g < G; g++) __builtin_prefetch(ix__pk_lock_pf_at(w + g * gs, l, a->gb, a->pnext), 0, IX__PF_LOC);
         __m256i dot[G][2];
         const __m256i d0 = _mm256_set1_epi32(q8 ? 0 : xb->neg8s);
         for (int g = 0; g < G; g++) dot[g][0] = dot[g][1] = d0;
@@ -786,17 +782,17 @@ static inline __attribute__((always_inline)) void pk_lock_pair(const ix__pk_tile
         for (int g = 0; g < G; g++)
             for (int h = 0; h < 2; h++) {
                 const __m256 dw =
-                    _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(sc + g * gs + b * 2 * IX__PK + 16 * h)));
+                    _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(sc + g * gs + b * ub + 16 * h)));
                 acc[g][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[g][h]), _mm256_mul_ps(dw, xd), acc[g][h]);
             }
     }
     for (int g = 0; g < G; g++)
-        for (int h = 0; h < 2; h++) _mm256_storeu_ps(y + g * IX__PK + 8 * h, acc[g][h]);
+        for (int h = 0; h < 2; h++) _mm256_storeu_ps(y + g * a->ygs + 8 * h, acc[g][h]);
 }
 
 static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile *a, bool q8) {
     for (size_t p = 0; p < IX__PK_LOCK; p += 2)
-        pk_lock_pair(a, a->w + p * a->gstride, a->scales + p * a->gstride, a->y + p * IX__PK, q8);
+        pk_lock_pair(a, a->w + p * a->gstride, a->scales + p * a->gstride, a->y + p * a->ygs, q8);
 }
 static void pk_lock_q8(const ix__pk_tile *a) { pk_lock_run(a, true); }
 static void pk_lock_q4(const ix__pk_tile *a) { pk_lock_run(a, false); }
@@ -853,14 +849,14 @@ static inline __attribute__((always_inline)) void pkf_lock_run(const ix__pk_tile
         for (int g = 0; g < G; g++) {
             const uint8_t *w = a->w + g * gs + k * 32;
             if (!(k & 1)) /* one per 64-byte line */
-                __builtin_prefetch(ix__pk_lock_pf_at(a->w + g * gs, k * 32 + IX__PK_LOCK_PF, a->k * 32, G * gs), 0, IX__PF_LOC);
+                __builtin_prefetch(ix__pk_lock_pf_at(a->w + g * gs, k * 32 + IX__PK_LOCK_PF, a->gb, a->pnext), 0, IX__PF_LOC);
             acc[g][0] = _mm256_fmadd_ps(pkf_ld(w, bf), xv, acc[g][0]);
             acc[g][1] = _mm256_fmadd_ps(pkf_ld(w + 16, bf), xv, acc[g][1]);
         }
     }
     for (int g = 0; g < G; g++) {
-        _mm256_storeu_ps(a->y + g * IX__PK, acc[g][0]);
-        _mm256_storeu_ps(a->y + g * IX__PK + 8, acc[g][1]);
+        _mm256_storeu_ps(a->y + g * a->ygs, acc[g][0]);
+        _mm256_storeu_ps(a->y + g * a->ygs + 8, acc[g][1]);
     }
 }
 

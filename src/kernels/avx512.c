@@ -1441,6 +1441,29 @@ static inline size_t pk_sup(pk_kind kind) {
            : kind == PK_XS ? IX__PKX_SUPER : IX__PK4_SUPER;
 }
 
+/* A group's stream unit (kernels_int.h): the per-block kinds one block's
+ * codes and scales, the super-block kinds eight blocks' codes and the
+ * super-block's scales; and where block b's codes start in the group. */
+static inline size_t pk_per(pk_kind kind) { return pk_super(kind) ? 8 : 1; }
+static inline size_t pk_ub(pk_kind kind) {
+    return pk_per(kind) * pk_cb(kind) + (pk_super(kind) ? pk_sup(kind) : pk_min32(kind) ? 64 : 32);
+}
+static inline size_t pk_at(pk_kind kind, size_t b) { return ix__pk_block_at(b, pk_per(kind), pk_cb(kind), pk_ub(kind)); }
+/* Each line of a stream once, from `ahead` bytes past block b's start to
+ * as far past the next block's (on into the group the stream reads next,
+ * ix__pk_lock_pf_at); l1: into L1 (t0), else IX__PF_LOC. */
+static inline __attribute__((always_inline)) void pk_pf_block(const ix__pk_tile *a, pk_kind kind, size_t b, size_t ahead,
+                                                               int G, bool l1) {
+    const size_t end = pk_at(kind, b + 1) + ahead;
+    for (size_t l = (pk_at(kind, b) + ahead + 63) & ~(size_t)63; l < end; l += 64)
+        IX__UNROLL(4)
+        for (int g = 0; g < G; g++) {
+            const uint8_t *p = ix__pk_lock_pf_at(a->w + (size_t)g * a->gstride, l, a->gb, a->pnext);
+            if (l1) __builtin_prefetch(p, 0, 3);
+            else __builtin_prefetch(p, 0, IX__PF_LOC);
+        }
+}
+
 /* v's 16-bit lanes shifted left by n (right by -n) */
 static inline __attribute__((always_inline)) __m512i pk_shl(__m512i v, int n) {
     return n > 0 ? _mm512_slli_epi16(v, (unsigned)n) : n < 0 ? _mm512_srli_epi16(v, (unsigned)-n) : v;
@@ -1453,8 +1476,8 @@ static inline __attribute__((always_inline)) __m512i pk_shl(__m512i v, int n) {
 static inline __attribute__((always_inline)) void pk_codes(pk_kind kind, const uint8_t *c, __m512i T[8], bool vnni) {
     if (kind == PK_K2 || kind == PK_K3) { /* 2-bit planes at bits 2j (+ Q3_K's third bits at j, 4 + j) */
         const __m512i m3 = _mm512_set1_epi8(3), b2 = _mm512_set1_epi8(4);
-        const __m512i l0 = _mm512_load_si512((const void *)c), l1 = _mm512_load_si512((const void *)(c + 64));
-        const __m512i h = kind == PK_K3 ? _mm512_load_si512((const void *)(c + 128)) : l0;
+        const __m512i l0 = _mm512_loadu_si512((const void *)c), l1 = _mm512_loadu_si512((const void *)(c + 64));
+        const __m512i h = kind == PK_K3 ? _mm512_loadu_si512((const void *)(c + 128)) : l0;
         IX__UNROLL(4)
         for (int j = 0; j < 4; j++) {
             T[j] = _mm512_and_si512(pk_shl(l0, -2 * j), m3);
@@ -1467,14 +1490,14 @@ static inline __attribute__((always_inline)) void pk_codes(pk_kind kind, const u
         return;
     }
     const __m512i nib = _mm512_set1_epi8(0x0f), b4 = _mm512_set1_epi8(0x10), b45 = _mm512_set1_epi8(0x30);
-    const __m512i h0 = pk_fifth(kind) || kind == PK_K6 ? _mm512_load_si512((const void *)(c + IX__PK_HI)) : _mm512_setzero_si512();
+    const __m512i h0 = pk_fifth(kind) || kind == PK_K6 ? _mm512_loadu_si512((const void *)(c + IX__PK_HI)) : _mm512_setzero_si512();
     /* the IQ4 grid (+ 128 as u8 for vpdpbusd; signed for the sign trick without VNNI) */
     const __m512i grid = _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)ix__iq4_grid)),
                                           _mm512_set1_epi8(vnni ? (char)0x80 : 0));
-    const __m512i h1 = kind == PK_K6 ? _mm512_load_si512((const void *)(c + IX__PK_HI + 64)) : h0;
+    const __m512i h1 = kind == PK_K6 ? _mm512_loadu_si512((const void *)(c + IX__PK_HI + 64)) : h0;
     IX__UNROLL(4)
     for (int j = 0; j < 4; j++) {
-        __m512i v = _mm512_load_si512((const void *)(c + 64 * j));
+        __m512i v = _mm512_loadu_si512((const void *)(c + 64 * j));
         T[j] = _mm512_and_si512(v, nib);
         T[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
         if (pk_iq(kind)) {
@@ -1581,7 +1604,7 @@ static inline __attribute__((always_inline)) void pk_run_g(const ix__pk_tile *a,
     const bool q3 = kind == PK_K3;
     const bool xs = kind == PK_XS, m32 = pk_min32(kind), sgn = q8 || pk_iq(kind); /* sgn: signed w without VNNI */
     const int c6 = pk_off(kind);
-    const size_t cb = pk_cb(kind), nb = a->k / IX__QK, sup = pk_sup(kind), sblk = m32 ? 64 : 32, gs = a->gstride;
+    const size_t cb = pk_cb(kind), nb = a->k / IX__QK, gs = a->gstride;
     const size_t pf = G > 1 ? IX__PK_LOCK_PF : PK_PF_BYTES;
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     __m512 acc[GMAX][PK_RX], d[GMAX], ndm[GMAX];
@@ -1594,31 +1617,20 @@ static inline __attribute__((always_inline)) void pk_run_g(const ix__pk_tile *a,
         }
     }
     for (size_t b = 0; b < nb; b++) {
-        /* G > 1: each stream on into the next tile's past its group, scales
-         * included (IX__PK_LOCK_PF, as pk_lock_run) */
-        const size_t ahead = b * cb + pf;
-        const uint8_t *pfc = G > 1 ? ix__pk_lock_pf_at(a->w, ahead, nb * cb, (size_t)G * gs) : a->w + ahead;
-        const uint8_t *pfs = G > 1 && pk_super(kind) && b % 8 == 0
-                                 ? ix__pk_lock_pf_at(a->scales, (b / 8 + 2) * sup, nb / 8 * sup, (size_t)G * gs)
-                                 : NULL;
-        IX__UNROLL(4)
-        for (int g = 0; g < G; g++)
-            for (size_t o = 0; o < cb; o += 64) __builtin_prefetch(pfc + g * gs + o, 0, IX__PF_LOC);
-        const uint8_t *ps = G > 1 && !pk_super(kind) ? ix__pk_lock_pf_scales(a->scales, ahead, nb * cb, cb, sblk, (size_t)G * gs)
-                                                     : NULL;
-        if (ps)
-            for (int g = 0; g < G; g++) __builtin_prefetch(ps + g * gs, 0, IX__PF_LOC);
+        /* G > 1: each stream on into the next tile's past its group
+         * (IX__PK_LOCK_PF, as pk_lock_run); G = 1: the group's stream */
+        if (G > 1) pk_pf_block(a, kind, b, pf, G, false);
+        else
+            for (size_t o = 0; o < cb; o += 64) __builtin_prefetch(a->w + pk_at(kind, b) + pf + o, 0, IX__PF_LOC);
         IX__UNROLL(4)
         for (int g = 0; g < G; g++) {
-            const uint8_t *c = a->w + g * gs + b * cb;
-            const uint8_t *S = (pk_super(kind) ? a->scales + b / 8 * sup : a->scales + b * sblk) + g * gs;
-            if (pfs) /* the scales are a stream of their own */
-                for (size_t o = 0; o < sup; o += 64) __builtin_prefetch(pfs + g * gs + o, 0, IX__PF_LOC);
+            const uint8_t *c = a->w + g * gs + pk_at(kind, b);
+            const uint8_t *S = a->scales + g * gs + b / pk_per(kind) * pk_ub(kind);
             __m512i T[8];
             if (q8) {
                 IX__UNROLL(8)
                 for (int j = 0; j < 8; j++) {
-                    __m512i v = _mm512_load_si512((const void *)(c + 64 * j));
+                    __m512i v = _mm512_loadu_si512((const void *)(c + 64 * j));
                     T[j] = vnni ? _mm512_xor_si512(v, flip) : v;
                 }
             } else if (pk_dec(kind) && G == 1 && a->dec && !a->dec_fill) { /* decoded by the chunk's first tile (PK_WALK) */
@@ -1701,16 +1713,10 @@ static inline __attribute__((always_inline)) void pk_run_g(const ix__pk_tile *a,
         }
     }
     for (int g = 0; g < G; g++)
-        for (int i = 0; i < rx; i++) _mm512_storeu_ps(a->y + (size_t)i * a->ldy + (size_t)g * IX__PK, acc[g][i]);
+        for (int i = 0; i < rx; i++) _mm512_storeu_ps(a->y + (size_t)i * a->ldy + (size_t)g * a->ygs, acc[g][i]);
 }
 static inline __attribute__((always_inline)) void pk_run(const ix__pk_tile *a, pk_kind kind, bool vnni, int rx) {
     pk_run_g(a, kind, vnni, rx, 1);
-}
-
-/* A streamed line asked for into L2 (IX__PF_LOC), or with l1 into L1 (t0). */
-static inline __attribute__((always_inline)) void pk_pf(const void *p, bool l1) {
-    if (l1) __builtin_prefetch(p, 0, 3);
-    else __builtin_prefetch(p, 0, IX__PF_LOC);
 }
 
 /* The lockstep tile (IX__PK_LOCK groups, one X row: decode), VNNI. The x
@@ -1726,7 +1732,7 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
     const bool q3 = kind == PK_K3, xs = kind == PK_XS, m32 = pk_min32(kind), sup_k = pk_super(kind);
     const bool masked = kind == PK_Q4 || kind == PK_K4 || kind == PK_41; /* the nibble split by masks alone */
     const int c6 = pk_off(kind);
-    const size_t cb = pk_cb(kind), nb = a->k / IX__QK, gs = a->gstride, sup = pk_sup(kind), sblk = m32 ? 64 : 32;
+    const size_t nb = a->k / IX__QK, gs = a->gstride, ub = pk_ub(kind);
     const __m512i lo = _mm512_set1_epi8(0x0f), hi = _mm512_set1_epi8((char)0xf0),
                   flip = _mm512_set1_epi8((char)0x80);
     __m512 acc[G], d[G], ndm[G];
@@ -1736,23 +1742,13 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
         isum[g] = imsum[g] = _mm512_setzero_si512();
     }
     for (size_t b = 0; b < nb; b++) {
-        const uint8_t *c = a->w + b * cb, *x = a->x + b * IX__QK;
-        const uint8_t *S = sup_k ? a->scales + b / 8 * sup : a->scales + b * sblk;
+        const uint8_t *c = a->w + pk_at(kind, b), *x = a->x + b * IX__QK;
+        const uint8_t *S = a->scales + b / pk_per(kind) * ub; /* the unit's scales */
         const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + a->blk_off) + b;
-        const size_t ahead = b * cb + IX__PK_LOCK_PF;
-        const uint8_t *pfc = ix__pk_lock_pf_at(a->w, ahead, nb * cb, G * gs);
-        IX__UNROLL(4)
-        for (int g = 0; g < G; g++)
-            for (size_t o = 0; o < cb; o += 64) pk_pf(pfc + g * gs + o, l1);
-        const uint8_t *ps = sup_k ? NULL : ix__pk_lock_pf_scales(a->scales, ahead, nb * cb, cb, sblk, G * gs);
-        if (ps) /* and the next tile's first per-block scales */
-            for (int g = 0; g < G; g++) pk_pf(ps + g * gs, l1);
+        pk_pf_block(a, kind, b, IX__PK_LOCK_PF, G, l1);
         if (sup_k && b % 8 == 0) {
-            /* the scales are a stream of their own (after the group's codes), two super-blocks ahead */
-            const uint8_t *pfs = ix__pk_lock_pf_at(a->scales, (b / 8 + 2) * sup, nb / 8 * sup, G * gs);
             IX__UNROLL(4)
             for (int g = 0; g < G; g++) {
-                for (size_t o = 0; o < sup; o += 64) pk_pf(pfs + g * gs + o, l1);
                 if (k45 || q2) pk4_super(S + g * gs, &d[g], &ndm[g]); /* Q2_K's d and dmin sit where Q4_K's do */
                 else d[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(S + g * gs))); /* PK6_D, PKX_D */
             }
@@ -1770,7 +1766,7 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
                 const __m512i xj = _mm512_set1_epi32((int32_t)ix__load_u32(x + 4 * j));
                 IX__UNROLL(4)
                 for (int g = 0; g < G; g++) {
-                    __m512i v = _mm512_xor_si512(_mm512_load_si512((const void *)(c + g * gs + 64 * j)), flip);
+                    __m512i v = _mm512_xor_si512(_mm512_loadu_si512((const void *)(c + g * gs + 64 * j)), flip);
                     dl[g] = _mm512_dpbusd_epi32(dl[g], v, xj);
                 }
             }
@@ -1781,7 +1777,7 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
                 const __m512i xh = _mm512_set1_epi32((int32_t)ix__load_u32(x + 16 + 4 * j));
                 IX__UNROLL(4)
                 for (int g = 0; g < G; g++) {
-                    __m512i v = _mm512_load_si512((const void *)(c + g * gs + 64 * j));
+                    __m512i v = _mm512_loadu_si512((const void *)(c + g * gs + 64 * j));
                     dl[g] = _mm512_dpbusd_epi32(dl[g], _mm512_and_si512(v, lo), xl);
                     dh[g] = _mm512_dpbusd_epi32(dh[g], _mm512_and_si512(v, hi), xh);
                 }
@@ -1839,7 +1835,7 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
             if (k45) acc[g] = _mm512_fmadd_ps(pk4_sub(Sg + IX__PK4_MN + b % 8 * IX__PK, ndm[g]), sxd, acc[g]);
         }
     }
-    for (int g = 0; g < G; g++) _mm512_storeu_ps(a->y + g * IX__PK, acc[g]);
+    for (int g = 0; g < G; g++) _mm512_storeu_ps(a->y + g * a->ygs, acc[g]);
 }
 /* One X row: pk_lock_run; 2..IX__PK_LOCK_RX rows: pk_run_g over
  * ix__pk_lock_groups(rx) groups. At 6 rows only Q8_0's: the others' code
@@ -1991,7 +1987,7 @@ static inline __attribute__((always_inline)) void pkf_lock_run(const ix__pk_tile
         IX__UNROLL(4)
         for (int g = 0; g < G; g++) {
             const uint8_t *w = wg + g * gs + k * 32;
-            __builtin_prefetch(ix__pk_lock_pf_at(wg + g * gs, k * 32 + IX__PK_LOCK_PF, K * 32, (size_t)G * gs), 0, IX__PF_LOC);
+            __builtin_prefetch(ix__pk_lock_pf_at(wg + g * gs, k * 32 + IX__PK_LOCK_PF, a->gb, a->pnext), 0, IX__PF_LOC);
             const __m512 w0 = pkf_ld(w, bf), w1 = pkf_ld(w + 32, bf);
             IX__UNROLL(6)
             for (int i = 0; i < rx; i++) {
@@ -2010,7 +2006,7 @@ static inline __attribute__((always_inline)) void pkf_lock_run(const ix__pk_tile
     }
     for (int g = 0; g < G; g++)
         for (int i = 0; i < rx; i++)
-            _mm512_storeu_ps(a->y + (size_t)i * a->ldy + (size_t)g * IX__PK, _mm512_add_ps(acc[0][g][i], acc[1][g][i]));
+            _mm512_storeu_ps(a->y + (size_t)i * a->ldy + (size_t)g * a->ygs, _mm512_add_ps(acc[0][g][i], acc[1][g][i]));
 }
 
 #define PKF_LOCK_INST(R)                                                                       \

@@ -155,18 +155,42 @@ static void pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *
                     const ix__pk_fn *lock, bool dec) {
     const ix_dtype t = mm->w_type;
     const bool q = ix__w_quantized(t);
+    const size_t gb = ix__pk_group_bytes(t, mm->K);
     ix__pk_tile a = {.k = mm->K, .ldy = ix__mm_ldy(mm), .blk_off = ix__align64(mm->K),
                      .xs = q ? ix__q8a_row_bytes(mm->K) : ix__mm_ldx(mm) * sizeof(float),
-                     .gstride = ix__pk_group_bytes(t, mm->K)};
+                     .gstride = gb, .ygs = IX__PK, .gb = gb};
     const uint8_t *x0 = q ? (const uint8_t *)mm->scratch : (const uint8_t *)mm->x;
     /* group g's codes at w + g * gstride, its scales sc_off further (the
      * traits looked up once per call, not per group) */
     const uint8_t *w = mm->w;
     const size_t sc_off = q ? (size_t)(ix__pk_scales(t, w, mm->K, 0) - w) : 0;
-    if (lock && mm->M <= IX__PK_LOCK_RX && lock[mm->M - 1]) {
+    if (lock && mm->M == 1 && lock[0]) {
+        /* One X row (decode): the range's groups in IX__PK_LOCK runs of
+         * adjacent groups, one run a stream, the streams in lockstep; each
+         * stream then reads one contiguous stretch of memory, which the
+         * hardware prefetcher follows (docs/kernels.md, "Scales inside the
+         * stream"). */
+        const size_t G = IX__PK_LOCK, g0 = n0 / IX__PK, run = (n1 / IX__PK - g0) / G;
+        a.x = x0;
+        a.gstride = run * gb;
+        a.ygs = run * IX__PK;
+        a.pnext = gb;
+        for (size_t k = 0; k < run; k++) {
+            a.w = w + (g0 + k) * gb;
+            a.scales = q ? a.w + sc_off : NULL;
+            a.y = mm->y + (g0 + k) * IX__PK;
+            lock[0](&a);
+        }
+        a.gstride = gb;
+        a.ygs = IX__PK;
+        n0 = (g0 + G * run) * IX__PK; /* the last few groups, one at a time */
+    } else if (lock && mm->M <= IX__PK_LOCK_RX && lock[mm->M - 1]) {
+        /* a few rows: G adjacent groups a tile, each stream on into the
+         * same stream of the next tile */
         const size_t G = ix__pk_lock_groups(mm->M);
         size_t g = n0 / IX__PK;
         a.x = x0;
+        a.pnext = G * gb;
         for (; g + G <= n1 / IX__PK; g += G) {
             a.w = w + g * a.gstride;
             a.scales = q ? a.w + sc_off : NULL;
@@ -224,12 +248,13 @@ static void pack_k(ix_dtype t, const void *w, size_t ws, size_t K, size_t n0, si
     const bool q32 = wt->pack == IX__PACK_Q32, mins = q32 && wt->has_min; /* Q4_1 / Q5_1: d and m */
     const int off = k6 ? 32 : q3 ? 4 : t == IX_DTYPE_Q5_0 ? 16 : 0; /* the unpack's q to unsigned codes */
     const size_t nsb = K / wt->blck, per = wt->blck / IX__QK, gb = ix__pk_group_bytes(t, K), cb = wt->pk_code_bytes;
+    const size_t ub = ix__pk_unit_bytes(t);
     for (size_t g = n0 / IX__PK; g < n1 / IX__PK; g++) {
         uint8_t *codes = (uint8_t *)ix__pk_codes(t, dst, K, g);
         uint8_t *scales = (uint8_t *)ix__pk_scales(t, dst, K, g);
         const uint8_t *src = (const uint8_t *)w + g * IX__PK * ws;
         for (size_t sb = 0; sb < nsb; sb++) {
-            uint8_t *S = scales + sb * wt->pk_scale_bytes;
+            uint8_t *S = scales + sb * ub;
             for (size_t r = 0; r < IX__PK; r++) {
                 const uint8_t *blk = src + r * ws + sb * wt->bytes;
                 if (k6) { /* Q6_K: int8 scales[16] at 192, fp16 d at 208 */
@@ -272,7 +297,7 @@ static void pack_k(ix_dtype t, const void *w, size_t ws, size_t K, size_t n0, si
                     uint8_t q[32];
                     for (size_t i = 0; i < 32; i++) /* IQ4_XS: the grid indices, bytes 8 + 16 j of the block */
                         q[i] = xs ? (uint8_t)(blk[8 + 16 * j + i % 16] >> (i / 16 * 4) & 15) : (uint8_t)(u.q[i] + off);
-                    uint8_t *cd = codes + (sb * per + j) * cb + r * 4;
+                    uint8_t *cd = codes + sb * ub + j * cb + r * 4;
                     for (size_t i = 0; i < 4 && (q2 || q3); i++) { /* 2-bit planes (+ the third bits) */
                         uint8_t l0 = 0, l1 = 0, h = 0;
                         for (size_t p = 0; p < 4; p++) {
@@ -297,8 +322,7 @@ static void pack_k(ix_dtype t, const void *w, size_t ws, size_t K, size_t n0, si
                 }
             }
         }
-        size_t used = (size_t)(scales - codes) + nsb * wt->pk_scale_bytes;
-        memset(codes + used, 0, gb - used);
+        memset(codes + nsb * ub, 0, gb - nsb * ub);
     }
 }
 
@@ -327,23 +351,21 @@ ix_status ix_kernels_pack(ix_dtype type, const void *w, size_t w_stride_bytes, s
     /* IX__PACK_PLANES: a block is an fp16 scale and its code bytes, a dword
      * of them per plane */
     const size_t nb = K / IX__QK, bb = ix__wtype_of(type)->bytes, cb = ix__pk_code_bytes(type);
-    const size_t planes = cb / 64;
+    const size_t planes = cb / 64, ub = ix__pk_unit_bytes(type);
     for (size_t g = n0 / IX__PK; g < n1 / IX__PK; g++) {
         uint8_t *codes = (uint8_t *)ix__pk_codes(type, dst, K, g);
-        uint8_t *scales = (uint8_t *)ix__pk_scales(type, dst, K, g);
         const uint8_t *src = (const uint8_t *)w + g * IX__PK * ws;
         /* block-major, so the writes are sequential and the 16 rows are 16
          * forward read streams */
         for (size_t b = 0; b < nb; b++) {
-            uint8_t *cd = codes + b * cb;
+            uint8_t *cd = codes + b * ub;
             for (size_t r = 0; r < IX__PK; r++) {
                 const uint8_t *blk = src + r * ws + b * bb;
-                memcpy(scales + (b * IX__PK + r) * 2, blk, 2);
+                memcpy(cd + cb + r * 2, blk, 2);
                 for (size_t j = 0; j < planes; j++) memcpy(cd + j * 64 + r * 4, blk + 2 + 4 * j, 4);
             }
         }
-        size_t used = nb * (cb + 2 * IX__PK);
-        memset(codes + used, 0, ix__pk_group_bytes(type, K) - used);
+        memset(codes + nb * ub, 0, ix__pk_group_bytes(type, K) - nb * ub);
     }
     return IX_OK;
 }

@@ -110,7 +110,9 @@ static float dot32(const ix__q32 *u, const ix__wtype *wt, ix__q8a_row xa, size_t
 static void unpack_packed(ix_dtype t, const uint8_t *codes, const uint8_t *scales, size_t r, size_t b,
                           ix__q32 *u) {
     const ix__wtype *wt = ix__wtype_of(t);
-    const uint8_t *c = codes + b * wt->pk_code_bytes + r * 4;
+    const size_t per = ix__pk_unit_blocks(t), ub = ix__pk_unit_bytes(t);
+    const uint8_t *c = codes + ix__pk_block_at(b, per, wt->pk_code_bytes, ub) + r * 4;
+    const uint8_t *S = scales + b / per * ub; /* the unit's scales */
     const bool k4 = wt->pack == IX__PACK_K4, k6 = wt->pack == IX__PACK_K6, q5 = wt->pk_code_bytes == IX__PK_HI + 64;
     const bool q2 = t == IX_DTYPE_Q2_K, q3 = t == IX_DTYPE_Q3_K, xs = t == IX_DTYPE_IQ4_XS;
     const bool iq = xs || t == IX_DTYPE_IQ4_NL, q32 = wt->pack == IX__PACK_Q32;
@@ -139,7 +141,6 @@ static void unpack_packed(ix_dtype t, const uint8_t *codes, const uint8_t *scale
             u->q[16 + 4 * j + i] = iq ? ix__iq4_grid[hi] : (int8_t)(hi - off);
         }
     if (k4) { /* the sub-block's scale and min folded in, as unpack_q45_k */
-        const uint8_t *S = scales + b / 8 * IX__PK4_SUPER;
         const size_t at = b % 8 * IX__PK + r;
         u->sc[0] = u->sc[1] = 1;
         u->mn[0] = u->mn[1] = 1;
@@ -148,7 +149,6 @@ static void unpack_packed(ix_dtype t, const uint8_t *codes, const uint8_t *scale
         return;
     }
     if (q2) { /* scale and min of sub-blocks 2 (b % 8) and the next, as unpack_q2_k */
-        const uint8_t *S = scales + b / 8 * IX__PK2_SUPER;
         for (size_t k = 0; k < 2; k++) {
             const uint8_t sm = S[IX__PK2_SM + ix__pk_pair_at(b % 8, r, k)];
             u->sc[k] = sm & 15, u->mn[k] = sm >> 4;
@@ -160,27 +160,25 @@ static void unpack_packed(ix_dtype t, const uint8_t *codes, const uint8_t *scale
     if (q32 && wt->has_min) { /* Q4_1 / Q5_1: d and m per block, as their unpacks */
         u->sc[0] = u->sc[1] = 1;
         u->mn[0] = u->mn[1] = 1;
-        u->d = ix__fp16_to_fp32(ix__load_u16(scales + b * 64 + 2 * r));
-        u->dm = ix__fp16_to_fp32(ix__load_u16(scales + b * 64 + 32 + 2 * r));
+        u->d = ix__fp16_to_fp32(ix__load_u16(S + 2 * r));
+        u->dm = ix__fp16_to_fp32(ix__load_u16(S + 32 + 2 * r));
         return;
     }
     u->mn[0] = u->mn[1] = 0;
     u->dm = 0.0f;
     if (xs) { /* the block's int8 scale, as ix__sub_scales */
-        const uint8_t *S = scales + b / 8 * IX__PKX_SUPER;
         u->sc[0] = u->sc[1] = (int8_t)S[IX__PKX_SC + b % 8 * IX__PK + r];
         u->d = ix__fp16_to_fp32(ix__load_u16(S + IX__PKX_D + 2 * r));
         return;
     }
     if (k6 || q3) { /* the int8 scales of sub-blocks 2 (b % 8) and the next, as unpack_q6_k / _q3_k */
-        const uint8_t *S = scales + b / 8 * IX__PK6_SUPER;
         for (size_t k = 0; k < 2; k++) /* Q6_K: [16 sub-blocks][16 rows]; Q3_K: [8 blocks][16 rows][2 halves] */
             u->sc[k] = (int8_t)S[IX__PK6_SC + (q3 ? ix__pk_pair_at(b % 8, r, k) : (2 * (b % 8) + k) * IX__PK + r)];
         u->d = ix__fp16_to_fp32(ix__load_u16(S + IX__PK6_D + 2 * r));
         return;
     }
     u->sc[0] = u->sc[1] = 1;
-    u->d = ix__fp16_to_fp32(ix__load_u16(scales + (b * IX__PK + r) * 2));
+    u->d = ix__fp16_to_fp32(ix__load_u16(S + 2 * r));
 }
 
 /* Every quantized type, rows through its unpack (or the packed planes of

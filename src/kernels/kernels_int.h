@@ -402,7 +402,15 @@ IX__MM_DECL_NEON(q2_k) IX__MM_DECL_NEON(q3_k)
  * Group g (W rows 16g..16g+15) occupies ix__pk_group_bytes(t, K) bytes at
  * w + g * that, 64-byte aligned. F16 / BF16: element k of the 16 rows side
  * by side, halves[K][16]. The quantized types:
- *     codes[K/32][CB]     CB = 256 (Q4_0, Q4_K), 320 (Q5_K), 384 (Q6_K) or 512
+ *     A group is one forward stream of units, each unit the codes of its
+ *     blocks of 32 followed by their scales: the per-block kinds (Q8_0,
+ *     Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) one block a unit, the K-quants and
+ *     IQ4_XS the eight blocks of a super-block of 256
+ *     (ix__pk_unit_blocks, ix__pk_unit_bytes, ix__pk_block_at). A core that
+ *     streams one group while it computes then follows one stream, not two
+ *     (codes and, far behind them, scales), which the hardware prefetcher
+ *     keeps ahead of it (docs/kernels.md, "Scales inside the stream").
+ *     codes[CB]           CB = 256 (Q4_0, Q4_K), 320 (Q5_K), 384 (Q6_K) or 512
  *                         (Q8_0) bytes per 32 elements: plane j (64 bytes at
  *                         j * 64) holds, in 32-bit lane r, bytes 4j..4j+3 of
  *                         row r's codes: 4-bit planes 0..3 (low nibble =
@@ -420,8 +428,8 @@ IX__MM_DECL_NEON(q2_k) IX__MM_DECL_NEON(q3_k)
  *                         holds bit 4 (codes q + 4). Q4_1 / Q5_1: unsigned
  *                         codes, Q5_0: q + 16, their fifth bits as Q5_K's;
  *                         IQ4_NL / IQ4_XS: the 4-bit grid indices.
- *     scales              Q8_0 / Q4_0 / IQ4_NL / Q5_0: [K/32][16] the rows' fp16
- *                         block scales, row order; Q4_1 / Q5_1 [K/32][2][16]:
+ *     scales              Q8_0 / Q4_0 / IQ4_NL / Q5_0: [16] the rows' fp16
+ *                         block scales, row order; Q4_1 / Q5_1 [2][16]:
  *                         d, then m; per super-block of 256: Q4_K / Q5_K, 320
  *                         bytes: d[16], dmin[16] (fp16, row order), then the
  *                         6-bit scales and mins unpacked to bytes, sc[8][16]
@@ -432,6 +440,8 @@ IX__MM_DECL_NEON(q2_k) IX__MM_DECL_NEON(q3_k)
  *                         dmin[16], then its scale | min << 4 bytes [16][16];
  *                         IQ4_XS, 160 bytes: d[16], then the signed 6-bit
  *                         scales as int8 sc[8][16] (block of 32, row)
+ *     Units are not 64-byte aligned (Q4_0's 288 bytes), so the tiles load
+ *     codes unaligned.
  *     padding to 64 bytes */
 #define IX__PK IX_KERNELS_PACK_ROWS
 /* Q4_K / Q5_K's packed scales, per super-block of a group (offsets in its bytes) */
@@ -472,18 +482,32 @@ static inline bool ix__pk_halves(ix_dtype t) {
     return wt && wt->pack == IX__PACK_HALVES;
 }
 
+/* Blocks of 32 in a unit of a group's stream (1, or 8: a super-block), the
+ * unit's bytes (its codes, then its scales), and where block b's codes start
+ * in the group (cb = ix__pk_code_bytes). */
+static inline size_t ix__pk_unit_blocks(ix_dtype t) {
+    const ix__wtype *wt = ix__wtype_of(t);
+    return wt ? wt->blck / IX__QK : 1;
+}
+static inline size_t ix__pk_unit_bytes(ix_dtype t) {
+    const ix__wtype *wt = ix__wtype_of(t);
+    return wt ? wt->blck / IX__QK * wt->pk_code_bytes + wt->pk_scale_bytes : 0;
+}
+static inline size_t ix__pk_block_at(size_t b, size_t per, size_t cb, size_t ub) { return b / per * ub + b % per * cb; }
+
 static inline size_t ix__pk_group_bytes(ix_dtype t, size_t k) {
     if (ix__pk_halves(t)) return ix__align64(k * 2 * IX__PK);
     const ix__wtype *wt = ix__wtype_of(t);
     return ix__align64(k / IX__QK * wt->pk_code_bytes + k / wt->blck * wt->pk_scale_bytes);
 }
 
-/* Group g's codes and scales. */
+/* Group g's start (its first unit's codes), and its first unit's scales
+ * (unit u's are u * ix__pk_unit_bytes further). */
 static inline const uint8_t *ix__pk_codes(ix_dtype t, const void *w, size_t k, size_t g) {
     return (const uint8_t *)w + g * ix__pk_group_bytes(t, k);
 }
 static inline const uint8_t *ix__pk_scales(ix_dtype t, const void *w, size_t k, size_t g) {
-    return ix__pk_codes(t, w, k, g) + k / IX__QK * ix__pk_code_bytes(t);
+    return ix__pk_codes(t, w, k, g) + ix__pk_unit_blocks(t) * ix__pk_code_bytes(t);
 }
 
 /* One tile of a packed matmul: rx X rows (the function's own constant)
@@ -498,6 +522,9 @@ typedef struct ix__pk_tile {
     float *y;              /* Y[row 0][first column of the group] */
     size_t ldy;            /* floats between Y rows */
     size_t gstride;        /* lockstep tiles: bytes from one group to the next */
+    size_t ygs;            /* lockstep tiles: Y columns from one group to the next */
+    size_t gb;             /* bytes of one group */
+    size_t pnext;          /* lockstep tiles: bytes from a group to the one its stream reads next */
     /* prefill (ix__pk_walk_dec): the group's codes as the tile decodes them,
      * IX__PK_DEC_BLOCK bytes per block, 64-byte aligned; NULL: none */
     uint8_t *dec;
@@ -516,27 +543,15 @@ typedef void (*ix__pk_fn)(const ix__pk_tile *t);
 
 /* How far ahead of its reads each stream of a lockstep tile prefetches: 2
  * KiB (the four streams together 8 KiB; 1 and 4 KiB measured no better).
- * Near the end of its group a stream's prefetch would land in its own
- * scales and the next group, lines the tile or its neighbour stream asks
- * for anyway, and the walker's next tile would start its streams cold:
- * a group of Q2_K codes is 8 KiB at K = 2048, a quarter of it the cold
- * start. So past the end (len bytes from p, the group's codes or scales)
- * the prefetch goes on into the same stream of the next tile, next bytes
- * on (its G groups of gstride), which the walker runs right after; a
- * range's first tile still starts cold (asking for its first lines in the
- * walker measured no better). A prefetch never faults, so one past the
- * matrix is harmless. */
+ * Past the end of its group (len bytes from p) a stream's prefetch goes on
+ * into the group that stream reads next, next bytes on (the tile's pnext):
+ * at one X row the walker hands each stream a run of adjacent groups
+ * (pnext = the group's bytes, so the prefetch simply runs on), at a few
+ * rows the same stream of the next tile, G groups on. A prefetch never
+ * faults, so one past the matrix is harmless. */
 #define IX__PK_LOCK_PF 2048
 static inline const uint8_t *ix__pk_lock_pf_at(const uint8_t *p, size_t off, size_t len, size_t next) {
     return off < len ? p + off : p + next + (off - len);
-}
-/* The per-block kinds' scale line to ask for beside it: once a stream's
- * codes prefetch (ahead bytes into codes of len bytes, cb a block) has run
- * on into the next tile, the scales (sblk bytes a block) of the block it
- * reached there; NULL while it is still in this group. */
-static inline const uint8_t *ix__pk_lock_pf_scales(const uint8_t *scales, size_t ahead, size_t len, size_t cb,
-                                                   size_t sblk, size_t next) {
-    return ahead < len ? NULL : scales + next + (ahead - len) / cb * sblk;
 }
 
 /* A few X rows (speculative verification's k + 1) run in lockstep too where

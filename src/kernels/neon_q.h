@@ -264,14 +264,14 @@ static inline __attribute__((always_inline)) int8x16_t NQ(bcast4)(const int8_t *
 #endif
 
 static inline __attribute__((always_inline)) void NQ(pk_run)(const ix__pk_tile *a, bool q8, int rx) {
-    const size_t cb = q8 ? 512 : 256, nb = a->k / IX__QK;
+    const size_t ub = (q8 ? 512 : 256) + 2 * IX__PK, nb = a->k / IX__QK; /* a unit: the block's codes, its scales */
     const uint8x16_t nib = vdupq_n_u8(0x0f);
     for (int h = 0; h < IX__PK / (4 * NQ_PK_QUADS); h++) { /* W rows 4 NQ_PK_QUADS h, ... */
         float32x4_t acc[NQ_PK_RX][NQ_PK_QUADS];
         for (int i = 0; i < rx; i++)
             for (int q = 0; q < NQ_PK_QUADS; q++) acc[i][q] = vdupq_n_f32(0.0f);
         for (size_t b = 0; b < nb; b++) {
-            const uint8_t *c = a->w + b * cb + (size_t)(16 * NQ_PK_QUADS * h);
+            const uint8_t *c = a->w + b * ub + (size_t)(16 * NQ_PK_QUADS * h);
             const int8_t *xq[NQ_PK_RX];
             const ix__q8a_blk *xb[NQ_PK_RX];
             for (int i = 0; i < rx; i++) {
@@ -333,7 +333,7 @@ static inline __attribute__((always_inline)) void NQ(pk_run)(const ix__pk_tile *
                     if (!q8) dot[i][q] = vaddq_s32(dot[i][q], vdupq_n_s32(xb[i]->neg8s));
                 }
 #endif
-            const uint8_t *sc = a->scales + (b * IX__PK + (size_t)(4 * NQ_PK_QUADS * h)) * 2;
+            const uint8_t *sc = a->scales + b * ub + (size_t)(4 * NQ_PK_QUADS * h) * 2;
             for (int q = 0; q < NQ_PK_QUADS; q++) {
                 const float32x4_t dw = vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(sc + 8 * q)));
                 for (int i = 0; i < rx; i++)

@@ -41,7 +41,7 @@
 
 #define PC_MAGIC "IXPACK\0\1"
 /* Bump when ix_kernels_pack's layout changes (dispatch.c says so too). */
-#define PC_VERSION 3u
+#define PC_VERSION 4u
 /* The packed weights start 2 MiB into the file and the file is mapped on a
  * 2 MiB boundary, so the page cache's 2 MiB folios can be mapped whole
  * (one TLB entry each) as the anonymous copy's huge pages are. */
