@@ -164,13 +164,13 @@ static void pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *
      * traits looked up once per call, not per group) */
     const uint8_t *w = mm->w;
     const size_t sc_off = q ? (size_t)(ix__pk_scales(t, w, mm->K, 0) - w) : 0;
-    if (lock && mm->M == 1 && lock[0]) {
-        /* One X row (decode): the range's groups in IX__PK_LOCK runs of
-         * adjacent groups, one run a stream, the streams in lockstep; each
-         * stream then reads one contiguous stretch of memory, which the
-         * hardware prefetcher follows (docs/kernels.md, "Scales inside the
-         * stream"). */
-        const size_t G = IX__PK_LOCK, g0 = n0 / IX__PK, run = (n1 / IX__PK - g0) / G;
+    if (lock && mm->M <= IX__PK_LOCK_RX && lock[mm->M - 1]) {
+        /* One X row (decode) or a few (verification, a few sequences): the
+         * range's groups in G runs of adjacent groups, one run a stream, the
+         * streams in lockstep; each stream then reads one contiguous
+         * stretch of memory, which the hardware prefetcher follows
+         * (docs/kernels.md, "Scales inside the stream"). */
+        const size_t G = ix__pk_lock_groups(mm->M), g0 = n0 / IX__PK, run = (n1 / IX__PK - g0) / G;
         a.x = x0;
         a.gstride = run * gb;
         a.ygs = run * IX__PK;
@@ -179,25 +179,11 @@ static void pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *
             a.w = w + (g0 + k) * gb;
             a.scales = q ? a.w + sc_off : NULL;
             a.y = mm->y + (g0 + k) * IX__PK;
-            lock[0](&a);
+            lock[mm->M - 1](&a);
         }
         a.gstride = gb;
         a.ygs = IX__PK;
         n0 = (g0 + G * run) * IX__PK; /* the last few groups, one at a time */
-    } else if (lock && mm->M <= IX__PK_LOCK_RX && lock[mm->M - 1]) {
-        /* a few rows: G adjacent groups a tile, each stream on into the
-         * same stream of the next tile */
-        const size_t G = ix__pk_lock_groups(mm->M);
-        size_t g = n0 / IX__PK;
-        a.x = x0;
-        a.pnext = G * gb;
-        for (; g + G <= n1 / IX__PK; g += G) {
-            a.w = w + g * a.gstride;
-            a.scales = q ? a.w + sc_off : NULL;
-            a.y = mm->y + g * IX__PK;
-            lock[mm->M - 1](&a);
-        }
-        n0 = g * IX__PK; /* the last few groups, one at a time */
     }
     /* at most IX__PK_XCHUNK_BYTES of X per chunk, whole tiles of rows */
     if (mchunk * a.xs > IX__PK_XCHUNK_BYTES) {

@@ -1,0 +1,260 @@
+/*
+ * stream_bench: what holds a core that streams weights while it computes
+ * (docs/kernels.md, "Scales inside the stream").
+ *
+ * Every thread reads its share of a buffer far larger than the last-level
+ * cache in one of several orders, with or without Q4_0's decode arithmetic
+ * on each 64-byte line (two masks and two vpdpbusd, a per-block epilogue
+ * with the fp16 scale), and each order is timed in every round beside a
+ * plain read, the rounds alternating the orders. Printed per order: the
+ * median GB/s and the median of its per-round ratio to the plain read.
+ *
+ * The data is laid out as packed Q4_0 groups (16 rows, K = 2048: 64 blocks
+ * of 256 code bytes and 32 bytes of scales each); the orders are those the
+ * packed decode tile has had:
+ *   plain           four long streams a thread, loads only (the baseline)
+ *   plain/32B       the same four streams, 128 bytes of each a step in
+ *                   32-byte loads: what `inferx bench` timed for its decode
+ *                   bound until this bench found it 4-5% slower than plain
+ *   long+arith      the same four streams, the arithmetic on every line
+ *   tiles/apart     each group's codes, then its scales (2 KiB); four
+ *                   adjacent groups side by side, then the next four; each
+ *                   stream prefetching 2 KiB ahead and on into the next
+ *                   tile (the layout and walk before 1b66235)
+ *   tiles/inline    the same walk, each block's scales after its codes
+ *   runs/apart      scales apart, each of the four streams a run of
+ *                   adjacent groups (a quarter of the share), prefetching
+ *   runs/inline     scales inline, runs of groups: the current layout and
+ *                   walk; with and without the 2 KiB prefetch
+ *
+ * x86-64 with AVX-512 VNNI only; elsewhere it says so and exits 0.
+ *
+ * usage: stream_bench [-t threads] [-r rounds] [-s MiB]
+ *   defaults: every core, 7 rounds, 1024 MiB
+ */
+#include "inferx/kernels.h"
+#include "kernels/kernels_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define S 4          /* streams a thread */
+#define NB 64        /* blocks of 32 a group (K = 2048) */
+#define CB 256       /* Q4_0 code bytes a block and group */
+#define SB 32        /* scale bytes a block and group */
+#define UB (CB + SB) /* a block's unit, scales inline */
+#define GB (NB * UB) /* a group's bytes either way */
+#define PF 2048
+
+typedef enum { O_PLAIN, O_BOUND, O_LONG, O_TILES, O_RUNS } order;
+
+typedef struct variant {
+    const char *name;
+    order o;
+    bool inl, pf;
+} variant;
+
+static const variant k_variants[] = {
+    {"plain", O_PLAIN, false, false},          {"plain/32B", O_BOUND, false, false},
+    {"long+arith", O_LONG, false, false},
+    {"tiles/apart", O_TILES, false, true},     {"tiles/inline", O_TILES, true, true},
+    {"runs/apart", O_RUNS, false, true},       {"runs/inline", O_RUNS, true, false},
+    {"runs/inline+pf", O_RUNS, true, true},
+};
+#define N_VARIANTS (sizeof k_variants / sizeof k_variants[0])
+
+typedef struct job {
+    const uint8_t *buf;
+    size_t bytes;
+    const variant *v;
+    float sink[64 * 16];
+} job;
+
+#define TGT __attribute__((target("avx512f,avx512bw,avx512vnni"))) static
+
+TGT float plain(const uint8_t *p, size_t part) {
+    __m512i a[S];
+    for (int s = 0; s < S; s++) a[s] = _mm512_setzero_si512();
+    for (size_t i = 0; i + 256 <= part; i += 256)
+        IX__UNROLL(4)
+        for (int j = 0; j < 4; j++)
+            IX__UNROLL(4)
+            for (int s = 0; s < S; s++)
+                a[s] = _mm512_add_epi32(a[s], _mm512_load_si512((const void *)(p + (size_t)s * part + i + 64 * (size_t)j)));
+    float t = 0;
+    for (int s = 0; s < S; s++) t += (float)_mm512_reduce_add_epi32(a[s]);
+    return t;
+}
+
+/* As cmd_bench.c's read_avx2 (its read without AVX-512). */
+TGT float bound_read(const uint8_t *p, size_t part) {
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i + 128 <= part; i += 128)
+        for (size_t s = 0; s < S; s++) {
+            const uint8_t *q = p + s * part + i;
+            a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(const void *)q));
+            a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(const void *)(q + 32)));
+            a2 = _mm256_add_epi64(a2, _mm256_load_si256((const __m256i *)(const void *)(q + 64)));
+            a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(const void *)(q + 96)));
+        }
+    a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+    return (float)(_mm256_extract_epi64(a0, 0) ^ _mm256_extract_epi64(a0, 3));
+}
+
+/* Q4_0's arithmetic on the four blocks at c + s * gs (codes) and
+ * sc + s * gs (scales), as the lockstep tile does it. */
+TGT void q4_blocks(const uint8_t *c, const uint8_t *sc, size_t gs, __m512 acc[S]) {
+    const __m512i lo = _mm512_set1_epi8(0x0f), hi = _mm512_set1_epi8((char)0xf0);
+    const __m512i xl = _mm512_set1_epi32(0x01020304), xh = _mm512_set1_epi32(0x05060708);
+    __m512i dl[S], dh[S];
+    for (int s = 0; s < S; s++) dl[s] = dh[s] = _mm512_setzero_si512();
+    IX__UNROLL(4)
+    for (int j = 0; j < 4; j++)
+        IX__UNROLL(4)
+        for (int s = 0; s < S; s++) {
+            const __m512i v = _mm512_loadu_si512((const void *)(c + (size_t)s * gs + 64 * (size_t)j));
+            dl[s] = _mm512_dpbusd_epi32(dl[s], _mm512_and_si512(v, lo), xl);
+            dh[s] = _mm512_dpbusd_epi32(dh[s], _mm512_and_si512(v, hi), xh);
+        }
+    IX__UNROLL(4)
+    for (int s = 0; s < S; s++) {
+        const __m512i dot = _mm512_add_epi32(dl[s], _mm512_srai_epi32(dh[s], 4));
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(sc + (size_t)s * gs)));
+        acc[s] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), d, acc[s]);
+    }
+}
+
+TGT float long_arith(const uint8_t *p, size_t part) {
+    __m512 acc[S];
+    for (int s = 0; s < S; s++) acc[s] = _mm512_setzero_ps();
+    for (size_t i = 0; i + UB <= part; i += UB) q4_blocks(p + i, p + i + CB, part, acc);
+    float t = 0;
+    for (int s = 0; s < S; s++) t += _mm512_reduce_add_ps(acc[s]);
+    return t;
+}
+
+/* Block b of a group at g: its codes and its scales. */
+static inline size_t code_at(bool inl, size_t b) { return inl ? b * UB : b * CB; }
+static inline size_t scale_at(bool inl, size_t b) { return inl ? b * UB + CB : NB * CB + b * SB; }
+
+/* Groups [0, ng) of the share at p: tiles of four adjacent groups, or four
+ * runs of ng / 4 adjacent groups. */
+TGT float groups(const uint8_t *p, size_t ng, order o, bool inl, bool pf) {
+    __m512 acc[S];
+    for (int s = 0; s < S; s++) acc[s] = _mm512_setzero_ps();
+    const size_t run = ng / S, steps = o == O_TILES ? ng / S : run;
+    const size_t gs = o == O_TILES ? GB : run * GB;         /* stream to stream */
+    const size_t next = o == O_TILES ? (size_t)S * GB : GB; /* a stream's next group */
+    for (size_t k = 0; k < steps; k++) {
+        const uint8_t *w = p + (o == O_TILES ? k * S * GB : k * GB);
+        for (size_t b = 0; b < NB; b++) {
+            if (pf) {
+                /* codes (and inline scales) 2 KiB ahead, on into the stream's next group */
+                const size_t len = inl ? GB : NB * CB, step = inl ? UB : CB;
+                for (size_t l = (code_at(inl, b) + PF + 63) & ~(size_t)63; l < code_at(inl, b) + step + PF; l += 64)
+                    for (int s = 0; s < S; s++)
+                        __builtin_prefetch(ix__pk_lock_pf_at(w + (size_t)s * gs, l, len, next), 0, 3);
+            }
+            q4_blocks(w + code_at(inl, b), w + scale_at(inl, b), gs, acc);
+        }
+    }
+    float t = 0;
+    for (int s = 0; s < S; s++) t += _mm512_reduce_add_ps(acc[s]);
+    return t;
+}
+
+static void run_fn(void *ctx, int ith, int nth) {
+    job *j = ctx;
+    const size_t share = j->bytes / (size_t)nth / ((size_t)S * GB) * ((size_t)S * GB);
+    const uint8_t *p = j->buf + (size_t)ith * share;
+    float t;
+    switch (j->v->o) {
+    case O_PLAIN: t = plain(p, share / S); break;
+    case O_BOUND: t = bound_read(p, share / S); break;
+    case O_LONG: t = long_arith(p, share / S); break;
+    default: t = groups(p, share / GB, j->v->o, j->v->inl, j->v->pf); break;
+    }
+    j->sink[(size_t)ith % 64 * 16] += t;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int main(int argc, char **argv) {
+    int threads = 0, rounds = 7;
+    size_t mib = 1024;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-t") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-r") && i + 1 < argc) rounds = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-s") && i + 1 < argc) mib = (size_t)strtoull(argv[++i], NULL, 10);
+        else {
+            fprintf(stderr, "usage: stream_bench [-t threads] [-r rounds] [-s MiB]\n");
+            return 2;
+        }
+    }
+    if (rounds < 1 || rounds > 64 || mib < 64) {
+        fprintf(stderr, "stream_bench: rounds 1..64, at least 64 MiB\n");
+        return 2;
+    }
+    if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512bw")) {
+        printf("stream_bench: needs AVX-512 VNNI; skipped on this CPU\n");
+        return 0;
+    }
+    ix_pool *pool = NULL;
+    if (ix_pool_create(&pool, threads) != IX_OK) {
+        fprintf(stderr, "stream_bench: no worker pool\n");
+        return 1;
+    }
+    const size_t huge = (size_t)2 << 20, bytes = mib << 20;
+    uint8_t *buf = aligned_alloc(huge, (bytes + huge - 1) / huge * huge);
+    if (!buf) {
+        fprintf(stderr, "stream_bench: no memory for %zu MiB\n", mib);
+        ix_pool_destroy(pool);
+        return 1;
+    }
+#ifdef MADV_HUGEPAGE
+    madvise(buf, bytes, MADV_HUGEPAGE);
+#endif
+    for (size_t i = 0; i < bytes; i++) buf[i] = (uint8_t)(i * 131 + (i >> 12));
+    /* the scales as small fp16 numbers wherever they sit */
+    for (size_t i = 0; i + 1 < bytes; i += 2) buf[i + 1] &= 0x3b;
+    const int nth = ix_pool_n_threads(pool);
+    static job j;
+    j.buf = buf;
+    j.bytes = bytes;
+    double gbs[N_VARIANTS][64], ratio[N_VARIANTS][64];
+    const size_t read = bytes / (size_t)nth / ((size_t)S * GB) * ((size_t)S * GB) * (size_t)nth;
+    for (int r = 0; r < rounds; r++)
+        for (size_t v = 0; v < N_VARIANTS; v++) {
+            j.v = &k_variants[v];
+            const uint64_t t0 = ix_time_ns();
+            ix_pool_run(pool, run_fn, &j);
+            const double s = (double)(ix_time_ns() - t0) * 1e-9;
+            gbs[v][r] = (double)read / (s > 0 ? s : 1e-9) * 1e-9;
+            ratio[v][r] = gbs[v][r] / gbs[0][r];
+        }
+    printf("stream_bench: %d threads, %zu MiB, %d rounds (Q4_0 groups of 16 rows, K = 2048)\n", nth, mib, rounds);
+    printf("%-16s %10s %12s\n", "order", "GB/s", "/ plain");
+    for (size_t v = 0; v < N_VARIANTS; v++)
+        printf("%-16s %10.1f %12.2f\n", k_variants[v].name, median(gbs[v], rounds), median(ratio[v], rounds));
+    free(buf);
+    ix_pool_destroy(pool);
+    return 0;
+}
+#else
+int main(void) {
+    printf("stream_bench: x86-64 only; skipped\n");
+    return 0;
+}
+#endif
