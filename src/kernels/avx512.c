@@ -1617,8 +1617,8 @@ static inline __attribute__((always_inline)) void pk_run_g(const ix__pk_tile *a,
         }
     }
     for (size_t b = 0; b < nb; b++) {
-        /* G > 1: each stream on into the next tile's past its group
-         * (IX__PK_LOCK_PF, as pk_lock_run); G = 1: the group's stream */
+        /* G > 1: each stream's run of groups (IX__PK_LOCK_PF, as
+         * pk_lock_run); G = 1: the group's stream */
         if (G > 1) pk_pf_block(a, kind, b, pf, G, false);
         else
             for (size_t o = 0; o < cb; o += 64) __builtin_prefetch(a->w + pk_at(kind, b) + pf + o, 0, IX__PF_LOC);

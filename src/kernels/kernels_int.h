@@ -533,22 +533,22 @@ typedef struct ix__pk_tile {
 #define IX__PK_DEC_BLOCK 512 /* eight 64-byte code vectors */
 typedef void (*ix__pk_fn)(const ix__pk_tile *t);
 
-/* Groups a lockstep tile takes at once (one X row: decode). A core that
- * follows one forward stream at a time while it computes keeps too few
- * cache lines in flight to reach the memory bandwidth a plain read gets
- * (Zen 5, Q4_0: 0.65-0.7 of it); IX__PK_LOCK streams side by side reach
- * 0.8-0.9. The tile's arithmetic per group is that of the one-group tile,
- * so the bits are the same. */
+/* Groups a lockstep tile takes at once (one X row: decode), one from each
+ * of the walker's IX__PK_LOCK runs of adjacent groups (gstride apart). A
+ * core that follows one forward stream at a time while it computes keeps
+ * too few cache lines in flight to reach the memory bandwidth a plain read
+ * gets (Zen 5, Q4_0: 0.65-0.7 of it); IX__PK_LOCK streams side by side
+ * reach 0.8-1.0. The tile's arithmetic per group is that of the one-group
+ * tile, so the bits are the same. */
 #define IX__PK_LOCK 4
 
 /* How far ahead of its reads each stream of a lockstep tile prefetches: 2
  * KiB (the four streams together 8 KiB; 1 and 4 KiB measured no better).
  * Past the end of its group (len bytes from p) a stream's prefetch goes on
  * into the group that stream reads next, next bytes on (the tile's pnext):
- * at one X row the walker hands each stream a run of adjacent groups
- * (pnext = the group's bytes, so the prefetch simply runs on), at a few
- * rows the same stream of the next tile, G groups on. A prefetch never
- * faults, so one past the matrix is harmless. */
+ * the walker hands each stream a run of adjacent groups, so that is the
+ * group's bytes and the prefetch simply runs on. A prefetch never faults,
+ * so one past the matrix is harmless. */
 #define IX__PK_LOCK_PF 2048
 static inline const uint8_t *ix__pk_lock_pf_at(const uint8_t *p, size_t off, size_t len, size_t next) {
     return off < len ? p + off : p + next + (off - len);
