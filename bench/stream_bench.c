@@ -142,6 +142,12 @@ TGT float long_arith(const uint8_t *p, size_t part) {
 static inline size_t code_at(bool inl, size_t b) { return inl ? b * UB : b * CB; }
 static inline size_t scale_at(bool inl, size_t b) { return inl ? b * UB + CB : NB * CB + b * SB; }
 
+/* Byte off of a stream whose group at p is len bytes long, the group it
+ * reads next `next` bytes on: past the group's end, into that one. */
+static inline const uint8_t *pf_at(const uint8_t *p, size_t off, size_t len, size_t next) {
+    return off < len ? p + off : p + next + (off - len);
+}
+
 /* Groups [0, ng) of the share at p: tiles of four adjacent groups, or four
  * runs of ng / 4 adjacent groups. */
 TGT float groups(const uint8_t *p, size_t ng, order o, bool inl, bool pf) {
@@ -158,7 +164,7 @@ TGT float groups(const uint8_t *p, size_t ng, order o, bool inl, bool pf) {
                 const size_t len = inl ? GB : NB * CB, step = inl ? UB : CB;
                 for (size_t l = (code_at(inl, b) + PF + 63) & ~(size_t)63; l < code_at(inl, b) + step + PF; l += 64)
                     for (int s = 0; s < S; s++)
-                        __builtin_prefetch(ix__pk_lock_pf_at(w + (size_t)s * gs, l, len, next), 0, 3);
+                        __builtin_prefetch(pf_at(w + (size_t)s * gs, l, len, next), 0, 3);
             }
             q4_blocks(w + code_at(inl, b), w + scale_at(inl, b), gs, acc);
         }

@@ -759,10 +759,8 @@ static inline __attribute__((always_inline)) void pk_lock_pair(const ix__pk_tile
     for (size_t b = 0; b < nb; b++) {
         const uint8_t *c = w + b * ub, *xq = a->x + b * IX__QK;
         const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + a->blk_off) + b;
-        /* each line of the stream once, IX__PK_LOCK_PF ahead, on into the
-         * group the stream reads next */
-        for (size_t l = (b * ub + IX__PK_LOCK_PF + 63) & ~(size_t)63; l < (b + 1) * ub + IX__PK_LOCK_PF; l += 64)
-            for (int g = 0; g < G; g++) __builtin_prefetch(ix__pk_lock_pf_at(w + g * gs, l, a->gb, a->pnext), 0, IX__PF_LOC);
+        /* each line of the streams once, IX__PK_LOCK_PF ahead */
+        ix__pk_pf_lines(w, gs, G, b * ub + IX__PK_LOCK_PF, (b + 1) * ub + IX__PK_LOCK_PF, false);
         __m256i dot[G][2];
         const __m256i d0 = _mm256_set1_epi32(q8 ? 0 : xb->neg8s);
         for (int g = 0; g < G; g++) dot[g][0] = dot[g][1] = d0;
@@ -849,7 +847,7 @@ static inline __attribute__((always_inline)) void pkf_lock_run(const ix__pk_tile
         for (int g = 0; g < G; g++) {
             const uint8_t *w = a->w + g * gs + k * 32;
             if (!(k & 1)) /* one per 64-byte line */
-                __builtin_prefetch(ix__pk_lock_pf_at(a->w + g * gs, k * 32 + IX__PK_LOCK_PF, a->gb, a->pnext), 0, IX__PF_LOC);
+                __builtin_prefetch(a->w + g * gs + k * 32 + IX__PK_LOCK_PF, 0, IX__PF_LOC);
             acc[g][0] = _mm256_fmadd_ps(pkf_ld(w, bf), xv, acc[g][0]);
             acc[g][1] = _mm256_fmadd_ps(pkf_ld(w + 16, bf), xv, acc[g][1]);
         }

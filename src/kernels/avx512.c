@@ -1449,19 +1449,11 @@ static inline size_t pk_ub(pk_kind kind) {
     return pk_per(kind) * pk_cb(kind) + (pk_super(kind) ? pk_sup(kind) : pk_min32(kind) ? 64 : 32);
 }
 static inline size_t pk_at(pk_kind kind, size_t b) { return ix__pk_block_at(b, pk_per(kind), pk_cb(kind), pk_ub(kind)); }
-/* Each line of a stream once, from `ahead` bytes past block b's start to
- * as far past the next block's (on into the group the stream reads next,
- * ix__pk_lock_pf_at); l1: into L1 (t0), else IX__PF_LOC. */
+/* Each line of the G streams once, from `ahead` bytes past block b's start
+ * to as far past the next block's (ix__pk_pf_lines). */
 static inline __attribute__((always_inline)) void pk_pf_block(const ix__pk_tile *a, pk_kind kind, size_t b, size_t ahead,
                                                                int G, bool l1) {
-    const size_t end = pk_at(kind, b + 1) + ahead;
-    for (size_t l = (pk_at(kind, b) + ahead + 63) & ~(size_t)63; l < end; l += 64)
-        IX__UNROLL(4)
-        for (int g = 0; g < G; g++) {
-            const uint8_t *p = ix__pk_lock_pf_at(a->w + (size_t)g * a->gstride, l, a->gb, a->pnext);
-            if (l1) __builtin_prefetch(p, 0, 3);
-            else __builtin_prefetch(p, 0, IX__PF_LOC);
-        }
+    ix__pk_pf_lines(a->w, a->gstride, G, pk_at(kind, b) + ahead, pk_at(kind, b + 1) + ahead, l1);
 }
 
 /* v's 16-bit lanes shifted left by n (right by -n) */
@@ -1604,7 +1596,7 @@ static inline __attribute__((always_inline)) void pk_run_g(const ix__pk_tile *a,
     const bool q3 = kind == PK_K3;
     const bool xs = kind == PK_XS, m32 = pk_min32(kind), sgn = q8 || pk_iq(kind); /* sgn: signed w without VNNI */
     const int c6 = pk_off(kind);
-    const size_t cb = pk_cb(kind), nb = a->k / IX__QK, gs = a->gstride;
+    const size_t nb = a->k / IX__QK, gs = a->gstride;
     const size_t pf = G > 1 ? IX__PK_LOCK_PF : PK_PF_BYTES;
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     __m512 acc[GMAX][PK_RX], d[GMAX], ndm[GMAX];
@@ -1617,11 +1609,9 @@ static inline __attribute__((always_inline)) void pk_run_g(const ix__pk_tile *a,
         }
     }
     for (size_t b = 0; b < nb; b++) {
-        /* G > 1: each stream's run of groups (IX__PK_LOCK_PF, as
-         * pk_lock_run); G = 1: the group's stream */
-        if (G > 1) pk_pf_block(a, kind, b, pf, G, false);
-        else
-            for (size_t o = 0; o < cb; o += 64) __builtin_prefetch(a->w + pk_at(kind, b) + pf + o, 0, IX__PF_LOC);
+        /* each stream's lines once, codes and scales: G > 1 IX__PK_LOCK_PF
+         * ahead (as pk_lock_run), G = 1 PK_PF_BYTES */
+        pk_pf_block(a, kind, b, pf, G, false);
         IX__UNROLL(4)
         for (int g = 0; g < G; g++) {
             const uint8_t *c = a->w + g * gs + pk_at(kind, b);
@@ -1987,7 +1977,7 @@ static inline __attribute__((always_inline)) void pkf_lock_run(const ix__pk_tile
         IX__UNROLL(4)
         for (int g = 0; g < G; g++) {
             const uint8_t *w = wg + g * gs + k * 32;
-            __builtin_prefetch(ix__pk_lock_pf_at(wg + g * gs, k * 32 + IX__PK_LOCK_PF, a->gb, a->pnext), 0, IX__PF_LOC);
+            __builtin_prefetch(wg + g * gs + k * 32 + IX__PK_LOCK_PF, 0, IX__PF_LOC);
             const __m512 w0 = pkf_ld(w, bf), w1 = pkf_ld(w + 32, bf);
             IX__UNROLL(6)
             for (int i = 0; i < rx; i++) {

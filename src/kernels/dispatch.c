@@ -158,7 +158,7 @@ static void pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *
     const size_t gb = ix__pk_group_bytes(t, mm->K);
     ix__pk_tile a = {.k = mm->K, .ldy = ix__mm_ldy(mm), .blk_off = ix__align64(mm->K),
                      .xs = q ? ix__q8a_row_bytes(mm->K) : ix__mm_ldx(mm) * sizeof(float),
-                     .gstride = gb, .ygs = IX__PK, .gb = gb};
+                     .gstride = gb, .ygs = IX__PK};
     const uint8_t *x0 = q ? (const uint8_t *)mm->scratch : (const uint8_t *)mm->x;
     /* group g's codes at w + g * gstride, its scales sc_off further (the
      * traits looked up once per call, not per group) */
@@ -174,7 +174,6 @@ static void pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *
         a.x = x0;
         a.gstride = run * gb;
         a.ygs = run * IX__PK;
-        a.pnext = gb;
         for (size_t k = 0; k < run; k++) {
             a.w = w + (g0 + k) * gb;
             a.scales = q ? a.w + sc_off : NULL;

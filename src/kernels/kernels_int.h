@@ -523,8 +523,6 @@ typedef struct ix__pk_tile {
     size_t ldy;            /* floats between Y rows */
     size_t gstride;        /* lockstep tiles: bytes from one group to the next */
     size_t ygs;            /* lockstep tiles: Y columns from one group to the next */
-    size_t gb;             /* bytes of one group */
-    size_t pnext;          /* lockstep tiles: bytes from a group to the one its stream reads next */
     /* prefill (ix__pk_walk_dec): the group's codes as the tile decodes them,
      * IX__PK_DEC_BLOCK bytes per block, 64-byte aligned; NULL: none */
     uint8_t *dec;
@@ -542,16 +540,37 @@ typedef void (*ix__pk_fn)(const ix__pk_tile *t);
  * tile, so the bits are the same. */
 #define IX__PK_LOCK 4
 
+/* The locality hint of every software prefetch of streamed weights: 2, i.e.
+ * prefetcht1, into L2 but not L1. A prefetch into L1 (prefetcht0) holds one
+ * of the core's few L1 miss buffers for the whole DRAM latency, so it caps
+ * the lines in flight below what the L2's own miss queue allows; the tile's
+ * loads then find the lines in L2. Measured on Zen 4 at decode (kernels_bench
+ * -l packed -m decode, the lockstep tiles, medians of 6-8 alternated runs,
+ * 2026-12-03): 90-100% of a plain read of the same bytes into L2 against
+ * 66-92% into L1, every type; prefetchnta no better than L1, prefetcht2 as
+ * t1; 1, 2 or 4 KiB ahead per stream alike. */
+#define IX__PF_LOC 2
+
 /* How far ahead of its reads each stream of a lockstep tile prefetches: 2
  * KiB (the four streams together 8 KiB; 1 and 4 KiB measured no better).
- * Past the end of its group (len bytes from p) a stream's prefetch goes on
- * into the group that stream reads next, next bytes on (the tile's pnext):
- * the walker hands each stream a run of adjacent groups, so that is the
- * group's bytes and the prefetch simply runs on. A prefetch never faults,
- * so one past the matrix is harmless. */
+ * The walker hands each stream a run of adjacent groups, so past the end
+ * of one group a stream's prefetch simply runs on into the next one it
+ * reads; a prefetch never faults, so one past the matrix is harmless. */
 #define IX__PK_LOCK_PF 2048
-static inline const uint8_t *ix__pk_lock_pf_at(const uint8_t *p, size_t off, size_t len, size_t next) {
-    return off < len ? p + off : p + next + (off - len);
+
+/* Prefetch each 64-byte line that starts in bytes [from, to) of G streams,
+ * gs bytes apart from p (a tile's groups), the streams side by side;
+ * l1: into L1 (t0), else IX__PF_LOC. A tile that calls this once per
+ * block with [block start + ahead, next block start + ahead) touches each
+ * line of its stream once, codes and scales alike. */
+static inline __attribute__((always_inline)) void ix__pk_pf_lines(const uint8_t *p, size_t gs, int G, size_t from,
+                                                                   size_t to, bool l1) {
+    for (size_t l = (from + 63) & ~(size_t)63; l < to; l += 64)
+        IX__UNROLL(4)
+        for (int g = 0; g < G; g++) {
+            if (l1) __builtin_prefetch(p + (size_t)g * gs + l, 0, 3);
+            else __builtin_prefetch(p + (size_t)g * gs + l, 0, IX__PF_LOC);
+        }
 }
 
 /* A few X rows (speculative verification's k + 1) run in lockstep too where
@@ -649,17 +668,6 @@ typedef void (*ix__tile_fn)(const ix__tile *t);
  * ~70-80%, farther no better. Prefetches never fault, so running past the end
  * of W is harmless. */
 #define IX__PF_TILES 4
-
-/* The locality hint of every software prefetch of streamed weights: 2, i.e.
- * prefetcht1, into L2 but not L1. A prefetch into L1 (prefetcht0) holds one
- * of the core's few L1 miss buffers for the whole DRAM latency, so it caps
- * the lines in flight below what the L2's own miss queue allows; the tile's
- * loads then find the lines in L2. Measured on Zen 4 at decode (kernels_bench
- * -l packed -m decode, the lockstep tiles, medians of 6-8 alternated runs,
- * 2026-12-03): 90-100% of a plain read of the same bytes into L2 against
- * 66-92% into L1, every type; prefetchnta no better than L1, prefetcht2 as
- * t1; 1, 2 or 4 KiB ahead per stream alike. */
-#define IX__PF_LOC 2
 
 static inline void ix__prefetch_ahead(const ix__tile *t, int rw, size_t i, size_t n) {
     size_t span = (size_t)rw * t->ws, per = (span + n - 1) / n;
