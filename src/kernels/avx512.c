@@ -1432,10 +1432,10 @@ static inline int32_t pk_blk_off(pk_kind kind, const ix__q8a_blk *xb, bool vnni)
 /* The kinds with a scale per 16 (Q6_K, Q2_K, Q3_K): halves dotted apart; their code offset */
 static inline bool pk_halves(pk_kind kind) { return kind == PK_K6 || kind == PK_K2 || kind == PK_K3; }
 static inline int pk_off(pk_kind kind) { return kind == PK_K6 ? 32 : kind == PK_K3 ? 4 : 0; }
-/* Bytes of a super-block's scales */
 /* The kinds whose prefill keeps each group's decoded codes per X chunk
  * (ix__pk_walk_dec, PK_WALK): Q6_K only, see KP_MM. */
 static inline bool pk_dec(pk_kind kind) { return kind == PK_K6; }
+/* Bytes of a super-block's scales */
 static inline size_t pk_sup(pk_kind kind) {
     return kind == PK_K6 || kind == PK_K3 ? IX__PK6_SUPER : kind == PK_K2 ? IX__PK2_SUPER
            : kind == PK_XS ? IX__PKX_SUPER : IX__PK4_SUPER;
@@ -1449,6 +1449,18 @@ static inline size_t pk_ub(pk_kind kind) {
     return pk_per(kind) * pk_cb(kind) + (pk_super(kind) ? pk_sup(kind) : pk_min32(kind) ? 64 : 32);
 }
 static inline size_t pk_at(pk_kind kind, size_t b) { return ix__pk_block_at(b, pk_per(kind), pk_cb(kind), pk_ub(kind)); }
+/* How far ahead a lockstep stream prefetches: IX__PK_LOCK_PF, and half as
+ * far again for the kinds whose stream unit is 2 KiB or more (Q4_K, Q5_K,
+ * Q6_K, IQ4_XS: eight blocks of 4-6 bit codes and their scales), where
+ * 2 KiB is less than one unit ahead. 22-layer TinyLlama-shaped files,
+ * decode alternated with 2 KiB, two runs of 3 rounds, 2026-12-05: Q4_K_S
+ * 1.05-1.15x, Q4_K_M 0.97-1.08x, Q5_K_M 1.06-1.18x, Q6_K 0.92-1.15x; Q2_K
+ * (1.3 KiB units) ran 0.95-1.01x and Q4_0 / Q8_0 0.91-0.96x at 3 KiB, so
+ * they keep 2. */
+static inline size_t pk_lock_pf(pk_kind kind) {
+    return pk_ub(kind) >= 2048 ? IX__PK_LOCK_PF * 3 / 2 : IX__PK_LOCK_PF;
+}
+
 /* Each line of the G streams once, from `ahead` bytes past block b's start
  * to as far past the next block's (ix__pk_pf_lines). */
 static inline __attribute__((always_inline)) void pk_pf_block(const ix__pk_tile *a, pk_kind kind, size_t b, size_t ahead,
@@ -1597,7 +1609,7 @@ static inline __attribute__((always_inline)) void pk_run_g(const ix__pk_tile *a,
     const bool xs = kind == PK_XS, m32 = pk_min32(kind), sgn = q8 || pk_iq(kind); /* sgn: signed w without VNNI */
     const int c6 = pk_off(kind);
     const size_t nb = a->k / IX__QK, gs = a->gstride;
-    const size_t pf = G > 1 ? IX__PK_LOCK_PF : PK_PF_BYTES;
+    const size_t pf = G > 1 ? pk_lock_pf(kind) : PK_PF_BYTES;
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     __m512 acc[GMAX][PK_RX], d[GMAX], ndm[GMAX];
     __m512i isum[GMAX][PK_RX], imsum[GMAX][PK_RX]; /* Q2_K, Q3_K: the super-block's integer sums */
@@ -1609,7 +1621,7 @@ static inline __attribute__((always_inline)) void pk_run_g(const ix__pk_tile *a,
         }
     }
     for (size_t b = 0; b < nb; b++) {
-        /* each stream's lines once, codes and scales: G > 1 IX__PK_LOCK_PF
+        /* each stream's lines once, codes and scales: G > 1 pk_lock_pf
          * ahead (as pk_lock_run), G = 1 PK_PF_BYTES */
         pk_pf_block(a, kind, b, pf, G, false);
         IX__UNROLL(4)
@@ -1735,7 +1747,7 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
         const uint8_t *c = a->w + pk_at(kind, b), *x = a->x + b * IX__QK;
         const uint8_t *S = a->scales + b / pk_per(kind) * ub; /* the unit's scales */
         const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + a->blk_off) + b;
-        pk_pf_block(a, kind, b, IX__PK_LOCK_PF, G, l1);
+        pk_pf_block(a, kind, b, pk_lock_pf(kind), G, l1);
         if (sup_k && b % 8 == 0) {
             IX__UNROLL(4)
             for (int g = 0; g < G; g++) {
