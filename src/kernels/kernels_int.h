@@ -548,12 +548,15 @@ typedef void (*ix__pk_fn)(const ix__pk_tile *t);
  * -l packed -m decode, the lockstep tiles, medians of 6-8 alternated runs,
  * 2026-12-03): 90-100% of a plain read of the same bytes into L2 against
  * 66-92% into L1, every type; prefetchnta no better than L1, prefetcht2 as
- * t1; 1, 2 or 4 KiB ahead per stream alike. */
+ * t1; 1, 2 or 4 KiB ahead per stream alike. On Zen 5 (CPU family 26) the
+ * AVX-512 decode tiles prefetch into L1 instead, measured faster there
+ * (avx512.c, INFERX_PREFETCH). */
 #define IX__PF_LOC 2
 
 /* How far ahead of its reads each stream of a lockstep tile prefetches: 2
- * KiB (the four streams together 8 KiB; 1 and 4 KiB measured no better).
- * The walker hands each stream a run of adjacent groups, so past the end
+ * KiB (the four streams together 8 KiB; 1 and 4 KiB measured no better),
+ * half as far again on AVX-512 for the kinds whose stream unit is 2 KiB or
+ * more (avx512.c, pk_lock_pf). The walker hands each stream a run of adjacent groups, so past the end
  * of one group a stream's prefetch simply runs on into the next one it
  * reads; a prefetch never faults, so one past the matrix is harmless. */
 #define IX__PK_LOCK_PF 2048
