@@ -28,8 +28,8 @@
 #   the same matmul shapes, a model made in minutes instead of the 18 a K-quant
 #   of all 1.1 B parameters takes here. A cut model's decode step reads so few
 #   bytes that part of them stays in the caches between steps, which flatters
-#   "decode / bound" (on the Zen 5 test host 4 layers read ~0.80 of the bound
-#   where the 22 of the full shape read ~0.70: docs/performance.md); leave
+#   "decode / bound" (on the Zen 5 test host 4 layers read 0.78-0.96 of the bound
+#   where the 22 of the full shape read 0.69-0.89: docs/performance.md); leave
 #   LAYERS unset for the figure of a real model.
 set -eu
 bin=$1 tmp=$2 rounds=${3:-3} np=${4:-64} ng=${5:-32}
