@@ -1379,8 +1379,9 @@ static bool kwide_ok(const ix_matmul *mm) {
  * Q8_0 moves the sign of w onto x so the int16 pairs cannot saturate. */
 #define PK_RX 8
 #define PK_MCHUNK 128 /* X rows per pass over W (~300 KiB of q8a at K = 2048) */
-#define PK_PF_BYTES 4096 /* prefetch distance along a group's codes (decode: 1 KiB was too short
-                           * for DRAM latency at ~11 GB/s per thread; 4 KiB measured 5-10% faster) */
+#define PK_PF_BYTES 4096 /* the one-group tile's prefetch distance along its group's stream, codes
+                           * and scales (1 KiB was too short for DRAM latency at ~11 GB/s per
+                           * thread; 4 KiB measured 5-10% faster) */
 
 static inline __attribute__((always_inline)) __m512i pk_dp(__m512i acc, __m512i w, const void *x, bool q8,
                                                            bool vnni) {
