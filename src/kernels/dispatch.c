@@ -479,23 +479,28 @@ typedef struct mm_run {
 
 #define MM_QROWS 4 /* X rows per quantize grab */
 
-/* Guided grabs: each takes its share (1 / (2 nth)) of the rows still left in
- * the whole run, so grabs are large while there is much left and small at
- * the end, where a thread that started a large one last would hold up the
- * other threads waiting at the run's end. Multiples of MM_MIN_GRAB rows, so
- * that a grab is not mostly its cold start and decode's lockstep tiles get
- * whole runs of groups (64 = IX__PK_LOCK groups of 16); a remainder narrower
- * than that goes with the grab before it. */
+/* Guided grabs: each takes its share of the rows still left in the whole
+ * run, so grabs are large while there is much left and small at the end,
+ * where a thread that started a large one last would hold up the other
+ * threads waiting at the run's end. The share is 1 / (2 nth), and 1 / nth
+ * for a few X rows (decode, verification): there every grab starts the
+ * lockstep tile's streams cold (0.6-1.0 us), and a TinyLlama layer's 27
+ * grabs instead of 49 measured decode 1.01-1.02x faster as a fraction of
+ * the bound (docs/kernels.md, "Threading"). Multiples of
+ * MM_MIN_GRAB rows, so that a grab is not mostly its cold start and
+ * decode's lockstep tiles get whole runs of groups (64 = IX__PK_LOCK groups
+ * of 16); a remainder narrower than that goes with the grab before it. */
 #define MM_MIN_GRAB (IX__PK_LOCK * IX__PK)
 
 static void mm_plan(mm_run *r, int nth) {
     size_t left = 0;
     for (size_t i = 0; i < r->n_mm; i++) left += r->mms[i].N;
+    const size_t share = r->mms[0].M <= IX__PK_LOCK_RX ? (size_t)nth : 2 * (size_t)nth;
     r->n_items = 0;
     for (size_t i = 0; i < r->n_mm; i++) {
         const size_t N = r->mms[i].N;
         for (size_t n0 = 0; n0 < N;) {
-            size_t c = (left + 2 * (size_t)nth - 1) / (2 * (size_t)nth);
+            size_t c = (left + share - 1) / share;
             c = (c + MM_MIN_GRAB - 1) / MM_MIN_GRAB * MM_MIN_GRAB;
             /* no sliver after it, and room for one item per matmul still to come */
             if (N - n0 < c + MM_MIN_GRAB || r->n_items + (r->n_mm - i) >= MM_MAX_ITEMS) c = N - n0;
