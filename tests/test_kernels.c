@@ -1195,6 +1195,71 @@ static void test_matmul_invariance(void **state) {
     ix_pool_destroy(pool);
 }
 
+/* Decode's grabs are walked in steps that idle threads steal (dispatch.c,
+ * tl_steal). With more threads than cores, parked and resumed by the OS at
+ * random, every step must still be walked once and only once: the same bits
+ * as one thread, on each path, for each packable type, one to six X rows,
+ * over many runs (from the second on, a type whose walk went in steps gets
+ * equal shares instead of guided grabs), alone and two matmuls in a run. */
+static void test_matmul_steal(void **state) {
+    (void)state;
+    ix_pool *pool;
+    assert_int_equal(ix_pool_create(&pool, 4), IX_OK);
+    const ix_kernel_table *t[8];
+    int nt = tables(t);
+    const size_t N = IX__PK * (IX__PK_LOCK * 11 + 3), N2 = IX__PK * 19, K = 512, Ms[] = {1, 3, 6};
+    for (int i = 0; i < nt; i++) {
+        assert_int_equal(ix_cpu_force_isa(t[i]->isa), IX_OK);
+        ix_kernels_init();
+        if (ix_kernels() != t[i]) continue;
+        for (size_t ti = 0; ti < n_wtypes; ti++) {
+            const ix_dtype wt = k_wtypes[ti];
+            if (!ix_kernels_packable(wt, N, K)) continue;
+            for (size_t a = 0; a < IX_ARRAY_LEN(Ms); a++) {
+                const size_t M = Ms[a];
+                mm_case c, d;
+                mm_setup(&c, wt, M, N, K, 0);
+                mm_setup(&d, wt, M, N2, K, 0);
+                d.mm.x = c.x; /* one input */
+                d.mm.scratch = c.scratch;
+                uint8_t *pw = ix_aligned_alloc(64, ix_kernels_packed_bytes(wt, N, K)),
+                        *pw2 = ix_aligned_alloc(64, ix_kernels_packed_bytes(wt, N2, K));
+                assert_int_equal(ix_kernels_pack(wt, c.w, 0, N, K, 0, N, pw), IX_OK);
+                assert_int_equal(ix_kernels_pack(wt, d.w, 0, N2, K, 0, N2, pw2), IX_OK);
+                ix_matmul mms[2] = {c.mm, d.mm};
+                mms[0].w = pw;
+                mms[1].w = pw2;
+                mms[0].w_packed = mms[1].w_packed = true;
+                /* one thread's bits (packed float tiles sum in another order than row tiles) */
+                float *ref = malloc(M * N * sizeof *ref), *ref2 = malloc(M * N2 * sizeof *ref2);
+                assert_int_equal(ix_kernels_matmul(&mms[0], NULL), IX_OK);
+                memcpy(ref, c.y, M * N * sizeof *ref);
+                assert_int_equal(ix_kernels_matmul(&mms[1], NULL), IX_OK);
+                memcpy(ref2, d.y, M * N2 * sizeof *ref2);
+                for (int rep = 0; rep < 8; rep++) {
+                    memset(c.y, 0xff, M * N * sizeof *c.y); /* NaNs where a step is skipped */
+                    memset(d.y, 0xff, M * N2 * sizeof *d.y);
+                    if (rep % 2) assert_int_equal(ix_kernels_matmul_n(mms, 2, pool), IX_OK);
+                    else assert_int_equal(ix_kernels_matmul(&mms[0], pool), IX_OK);
+                    if (memcmp(c.y, ref, M * N * sizeof *ref) != 0 ||
+                        (rep % 2 && memcmp(d.y, ref2, M * N2 * sizeof *ref2) != 0))
+                        fail_msg("%s on %s, M = %zu, run %d: the threads' steps differ from one thread's",
+                                 ix_dtype_name(wt), t[i]->name, M, rep);
+                }
+                ix_aligned_free(pw);
+                ix_aligned_free(pw2);
+                free(ref);
+                free(ref2);
+                mm_free(&c);
+                mm_free(&d);
+            }
+        }
+    }
+    ix_cpu_force_isa(IX_ISA_GENERIC);
+    ix_kernels_init();
+    ix_pool_destroy(pool);
+}
+
 static void test_matmul_check(void **state) {
     (void)state;
     float x[64], y[4];
@@ -1935,6 +2000,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_generic_vs_double),
         cmocka_unit_test(test_matmul_isa_vs_generic),
         cmocka_unit_test(test_matmul_invariance),
+        cmocka_unit_test(test_matmul_steal),
         cmocka_unit_test(test_matmul_n),
         cmocka_unit_test(test_matmul_mixed_types),
         cmocka_unit_test(test_matmul_packed),

@@ -151,6 +151,77 @@ size_t ix_kernels_packed_bytes(ix_dtype type, size_t N, size_t K) {
     return N / IX__PK * ix__pk_group_bytes(type, K);
 }
 
+/* ---- stealing inside decode's grabs -----------------------------------------
+ * A lockstep walk (below) goes through its grab in steps: step k is group k
+ * of each of the G runs. Each step of a grab is claimed from a span word,
+ * item << 48 | front << 24 | back, that the walking thread publishes: it
+ * takes steps from the front, and a thread that has run out of grabs takes
+ * the back half of the steps still unclaimed, by compare-and-swap on the
+ * same word, so every step is walked exactly once. The thief walks its
+ * steps with the grab's own runs (one more cold start, as any grab), and
+ * publishes them in its own word for others to split again. So a run ends
+ * with its threads at most a step or two apart (a step is 64 rows: 2.5 us of
+ * Q4_0 at K = 2048) however large the grab a slow thread took, and grabs
+ * can be few and long (docs/kernels.md, "Threading"). The word lives in
+ * the run (mm_run), and the walk finds it through tl_steal, set by
+ * mm_run_fn around its calls into the paths' matmul entries: the entries'
+ * signature stays (mm, n0, n1). */
+#define STEAL_BITS 24 /* steps a grab may have: 2^24 * 64 rows */
+#define STEAL_MASK ((UINT64_C(1) << STEAL_BITS) - 1)
+
+typedef struct mm_span {
+    _Alignas(64) _Atomic uint64_t w;
+} mm_span;
+
+typedef struct mm_steal {
+    _Atomic uint64_t *span; /* this thread's word */
+    uint32_t item;          /* the grab being walked */
+    bool stolen;            /* steps [f, b) of another thread's grab */
+    bool stepped;           /* a walk published its steps */
+    uint32_t f, b;
+} mm_steal;
+
+static _Thread_local mm_steal *tl_steal;
+
+static inline uint64_t span_word(uint64_t item, uint64_t f, uint64_t b) {
+    return item << (2 * STEAL_BITS) | f << STEAL_BITS | b;
+}
+
+/* The steps a walk goes through: [0, n) on its own (st NULL), else those
+ * of the thread's span, claimed one at a time from its front: [0, n) of a
+ * grab, or the stolen st->f.. st->b, published first. */
+typedef struct pk_steps {
+    mm_steal *st;
+    uint64_t k, n;
+} pk_steps;
+
+static pk_steps steps_open(mm_steal *st, size_t n) {
+    if (st) {
+        st->stepped = true;
+        atomic_store_explicit(st->span, st->stolen ? span_word(st->item, st->f, st->b) : span_word(st->item, 0, n),
+                              memory_order_relaxed);
+    }
+    return (pk_steps){.st = st, .n = n};
+}
+
+static inline bool steps_next(pk_steps *s, size_t *k) {
+    if (!s->st) {
+        if (s->k >= s->n) return false;
+        *k = (size_t)s->k++;
+        return true;
+    }
+    for (;;) {
+        uint64_t v = atomic_load_explicit(s->st->span, memory_order_relaxed);
+        uint64_t f = v >> STEAL_BITS & STEAL_MASK;
+        if (f >= (v & STEAL_MASK)) return false;
+        if (atomic_compare_exchange_weak_explicit(s->st->span, &v, v + (UINT64_C(1) << STEAL_BITS),
+                                                  memory_order_relaxed, memory_order_relaxed)) {
+            *k = (size_t)f;
+            return true;
+        }
+    }
+}
+
 static void pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *fns, int rx_max, size_t mchunk,
                     const ix__pk_fn *lock, bool dec) {
     const ix_dtype t = mm->w_type;
@@ -164,6 +235,8 @@ static void pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *
      * traits looked up once per call, not per group) */
     const uint8_t *w = mm->w;
     const size_t sc_off = q ? (size_t)(ix__pk_scales(t, w, mm->K, 0) - w) : 0;
+    mm_steal *st = tl_steal; /* NULL: walk alone */
+    if (st && (n1 - n0) / IX__PK > STEAL_MASK) st = NULL;
     if (lock && mm->M <= IX__PK_LOCK_RX && lock[mm->M - 1]) {
         /* One X row (decode) or a few (verification, a few sequences): the
          * range's groups in G runs of adjacent groups, one run a stream, the
@@ -174,7 +247,8 @@ static void pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *
         a.x = x0;
         a.gstride = run * gb;
         a.ygs = run * IX__PK;
-        for (size_t k = 0; k < run; k++) {
+        pk_steps it = steps_open(st, run);
+        for (size_t k; steps_next(&it, &k);) {
             a.w = w + (g0 + k) * gb;
             a.scales = q ? a.w + sc_off : NULL;
             a.y = mm->y + (g0 + k) * IX__PK;
@@ -182,7 +256,9 @@ static void pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *
         }
         a.gstride = gb;
         a.ygs = IX__PK;
-        n0 = (g0 + G * run) * IX__PK; /* the last few groups, one at a time */
+        /* the last few groups, one at a time, by the grab's own walker */
+        n0 = st && st->stolen ? n1 : (g0 + G * run) * IX__PK;
+        st = NULL;
     }
     /* at most IX__PK_XCHUNK_BYTES of X per chunk, whole tiles of rows */
     if (mchunk * a.xs > IX__PK_XCHUNK_BYTES) {
@@ -193,10 +269,13 @@ static void pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *
     uint8_t *buf = NULL;
     if (dec && q && n0 < n1 && mm->M > (size_t)rx_max)
         buf = ix_aligned_alloc(64, mm->K / IX__QK * IX__PK_DEC_BLOCK);
+    if (mm->M > mchunk) st = NULL; /* steps are groups of every X row */
     for (size_t mc = 0; mc < mm->M; mc += mchunk) {
         size_t mend = mm->M - mc < mchunk ? mm->M : mc + mchunk;
         a.dec = mend - mc > (size_t)rx_max ? buf : NULL;
-        for (size_t g = n0 / IX__PK; g < n1 / IX__PK; g++) {
+        pk_steps it = steps_open(st, n1 / IX__PK - n0 / IX__PK);
+        for (size_t k; steps_next(&it, &k);) {
+            const size_t g = n0 / IX__PK + k;
             a.w = w + g * a.gstride;
             a.scales = q ? a.w + sc_off : NULL;
             for (size_t m = mc; m < mend; m += (size_t)rx_max) {
@@ -475,7 +554,13 @@ typedef struct mm_run {
     _Atomic size_t q_next; /* X rows handed out for quantizing */
     _Atomic size_t q_done; /* X rows quantized */
     _Atomic size_t next;   /* items handed out */
+    /* (nth) each thread's span word (see tl_steal), on its own line; NULL:
+     * no stealing (more X rows than the lockstep tiles take, or too many
+     * threads for the array) */
+    mm_span *spans;
 } mm_run;
+
+#define MM_STEAL_THREADS 16 /* spans in a run's array */
 
 #define MM_QROWS 4 /* X rows per quantize grab */
 
@@ -486,21 +571,46 @@ typedef struct mm_run {
  * for a few X rows (decode, verification): there every grab starts the
  * lockstep tile's streams cold (0.6-1.0 us), and a TinyLlama layer's 27
  * grabs instead of 49 measured decode 1.01-1.02x faster as a fraction of
- * the bound (docs/kernels.md, "Threading"). Multiples of
+ * the bound. Where the walks are known to go in steps that others can
+ * steal (g_stepped), no guiding is needed: one grab of 1 / nth of the run
+ * each, split where a matmul ends, and stealing evens out the end (the
+ * runs' wall time 0.96-1.02 of the guided grabs', median 0.989, 7 types;
+ * docs/kernels.md, "Threading"). Multiples of
  * MM_MIN_GRAB rows, so that a grab is not mostly its cold start and
  * decode's lockstep tiles get whole runs of groups (64 = IX__PK_LOCK groups
  * of 16); a remainder narrower than that goes with the grab before it. */
 #define MM_MIN_GRAB (IX__PK_LOCK * IX__PK)
 
+/* [path][weight type]: that path's few-row walk over that type's packed
+ * weights went in steps (pk_walk with tl_steal set). Learned from the walks
+ * themselves, as only the paths' entries know where they go (the packed
+ * walk, or a tile of their own: AVX2's K-quants, the generic path); set
+ * once, never cleared. Only the plan reads it, never the bits. */
+#define MM_STEP_TYPES 64
+static _Atomic unsigned char g_stepped[IX__PATH_COUNT][MM_STEP_TYPES];
+
+static bool mm_stepped(const mm_run *r) {
+    if (!r->spans) return false;
+    for (size_t i = 0; i < r->n_mm; i++) {
+        unsigned t = (unsigned)r->mms[i].w_type;
+        if (!r->mms[i].w_packed || t >= MM_STEP_TYPES ||
+            !atomic_load_explicit(&g_stepped[r->kt->path][t], memory_order_relaxed))
+            return false;
+    }
+    return true;
+}
+
 static void mm_plan(mm_run *r, int nth) {
     size_t left = 0;
     for (size_t i = 0; i < r->n_mm; i++) left += r->mms[i].N;
-    const size_t share = r->mms[0].M <= IX__PK_LOCK_RX ? (size_t)nth : 2 * (size_t)nth;
+    const bool equal = mm_stepped(r);
+    const size_t share = r->mms[0].M <= IX__PK_LOCK_RX ? (size_t)nth : 2 * (size_t)nth,
+                 fixed = (left + (size_t)nth - 1) / (size_t)nth;
     r->n_items = 0;
     for (size_t i = 0; i < r->n_mm; i++) {
         const size_t N = r->mms[i].N;
         for (size_t n0 = 0; n0 < N;) {
-            size_t c = (left + share - 1) / share;
+            size_t c = equal ? fixed : (left + share - 1) / share;
             c = (c + MM_MIN_GRAB - 1) / MM_MIN_GRAB * MM_MIN_GRAB;
             /* no sliver after it, and room for one item per matmul still to come */
             if (N - n0 < c + MM_MIN_GRAB || r->n_items + (r->n_mm - i) >= MM_MAX_ITEMS) c = N - n0;
@@ -535,12 +645,44 @@ static void mm_run_fn(void *ctx, int ith, int nth) {
             if ((i & 1023) == 0) sched_yield();
         }
     }
+    mm_steal st = {.span = r->spans ? &r->spans[ith].w : NULL};
+    tl_steal = st.span ? &st : NULL;
     for (;;) {
         size_t c = atomic_fetch_add_explicit(&r->next, 1, memory_order_relaxed);
         if (c >= r->n_items) break;
         const mm_item *it = &r->items[c];
+        if (st.span) { /* nothing to steal until the walk publishes its steps */
+            st.item = (uint32_t)c;
+            st.stepped = false;
+            atomic_store_explicit(st.span, span_word(c, 0, 0), memory_order_relaxed);
+        }
         ix__matmul_rows(r->kt, &r->mms[it->mm], it->n0, it->n1);
+        unsigned t = (unsigned)r->mms[it->mm].w_type;
+        if (st.stepped && t < MM_STEP_TYPES)
+            atomic_store_explicit(&g_stepped[r->kt->path][t], 1, memory_order_relaxed);
     }
+    /* out of grabs: split the others' walks while one has 2 steps left */
+    for (bool stole = st.span != NULL; stole;) {
+        stole = false;
+        for (int j = 1; j < nth && !stole; j++) {
+            _Atomic uint64_t *victim = &r->spans[(ith + j) % nth].w;
+            uint64_t v = atomic_load_explicit(victim, memory_order_relaxed);
+            uint64_t f = v >> STEAL_BITS & STEAL_MASK, b = v & STEAL_MASK, item = v >> (2 * STEAL_BITS);
+            if (f + 2 > b) continue;
+            uint64_t nb = b - (b - f) / 2;
+            if (!atomic_compare_exchange_strong_explicit(victim, &v, span_word(item, f, nb), memory_order_relaxed,
+                                                         memory_order_relaxed)) {
+                stole = true; /* it moved on: look again */
+                continue;
+            }
+            st = (mm_steal){.span = st.span, .item = (uint32_t)item, .stolen = true, .f = (uint32_t)nb,
+                            .b = (uint32_t)b};
+            const mm_item *it = &r->items[item];
+            ix__matmul_rows(r->kt, &r->mms[it->mm], it->n0, it->n1);
+            stole = true;
+        }
+    }
+    tl_steal = NULL;
 }
 
 /* The matmuls of one input: same x (or x_ready), ldx, M, K and scratch. */
@@ -608,6 +750,11 @@ static ix_status matmul_n_with(const ix_kernel_table *kt, const ix_matmul *mms, 
         return IX_OK;
     }
     mm_run *r = &(mm_run){.kt = kt, .mms = mms, .n_mm = n, .q = q};
+    mm_span spans[MM_STEAL_THREADS];
+    if (mms[0].M <= IX__PK_LOCK_RX && nth <= MM_STEAL_THREADS) {
+        for (int i = 0; i < nth; i++) atomic_init(&spans[i].w, 0);
+        r->spans = spans;
+    }
     mm_plan(r, nth);
     atomic_init(&r->q_next, 0);
     atomic_init(&r->q_done, 0);
