@@ -236,7 +236,11 @@ static void pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *
     const uint8_t *w = mm->w;
     const size_t sc_off = q ? (size_t)(ix__pk_scales(t, w, mm->K, 0) - w) : 0;
     mm_steal *st = tl_steal; /* NULL: walk alone */
-    if (st && (n1 - n0) / IX__PK > STEAL_MASK) st = NULL;
+    /* a walk that cannot go in steps never publishes any, so is never stolen from */
+    if (st && (n1 - n0) / IX__PK > STEAL_MASK) {
+        if (st->stolen) return;
+        st = NULL;
+    }
     if (lock && mm->M <= IX__PK_LOCK_RX && lock[mm->M - 1]) {
         /* One X row (decode) or a few (verification, a few sequences): the
          * range's groups in G runs of adjacent groups, one run a stream, the
@@ -265,11 +269,14 @@ static void pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *
         const size_t fit = IX__PK_XCHUNK_BYTES / a.xs / (size_t)rx_max * (size_t)rx_max;
         mchunk = fit < (size_t)rx_max ? (size_t)rx_max : fit;
     }
+    if (st && mm->M > mchunk) { /* a step is a group for every X row: one chunk only */
+        if (st->stolen) return;
+        st = NULL;
+    }
     /* the decode buffer: only where some chunk has more than one tile of rows */
     uint8_t *buf = NULL;
     if (dec && q && n0 < n1 && mm->M > (size_t)rx_max)
         buf = ix_aligned_alloc(64, mm->K / IX__QK * IX__PK_DEC_BLOCK);
-    if (mm->M > mchunk) st = NULL; /* steps are groups of every X row */
     for (size_t mc = 0; mc < mm->M; mc += mchunk) {
         size_t mend = mm->M - mc < mchunk ? mm->M : mc + mchunk;
         a.dec = mend - mc > (size_t)rx_max ? buf : NULL;
@@ -562,6 +569,10 @@ typedef struct mm_run {
 
 #define MM_STEAL_THREADS 16 /* spans in a run's array */
 
+/* bench/grab_bench: plan few-row runs as guided grabs without stealing */
+static _Atomic bool g_guided;
+void ix__kernels_matmul_guided(bool on) { atomic_store_explicit(&g_guided, on, memory_order_relaxed); }
+
 #define MM_QROWS 4 /* X rows per quantize grab */
 
 /* Guided grabs: each takes its share of the rows still left in the whole
@@ -751,7 +762,8 @@ static ix_status matmul_n_with(const ix_kernel_table *kt, const ix_matmul *mms, 
     }
     mm_run *r = &(mm_run){.kt = kt, .mms = mms, .n_mm = n, .q = q};
     mm_span spans[MM_STEAL_THREADS];
-    if (mms[0].M <= IX__PK_LOCK_RX && nth <= MM_STEAL_THREADS) {
+    if (mms[0].M <= IX__PK_LOCK_RX && nth <= MM_STEAL_THREADS &&
+        !atomic_load_explicit(&g_guided, memory_order_relaxed)) {
         for (int i = 0; i < nth; i++) atomic_init(&spans[i].w, 0);
         r->spans = spans;
     }

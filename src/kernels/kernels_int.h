@@ -374,6 +374,11 @@ static inline ix__mm_fn ix__mm_entry(const ix_kernel_table *kt, const ix__wtype 
 /* Y[:, n0:n1) of a checked matmul (scratch quantized) on table kt. */
 void ix__matmul_rows(const ix_kernel_table *kt, const ix_matmul *mm, size_t n0, size_t n1);
 
+/* For bench/grab_bench only: true plans the threads' runs of a few X rows as
+ * guided grabs without stealing (dispatch.c, mm_plan), the plan it is
+ * compared with; false (the default) restores the plan in use. */
+void ix__kernels_matmul_guided(bool on);
+
 /* The matmul entries each file provides (the traits' columns). */
 #define IX__MM_DECL(name) void name(const ix_matmul *mm, size_t n0, size_t n1);
 IX__MM_DECL(ix__mm_float_generic) /* F32 / F16 / BF16, rows and packed halves */

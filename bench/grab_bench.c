@@ -1,0 +1,228 @@
+/*
+ * grab_bench: what a decode matmul's grabs cost, and how the two plans for
+ * splitting a run among threads compare (docs/kernels.md, "Threading").
+ *
+ * 1. Cold start per grab. One thread, M = 1, a packed W several times the
+ *    last-level cache (N = 262144, K = 2048): the whole matmul in one call
+ *    against the same rows in grabs of 64, 256 and 1024 rows (X quantized
+ *    once, x_ready), best of -r runs. Each grab starts its lockstep streams
+ *    with nothing in flight; the extra time per grab is printed.
+ * 2. The plans, on the pool's threads: -l layers of TinyLlama's decode
+ *    matmuls (Q, K, V in one run; O; gate and up in one run; down), one
+ *    token = one pass over every layer, the weights far larger than the
+ *    cache. Tokens alternate between the plan in use (steps that idle
+ *    threads steal, one grab per thread) and the guided grabs without
+ *    stealing (ix__kernels_matmul_guided), so the machine's bandwidth, which
+ *    on a shared VM moves from minute to minute, falls on both alike.
+ *    Printed: mean milliseconds per token each, and their ratio.
+ *
+ * usage: grab_bench [-w q4_0,q2_k,...] [-t threads] [-l layers] [-n tokens] [-r runs]
+ *   defaults: q4_0,q2_k,q8_0; every core; 8 layers; 48 tokens a plan; 5 runs
+ */
+#include "inferx/kernels.h"
+#include "kernels/kernels_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define E 2048   /* TinyLlama's width */
+#define FF 5632  /* its FFN */
+#define KVW 256  /* its K and V rows (4 heads of 64) */
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+
+static float rndf(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (float)(g_rng >> 40) * 0x1p-24f * 2.0f - 1.0f;
+}
+
+static void *xalloc(size_t n) {
+    void *p = ix_aligned_alloc(64, n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "grab_bench: no memory for %zu bytes\n", n);
+        exit(1);
+    }
+    return p;
+}
+
+/* N x K of random weights of type t, packed, copies times over. */
+static uint8_t *make_w(ix_dtype t, size_t N, size_t K, size_t copies, size_t *bytes) {
+    const size_t rb = ix__w_row_bytes(t, K);
+    *bytes = ix_kernels_packed_bytes(t, N, K);
+    uint8_t *rows = xalloc(rb * N), *w = xalloc(*bytes * copies);
+    float *row = xalloc(K * sizeof *row);
+    for (size_t n = 0; n < N; n++) {
+        for (size_t k = 0; k < K; k++) row[k] = rndf();
+        ix_kernels_quantize_row(t, row, rows + n * rb, K);
+    }
+    if (ix_kernels_pack(t, rows, 0, N, K, 0, N, w) != IX_OK) {
+        fprintf(stderr, "grab_bench: packing %s failed\n", ix_dtype_name(t));
+        exit(1);
+    }
+    for (size_t c = 1; c < copies; c++) memcpy(w + c * *bytes, w, *bytes);
+    ix_aligned_free(rows);
+    ix_aligned_free(row);
+    return w;
+}
+
+static void cold_starts(ix_dtype t, int runs) {
+    const size_t N0 = 8192, copies = 32, N = N0 * copies, K = E, grabs[] = {64, 256, 1024};
+    size_t bytes0;
+    uint8_t *w = make_w(t, N0, K, copies, &bytes0); /* N0 rows quantized once, copied */
+    const size_t bytes = bytes0 * copies;
+    float *x = xalloc(K * sizeof *x), *y = xalloc(N * sizeof *y);
+    for (size_t k = 0; k < K; k++) x[k] = rndf();
+    void *scratch = xalloc(ix_kernels_matmul_scratch_bytes(t, 1, K));
+    ix_matmul mm = {.w_type = t, .w = w, .x = x, .y = y, .M = 1, .N = N, .K = K, .scratch = scratch,
+                    .w_packed = true};
+    ix_kernels_matmul(&mm, NULL); /* quantizes X into scratch */
+    double best[4] = {1e30, 1e30, 1e30, 1e30};
+    for (int r = 0; r < runs; r++)
+        for (int v = 0; v < 4; v++) { /* 0: one call; then each grab size, alternated */
+            const size_t g = v ? grabs[v - 1] : N;
+            uint64_t t0 = ix_time_ns();
+            for (size_t n0 = 0; n0 < N; n0 += g) {
+                ix_matmul s = mm;
+                s.w = w + n0 / IX__PK * (bytes / (N / IX__PK));
+                s.y = y + n0;
+                s.N = g;
+                s.x = NULL;
+                s.x_ready = true;
+                ix_kernels_matmul(&s, NULL);
+            }
+            double dt = (double)(ix_time_ns() - t0) * 1e-9;
+            if (dt < best[v]) best[v] = dt;
+        }
+    printf("%-7s one call: %6.2f ms (%.1f GB/s, %zu MB)", ix_dtype_name(t), best[0] * 1e3,
+           (double)bytes / best[0] * 1e-9, bytes >> 20);
+    for (int v = 1; v < 4; v++)
+        printf(" | grabs of %4zu rows: +%.2f us a grab", grabs[v - 1],
+               (best[v] - best[0]) / (double)(N / grabs[v - 1]) * 1e6);
+    printf("\n");
+    ix_aligned_free(w);
+    ix_aligned_free(x);
+    ix_aligned_free(y);
+    ix_aligned_free(scratch);
+}
+
+/* One layer's weights: q, k, v, o, gate, up, down. */
+enum { WQ, WK, WV, WO, WG, WU, WD, NW };
+
+static void plans(ix_dtype t, ix_pool *pool, int layers, int tokens) {
+    static const size_t shape[NW][2] = {{E, E}, {KVW, E}, {KVW, E}, {E, E}, {FF, E}, {FF, E}, {E, FF}};
+    uint8_t *w[NW];
+    size_t bytes[NW], total = 0;
+    for (int i = 0; i < NW; i++) {
+        w[i] = make_w(t, shape[i][0], shape[i][1], (size_t)layers, &bytes[i]);
+        total += bytes[i] * (size_t)layers;
+    }
+    float *xe = xalloc(E * sizeof(float)), *xf = xalloc(FF * sizeof(float)), *y[NW];
+    for (size_t k = 0; k < E; k++) xe[k] = rndf();
+    for (size_t k = 0; k < FF; k++) xf[k] = rndf();
+    for (int i = 0; i < NW; i++) y[i] = xalloc(shape[i][0] * sizeof(float));
+    void *se = xalloc(ix_kernels_matmul_scratch_bytes(t, 1, E)), *sf = xalloc(ix_kernels_matmul_scratch_bytes(t, 1, FF));
+    double ms[2] = {0, 0};
+    for (int tok = -2; tok < 2 * tokens; tok++) { /* two warm-up tokens, one a plan */
+        const int plan = (tok + 2) % 2;            /* 0: steps and stealing, 1: guided */
+        ix__kernels_matmul_guided(plan == 1);
+        uint64_t t0 = ix_time_ns();
+        for (int l = 0; l < layers; l++) {
+            ix_matmul m[NW];
+            for (int i = 0; i < NW; i++)
+                m[i] = (ix_matmul){.w_type = t, .w = w[i] + (size_t)l * bytes[i], .x = i == WD ? xf : xe,
+                                   .y = y[i], .M = 1, .N = shape[i][0], .K = shape[i][1],
+                                   .scratch = i == WD ? sf : se, .w_packed = true};
+            if (ix_kernels_matmul_n(&m[WQ], 3, pool) != IX_OK || ix_kernels_matmul(&m[WO], pool) != IX_OK ||
+                ix_kernels_matmul_n(&m[WG], 2, pool) != IX_OK || ix_kernels_matmul(&m[WD], pool) != IX_OK) {
+                fprintf(stderr, "grab_bench: a matmul failed\n");
+                exit(1);
+            }
+        }
+        if (tok >= 0) ms[plan] += (double)(ix_time_ns() - t0) * 1e-6;
+    }
+    ix__kernels_matmul_guided(false);
+    printf("%-7s %d layers (%zu MB), %d tokens a plan: stealing %.3f ms/token, guided %.3f; ratio %.3f\n",
+           ix_dtype_name(t), layers, total >> 20, tokens, ms[0] / tokens, ms[1] / tokens, ms[0] / ms[1]);
+    for (int i = 0; i < NW; i++) {
+        ix_aligned_free(w[i]);
+        ix_aligned_free(y[i]);
+    }
+    ix_aligned_free(xe);
+    ix_aligned_free(xf);
+    ix_aligned_free(se);
+    ix_aligned_free(sf);
+}
+
+/* A weight type by its name, any case (q4_0, Q4_K). */
+static bool type_named(const char *s, ix_dtype *out) {
+    ix_dtype all[64];
+    size_t n = ix_kernels_types(all, 64);
+    for (size_t i = 0; i < n && i < 64; i++)
+        if (!strcasecmp(s, ix_dtype_name(all[i]))) {
+            *out = all[i];
+            return true;
+        }
+    return false;
+}
+
+int main(int argc, char **argv) {
+    const char *types = "q4_0,q2_k,q8_0";
+    int threads = 0, layers = 8, tokens = 48, runs = 5;
+    for (int i = 1; i < argc; i += 2) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            printf("usage: grab_bench [-w q4_0,q2_k,...] [-t threads] [-l layers] [-n tokens] [-r runs]\n"
+                   "  -w  weight types (packable ones; default q4_0,q2_k,q8_0)\n"
+                   "  -t  pool threads for the plans (default: every core)\n"
+                   "  -l  layers of TinyLlama's decode matmuls (default 8)\n"
+                   "  -n  tokens timed with each plan, alternated (default 48)\n"
+                   "  -r  runs of the cold-start test, best taken (default 5)\n");
+            return 0;
+        }
+        if (!v) {
+            fprintf(stderr, "grab_bench: %s needs a value (--help)\n", a);
+            return 2;
+        }
+        if (!strcmp(a, "-w")) types = v;
+        else if (!strcmp(a, "-t")) threads = atoi(v);
+        else if (!strcmp(a, "-l")) layers = atoi(v);
+        else if (!strcmp(a, "-n")) tokens = atoi(v);
+        else if (!strcmp(a, "-r")) runs = atoi(v);
+        else {
+            fprintf(stderr, "grab_bench: unknown option %s (--help)\n", a);
+            return 2;
+        }
+    }
+    if (threads < 0 || layers < 1 || tokens < 1 || runs < 1) {
+        fprintf(stderr, "grab_bench: -t, -l, -n and -r take positive counts\n");
+        return 2;
+    }
+    ix_pool *pool;
+    if (ix_pool_create(&pool, threads) != IX_OK) {
+        fprintf(stderr, "grab_bench: no thread pool\n");
+        return 1;
+    }
+    printf("grab_bench: kernels %s, %d threads for the plans\n", ix_kernels()->name, ix_pool_n_threads(pool));
+    char list[256];
+    snprintf(list, sizeof list, "%s", types);
+    ix_dtype ts[32];
+    int nt = 0;
+    for (char *s = strtok(list, ","); s && nt < 32; s = strtok(NULL, ",")) {
+        ix_dtype t;
+        if (!type_named(s, &t) || !ix_kernels_packable(t, FF, E) || !ix_kernels_packable(t, E, FF)) {
+            fprintf(stderr, "grab_bench: %s is not a packable weight type\n", s);
+            return 2;
+        }
+        ts[nt++] = t;
+    }
+    printf("-- cold start per grab (one thread, M = 1, K = %d)\n", E);
+    for (int i = 0; i < nt; i++) cold_starts(ts[i], runs);
+    printf("-- the plans (M = 1; ratio < 1: stealing faster)\n");
+    for (int i = 0; i < nt; i++) plans(ts[i], pool, layers, tokens);
+    ix_pool_destroy(pool);
+    return 0;
+}
