@@ -152,8 +152,9 @@ size_t ix_kernels_packed_bytes(ix_dtype type, size_t N, size_t K) {
 }
 
 /* ---- stealing inside decode's grabs -----------------------------------------
- * A lockstep walk (below) goes through its grab in steps: step k is group k
- * of each of the G runs. Each step of a grab is claimed from a span word,
+ * A packed walk of a few X rows (below) goes through its grab in steps: in
+ * lockstep, step k is group k of each of the G runs; one group at a time,
+ * step k is group k. Each step of a grab is claimed from a span word,
  * item << 48 | front << 24 | back, that the walking thread publishes: it
  * takes steps from the front, and a thread that has run out of grabs takes
  * the back half of the steps still unclaimed, by compare-and-swap on the
@@ -166,7 +167,7 @@ size_t ix_kernels_packed_bytes(ix_dtype type, size_t N, size_t K) {
  * the run (mm_run), and the walk finds it through tl_steal, set by
  * mm_run_fn around its calls into the paths' matmul entries: the entries'
  * signature stays (mm, n0, n1). */
-#define STEAL_BITS 24 /* steps a grab may have: 2^24 * 64 rows */
+#define STEAL_BITS 24 /* a grab has fewer than 2^24 steps (else it walks alone) */
 #define STEAL_MASK ((UINT64_C(1) << STEAL_BITS) - 1)
 
 typedef struct mm_span {
