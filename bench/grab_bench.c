@@ -15,6 +15,17 @@
  *    stealing (ix__kernels_matmul_guided), so the machine's bandwidth, which
  *    on a shared VM moves from minute to minute, falls on both alike.
  *    Printed: mean milliseconds per token each, and their ratio.
+ * 3. Where a token's matmul time goes against the bound's read: the same
+ *    layers' weights, tokens alternating between the decode matmuls (the
+ *    plan in use), plain reads of the same bytes with the matmuls' run
+ *    boundaries (one pool run per matmul run, each thread reading its
+ *    share as four streams of 64-byte loads, the read `inferx bench` times
+ *    for its bound), and one plain read of everything in a single run.
+ *    Printed: GB/s of each, the run-by-run reads over the one read (what
+ *    the joins between runs cost) and the matmuls over both (what the
+ *    arithmetic while streaming costs).
+ *
+ * The weights sit on huge pages, as the model loader's packed copy does.
  *
  * usage: grab_bench [-w q4_0,q2_k,...] [-t threads] [-l layers] [-n tokens] [-r runs]
  *   defaults: q4_0,q2_k,q8_0; every core; 8 layers; 48 tokens a plan; 5 runs
@@ -26,6 +37,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #define E 2048   /* TinyLlama's width */
 #define FF 5632  /* its FFN */
@@ -53,7 +67,13 @@ static void *xalloc(size_t n) {
 static uint8_t *make_w(ix_dtype t, size_t N, size_t K, size_t copies, size_t *bytes) {
     const size_t rb = ix__w_row_bytes(t, K);
     *bytes = ix_kernels_packed_bytes(t, N, K);
-    uint8_t *rows = xalloc(rb * N), *w = xalloc(*bytes * copies);
+    uint8_t *rows = xalloc(rb * N);
+    /* on huge pages, as the model loader's packed weights (ix_aligned_calloc) */
+    uint8_t *w = ix_aligned_calloc(64, *bytes * copies);
+    if (!w) {
+        fprintf(stderr, "grab_bench: no memory for %zu bytes\n", *bytes * copies);
+        exit(1);
+    }
     float *row = xalloc(K * sizeof *row);
     for (size_t n = 0; n < N; n++) {
         for (size_t k = 0; k < K; k++) row[k] = rndf();
@@ -111,50 +131,165 @@ static void cold_starts(ix_dtype t, int runs) {
 
 /* One layer's weights: q, k, v, o, gate, up, down. */
 enum { WQ, WK, WV, WO, WG, WU, WD, NW };
+static const size_t k_shape[NW][2] = {{E, E}, {KVW, E}, {KVW, E}, {E, E}, {FF, E}, {FF, E}, {E, FF}};
+
+/* `layers` layers of one type's decode matmuls: each weight's copies one
+ * after another (w[i] + l * bytes[i]), the inputs and outputs they share. */
+typedef struct layer_set {
+    ix_dtype t;
+    int layers;
+    uint8_t *w[NW];
+    size_t bytes[NW], total;
+    float *xe, *xf, *y[NW];
+    void *se, *sf;
+} layer_set;
+
+static void set_open(layer_set *s, ix_dtype t, int layers) {
+    *s = (layer_set){.t = t, .layers = layers};
+    for (int i = 0; i < NW; i++) {
+        s->w[i] = make_w(t, k_shape[i][0], k_shape[i][1], (size_t)layers, &s->bytes[i]);
+        s->total += s->bytes[i] * (size_t)layers;
+        s->y[i] = xalloc(k_shape[i][0] * sizeof(float));
+    }
+    s->xe = xalloc(E * sizeof(float));
+    s->xf = xalloc(FF * sizeof(float));
+    for (size_t k = 0; k < E; k++) s->xe[k] = rndf();
+    for (size_t k = 0; k < FF; k++) s->xf[k] = rndf();
+    s->se = xalloc(ix_kernels_matmul_scratch_bytes(t, 1, E));
+    s->sf = xalloc(ix_kernels_matmul_scratch_bytes(t, 1, FF));
+}
+
+static void set_close(layer_set *s) {
+    for (int i = 0; i < NW; i++) {
+        ix_aligned_free(s->w[i]);
+        ix_aligned_free(s->y[i]);
+    }
+    ix_aligned_free(s->xe);
+    ix_aligned_free(s->xf);
+    ix_aligned_free(s->se);
+    ix_aligned_free(s->sf);
+}
+
+/* Layer l's four decode runs: Q, K, V in one; O; gate and up in one; down. */
+static void layer_run(const layer_set *s, int l, ix_pool *pool) {
+    ix_matmul m[NW];
+    for (int i = 0; i < NW; i++)
+        m[i] = (ix_matmul){.w_type = s->t, .w = s->w[i] + (size_t)l * s->bytes[i], .x = i == WD ? s->xf : s->xe,
+                           .y = s->y[i], .M = 1, .N = k_shape[i][0], .K = k_shape[i][1],
+                           .scratch = i == WD ? s->sf : s->se, .w_packed = true};
+    if (ix_kernels_matmul_n(&m[WQ], 3, pool) != IX_OK || ix_kernels_matmul(&m[WO], pool) != IX_OK ||
+        ix_kernels_matmul_n(&m[WG], 2, pool) != IX_OK || ix_kernels_matmul(&m[WD], pool) != IX_OK) {
+        fprintf(stderr, "grab_bench: a matmul failed\n");
+        exit(1);
+    }
+}
 
 static void plans(ix_dtype t, ix_pool *pool, int layers, int tokens) {
-    static const size_t shape[NW][2] = {{E, E}, {KVW, E}, {KVW, E}, {E, E}, {FF, E}, {FF, E}, {E, FF}};
-    uint8_t *w[NW];
-    size_t bytes[NW], total = 0;
-    for (int i = 0; i < NW; i++) {
-        w[i] = make_w(t, shape[i][0], shape[i][1], (size_t)layers, &bytes[i]);
-        total += bytes[i] * (size_t)layers;
-    }
-    float *xe = xalloc(E * sizeof(float)), *xf = xalloc(FF * sizeof(float)), *y[NW];
-    for (size_t k = 0; k < E; k++) xe[k] = rndf();
-    for (size_t k = 0; k < FF; k++) xf[k] = rndf();
-    for (int i = 0; i < NW; i++) y[i] = xalloc(shape[i][0] * sizeof(float));
-    void *se = xalloc(ix_kernels_matmul_scratch_bytes(t, 1, E)), *sf = xalloc(ix_kernels_matmul_scratch_bytes(t, 1, FF));
+    layer_set s;
+    set_open(&s, t, layers);
     double ms[2] = {0, 0};
     for (int tok = -2; tok < 2 * tokens; tok++) { /* two warm-up tokens, one a plan */
         const int plan = (tok + 2) % 2;            /* 0: steps and stealing, 1: guided */
         ix__kernels_matmul_guided(plan == 1);
         uint64_t t0 = ix_time_ns();
-        for (int l = 0; l < layers; l++) {
-            ix_matmul m[NW];
-            for (int i = 0; i < NW; i++)
-                m[i] = (ix_matmul){.w_type = t, .w = w[i] + (size_t)l * bytes[i], .x = i == WD ? xf : xe,
-                                   .y = y[i], .M = 1, .N = shape[i][0], .K = shape[i][1],
-                                   .scratch = i == WD ? sf : se, .w_packed = true};
-            if (ix_kernels_matmul_n(&m[WQ], 3, pool) != IX_OK || ix_kernels_matmul(&m[WO], pool) != IX_OK ||
-                ix_kernels_matmul_n(&m[WG], 2, pool) != IX_OK || ix_kernels_matmul(&m[WD], pool) != IX_OK) {
-                fprintf(stderr, "grab_bench: a matmul failed\n");
-                exit(1);
-            }
-        }
+        for (int l = 0; l < layers; l++) layer_run(&s, l, pool);
         if (tok >= 0) ms[plan] += (double)(ix_time_ns() - t0) * 1e-6;
     }
     ix__kernels_matmul_guided(false);
     printf("%-7s %d layers (%zu MB), %d tokens a plan: stealing %.3f ms/token, guided %.3f; ratio %.3f\n",
-           ix_dtype_name(t), layers, total >> 20, tokens, ms[0] / tokens, ms[1] / tokens, ms[0] / ms[1]);
-    for (int i = 0; i < NW; i++) {
-        ix_aligned_free(w[i]);
-        ix_aligned_free(y[i]);
+           ix_dtype_name(t), layers, s.total >> 20, tokens, ms[0] / tokens, ms[1] / tokens, ms[0] / ms[1]);
+    set_close(&s);
+}
+
+/* ---- 3. a token's matmuls against plain reads of the same bytes ---------- */
+
+/* Byte ranges read on the pool's threads: each thread reads its 1/nth of
+ * every range (whole 256-byte steps; the few bytes past the last go
+ * unread) as four streams side by side, 64 bytes of each a step: the read
+ * `inferx bench` times for its bound. */
+#define RD_LAYERS 64 /* layers part 3 takes at most */
+typedef struct rd_job {
+    const uint8_t *p[NW]; /* every weight (the one read) or a run's */
+    size_t n[NW], parts;
+    uint64_t sink[64 * 8];
+} rd_job;
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) static uint64_t read4_avx512(const uint8_t *p, size_t part) {
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i + 64 <= part; i += 64) {
+        a0 = _mm512_add_epi64(a0, _mm512_loadu_si512((const void *)(p + i)));
+        a1 = _mm512_add_epi64(a1, _mm512_loadu_si512((const void *)(p + part + i)));
+        a2 = _mm512_add_epi64(a2, _mm512_loadu_si512((const void *)(p + 2 * part + i)));
+        a3 = _mm512_add_epi64(a3, _mm512_loadu_si512((const void *)(p + 3 * part + i)));
     }
-    ix_aligned_free(xe);
-    ix_aligned_free(xf);
-    ix_aligned_free(se);
-    ix_aligned_free(sf);
+    return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
+}
+#endif
+
+static uint64_t read4(const uint8_t *p, size_t part) {
+#if defined(__x86_64__)
+    if (ix_cpu_supports(IX_ISA_AVX512)) return read4_avx512(p, part);
+#endif
+    uint64_t a = 0;
+    for (size_t i = 0; i + 8 <= part; i += 8)
+        for (size_t s = 0; s < 4; s++) {
+            uint64_t v;
+            memcpy(&v, p + s * part + i, 8);
+            a += v;
+        }
+    return a;
+}
+
+static void rd_fn(void *ctx, int ith, int nth) {
+    rd_job *j = ctx;
+    uint64_t t = 0;
+    for (size_t i = 0; i < j->parts; i++) {
+        const size_t share = j->n[i] / (size_t)nth / 256 * 256;
+        t += read4(j->p[i] + (size_t)ith * share, share / 4);
+    }
+    j->sink[(size_t)ith % 64 * 8] += t;
+}
+
+static void token_vs_reads(ix_dtype t, ix_pool *pool, int layers, int tokens) {
+    /* the runs of a layer: [first, last) weights */
+    static const int run_of[4][2] = {{WQ, WO}, {WO, WG}, {WG, WD}, {WD, NW}};
+    if (layers > RD_LAYERS) layers = RD_LAYERS;
+    layer_set s;
+    set_open(&s, t, layers);
+    static rd_job whole, runs[RD_LAYERS * 4];
+    memset(&whole, 0, sizeof whole);
+    memset(runs, 0, sizeof runs);
+    for (int i = 0; i < NW; i++) { /* one pass over every weight */
+        whole.p[whole.parts] = s.w[i];
+        whole.n[whole.parts++] = s.bytes[i] * (size_t)layers;
+    }
+    for (int l = 0; l < layers; l++)
+        for (int r = 0; r < 4; r++) {
+            rd_job *j = &runs[l * 4 + r];
+            for (int i = run_of[r][0]; i < run_of[r][1]; i++) {
+                j->p[j->parts] = s.w[i] + (size_t)l * s.bytes[i];
+                j->n[j->parts++] = s.bytes[i];
+            }
+        }
+    double ms[3] = {0, 0, 0};
+    for (int tok = -3; tok < 3 * tokens; tok++) { /* three warm-up tokens, one a way */
+        const int way = (tok + 3) % 3; /* 0: the matmuls, 1: reads run by run, 2: one read */
+        uint64_t t0 = ix_time_ns();
+        if (way == 2) ix_pool_run(pool, rd_fn, &whole);
+        for (int l = 0; l < layers && way < 2; l++) {
+            if (way == 0) layer_run(&s, l, pool);
+            else
+                for (int r = 0; r < 4; r++) ix_pool_run(pool, rd_fn, &runs[l * 4 + r]);
+        }
+        if (tok >= 0) ms[way] += (double)(ix_time_ns() - t0) * 1e-6;
+    }
+    const double gb = (double)s.total * 1e-9 * tokens;
+    printf("%-7s %d layers (%zu MB), %d tokens each: one read %.1f GB/s; reads run by run %.1f GB/s (%.3f); "
+           "matmuls %.1f GB/s (%.3f of one read, %.3f of run by run)\n",
+           ix_dtype_name(t), layers, s.total >> 20, tokens, gb / (ms[2] * 1e-3), gb / (ms[1] * 1e-3), ms[2] / ms[1],
+           gb / (ms[0] * 1e-3), ms[2] / ms[0], ms[1] / ms[0]);
+    set_close(&s);
 }
 
 /* A weight type by its name, any case (q4_0, Q4_K). */
@@ -178,8 +313,8 @@ int main(int argc, char **argv) {
             printf("usage: grab_bench [-w q4_0,q2_k,...] [-t threads] [-l layers] [-n tokens] [-r runs]\n"
                    "  -w  weight types (packable ones; default q4_0,q2_k,q8_0)\n"
                    "  -t  pool threads for the plans (default: every core)\n"
-                   "  -l  layers of TinyLlama's decode matmuls (default 8)\n"
-                   "  -n  tokens timed with each plan, alternated (default 48)\n"
+                   "  -l  layers of TinyLlama's decode matmuls (default 8; part 3 takes at most 64)\n"
+                   "  -n  tokens timed each way, alternated (default 48)\n"
                    "  -r  runs of the cold-start test, best taken (default 5)\n");
             return 0;
         }
@@ -223,6 +358,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < nt; i++) cold_starts(ts[i], runs);
     printf("-- the plans (M = 1; ratio < 1: stealing faster)\n");
     for (int i = 0; i < nt; i++) plans(ts[i], pool, layers, tokens);
+    printf("-- a token's matmuls against plain reads of the same bytes (4 streams a thread, 64-byte loads)\n");
+    for (int i = 0; i < nt; i++) token_vs_reads(ts[i], pool, layers, tokens);
     ix_pool_destroy(pool);
     return 0;
 }
