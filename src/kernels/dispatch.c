@@ -187,6 +187,9 @@ static _Thread_local mm_steal *tl_steal;
 static inline uint64_t span_word(uint64_t item, uint64_t f, uint64_t b) {
     return item << (2 * STEAL_BITS) | f << STEAL_BITS | b;
 }
+static inline uint64_t span_item(uint64_t v) { return v >> (2 * STEAL_BITS); }
+static inline uint64_t span_front(uint64_t v) { return v >> STEAL_BITS & STEAL_MASK; }
+static inline uint64_t span_back(uint64_t v) { return v & STEAL_MASK; }
 
 /* The steps a walk goes through: [0, n) on its own (st NULL), else those
  * of the thread's span, claimed one at a time from its front: [0, n) of a
@@ -213,8 +216,8 @@ static inline bool steps_next(pk_steps *s, size_t *k) {
     }
     for (;;) {
         uint64_t v = atomic_load_explicit(s->st->span, memory_order_relaxed);
-        uint64_t f = v >> STEAL_BITS & STEAL_MASK;
-        if (f >= (v & STEAL_MASK)) return false;
+        uint64_t f = span_front(v);
+        if (f >= span_back(v)) return false;
         if (atomic_compare_exchange_weak_explicit(s->st->span, &v, v + (UINT64_C(1) << STEAL_BITS),
                                                   memory_order_relaxed, memory_order_relaxed)) {
             *k = (size_t)f;
@@ -635,6 +638,32 @@ static void mm_plan(mm_run *r, int nth) {
 
 /* Grab-based, not (ith, nth) slices: whoever shows up takes the next piece,
  * so a participant the OS has parked delays nothing it has not started. */
+/* Takes the back half of the unclaimed steps of some other thread's walk
+ * that has 2 or more, into *st (the steps to walk, published by the walk);
+ * false when no walk has. A compare-and-swap lost to a walk that moved on
+ * looks at every walk again. */
+static bool steal_one(mm_run *r, int ith, int nth, mm_steal *st) {
+    for (bool again = true; again;) {
+        again = false;
+        for (int j = 1; j < nth; j++) {
+            _Atomic uint64_t *victim = &r->spans[(ith + j) % nth].w;
+            uint64_t v = atomic_load_explicit(victim, memory_order_relaxed);
+            const uint64_t f = span_front(v), b = span_back(v), item = span_item(v);
+            if (f + 2 > b) continue;
+            const uint64_t nb = b - (b - f) / 2;
+            if (!atomic_compare_exchange_strong_explicit(victim, &v, span_word(item, f, nb), memory_order_relaxed,
+                                                         memory_order_relaxed)) {
+                again = true;
+                continue;
+            }
+            *st = (mm_steal){.span = st->span, .item = (uint32_t)item, .stolen = true, .f = (uint32_t)nb,
+                             .b = (uint32_t)b};
+            return true;
+        }
+    }
+    return false;
+}
+
 static void mm_run_fn(void *ctx, int ith, int nth) {
     mm_run *r = ctx;
     (void)ith;
@@ -674,25 +703,9 @@ static void mm_run_fn(void *ctx, int ith, int nth) {
             atomic_store_explicit(&g_stepped[r->kt->path][t], 1, memory_order_relaxed);
     }
     /* out of grabs: split the others' walks while one has 2 steps left */
-    for (bool stole = st.span != NULL; stole;) {
-        stole = false;
-        for (int j = 1; j < nth && !stole; j++) {
-            _Atomic uint64_t *victim = &r->spans[(ith + j) % nth].w;
-            uint64_t v = atomic_load_explicit(victim, memory_order_relaxed);
-            uint64_t f = v >> STEAL_BITS & STEAL_MASK, b = v & STEAL_MASK, item = v >> (2 * STEAL_BITS);
-            if (f + 2 > b) continue;
-            uint64_t nb = b - (b - f) / 2;
-            if (!atomic_compare_exchange_strong_explicit(victim, &v, span_word(item, f, nb), memory_order_relaxed,
-                                                         memory_order_relaxed)) {
-                stole = true; /* it moved on: look again */
-                continue;
-            }
-            st = (mm_steal){.span = st.span, .item = (uint32_t)item, .stolen = true, .f = (uint32_t)nb,
-                            .b = (uint32_t)b};
-            const mm_item *it = &r->items[item];
-            ix__matmul_rows(r->kt, &r->mms[it->mm], it->n0, it->n1);
-            stole = true;
-        }
+    while (st.span && steal_one(r, ith, nth, &st)) {
+        const mm_item *it = &r->items[st.item];
+        ix__matmul_rows(r->kt, &r->mms[it->mm], it->n0, it->n1);
     }
     tl_steal = NULL;
 }
