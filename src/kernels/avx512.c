@@ -1464,8 +1464,9 @@ static inline size_t pk_at(pk_kind kind, size_t b) { return ix__pk_block_at(b, p
  * 0.91-0.95, and IQ4_XS (2.2 KiB units) 0.91-1.07, median 0.95: it keeps 2
  * (end to end 1.01-1.07x). 4 KiB lost to 3 on the K-quants (0.94-1.00), 1
  * and 1.5 KiB to 2 on Q4_0, Q8_0 and IQ4_XS. Q3_K ran 1.03-1.10 in that
- * test but its files slower end to end (Q2_K's mix, which has Q3_K
- * tensors: 0.90-0.98x in 7 alternations), so it keeps 2. */
+ * test, but Q2_K's mix (its ffn_down and attn_output Q3_K) reached a lower
+ * fraction of the bound end to end in all 7 alternations (0.91-0.98x;
+ * identical code read 0.92-1.12x between two binaries), so it keeps 2. */
 static inline size_t pk_lock_pf(pk_kind kind) {
     const bool far = kind == PK_K4 || kind == PK_K5 || kind == PK_K6;
     return far ? IX__PK_LOCK_PF * 3 / 2 : IX__PK_LOCK_PF;
