@@ -636,8 +636,6 @@ static void mm_plan(mm_run *r, int nth) {
     }
 }
 
-/* Grab-based, not (ith, nth) slices: whoever shows up takes the next piece,
- * so a participant the OS has parked delays nothing it has not started. */
 /* Takes the back half of the unclaimed steps of some other thread's walk
  * that has 2 or more, into *st (the steps to walk, published by the walk);
  * false when no walk has. A compare-and-swap lost to a walk that moved on
@@ -664,6 +662,8 @@ static bool steal_one(mm_run *r, int ith, int nth, mm_steal *st) {
     return false;
 }
 
+/* Grab-based, not (ith, nth) slices: whoever shows up takes the next piece,
+ * so a participant the OS has parked delays nothing it has not started. */
 static void mm_run_fn(void *ctx, int ith, int nth) {
     mm_run *r = ctx;
     (void)ith;
