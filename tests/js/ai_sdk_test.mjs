@@ -62,7 +62,7 @@ const weather = tool({
 for (const m of [openai(modelId), openai.chat(modelId)]) {
   const res = await generateText({
     model: m, tools: { get_weather: weather }, toolChoice: { type: 'tool', toolName: 'get_weather' },
-    prompt: 'What is the weather in Bath?', maxOutputTokens: 60, maxRetries: 0, stopWhen: stepCountIs(1),
+    prompt: 'What is the weather in Bath?', maxOutputTokens: 200, maxRetries: 0, stopWhen: stepCountIs(1),
     providerOptions: { openai: { parallelToolCalls: false } },
   });
   assert.equal(res.finishReason, 'tool-calls');

@@ -48,7 +48,7 @@ const getWeather = {
   },
 };
 for (const useResponsesApi of [false, true]) {
-  const llm = new ChatOpenAI({ model, apiKey, configuration, maxTokens: 60, maxRetries: 0, useResponsesApi });
+  const llm = new ChatOpenAI({ model, apiKey, configuration, maxTokens: 200, maxRetries: 0, useResponsesApi });
   const msg = await llm.bindTools([getWeather], { tool_choice: 'get_weather', parallel_tool_calls: false })
     .invoke('What is the weather in Bath?');
   assert.equal(msg.tool_calls.length, 1);

@@ -124,6 +124,8 @@ Person.parse(rparsed.output_parsed);
 
 // Tool calls: forced by tool_choice (constrained decoding keeps the call to
 // the function's schema), answered by a tool message, whole and streamed.
+// Sampled, so 200 tokens of room: the schema-bound answers above ran up to
+// 120 tokens of the bundled model's whitespace and short pieces.
 const tools = [{
   type: 'function',
   function: {
@@ -143,7 +145,7 @@ const checkCall = (call) => {
   assert.equal(typeof args.city, 'string');
 };
 const tc = await client.chat.completions.create({ model, messages: [question], tools, tool_choice: forced,
-  max_tokens: 60 });
+  max_tokens: 200 });
 assert.equal(tc.choices[0].finish_reason, 'tool_calls');
 assert.equal(tc.choices[0].message.tool_calls.length, 1);
 checkCall(tc.choices[0].message.tool_calls[0]);
@@ -156,14 +158,14 @@ assert.equal(back.choices[0].message.role, 'assistant');
 assert.ok(back.usage.prompt_tokens > tc.usage.prompt_tokens);
 // streamed: the SDK's helper assembles the tool_calls deltas
 const tstream = client.chat.completions.stream({ model, messages: [question], tools, tool_choice: 'required',
-  parallel_tool_calls: false, max_tokens: 60 });
+  parallel_tool_calls: false, max_tokens: 200 });
 const tfinal = await tstream.finalChatCompletion();
 assert.equal(tfinal.choices[0].finish_reason, 'tool_calls');
 checkCall(tfinal.choices[0].message.tool_calls[0]);
 // Responses: a function_call item; its output goes back as function_call_output
 const rtools = [{ type: 'function', ...tools[0].function, strict: true }];
 const rcall = await client.responses.create({ model, input: [question], tools: rtools,
-  tool_choice: { type: 'function', name: 'get_weather' }, max_output_tokens: 60 });
+  tool_choice: { type: 'function', name: 'get_weather' }, max_output_tokens: 200 });
 const fc = rcall.output.find((o) => o.type === 'function_call');
 assert.equal(fc.name, 'get_weather');
 assert.equal(typeof JSON.parse(fc.arguments).city, 'string');
