@@ -1452,21 +1452,12 @@ static inline size_t pk_ub(pk_kind kind) {
 static inline size_t pk_at(pk_kind kind, size_t b) { return ix__pk_block_at(b, pk_per(kind), pk_cb(kind), pk_ub(kind)); }
 /* How far ahead a lockstep stream prefetches: IX__PK_LOCK_PF, and half as
  * far again for Q4_K, Q5_K and Q6_K, whose 2.3-3.3 KiB stream units (eight
- * blocks' 4-6 bit codes, then their scales) 2 KiB does not clear.
- * 22-layer TinyLlama-shaped files, decode alternated with 2 KiB, two runs
- * of 3 rounds, 2026-12-05: Q4_K_S 1.05-1.15x, Q4_K_M 0.97-1.08x, Q5_K_M
- * 1.06-1.18x, Q6_K 0.92-1.15x; Q2_K (1.3 KiB units) ran 0.95-1.01x and
- * Q4_0 / Q8_0 0.91-0.96x at 3 KiB, so they keep 2. Measured since in one
- * process, the distances alternated token by token over 8 layers of
- * TinyLlama's decode matmuls (bench/grab_bench's third part, a throwaway
- * switch, 3-6 runs, 2026-12-05; time at 2 KiB over time at 3 KiB): Q5_K
- * 1.04-1.12, Q6_K 1.05-1.08, Q4_K 0.98-1.05, Q4_0 0.88-0.91, Q8_0
- * 0.91-0.95, and IQ4_XS (2.2 KiB units) 0.91-1.07, median 0.95: it keeps 2
- * (end to end 1.01-1.07x). 4 KiB lost to 3 on the K-quants (0.94-1.00), 1
- * and 1.5 KiB to 2 on Q4_0, Q8_0 and IQ4_XS. Q3_K ran 1.03-1.10 in that
- * test, but Q2_K's mix (its ffn_down and attn_output Q3_K) reached a lower
- * fraction of the bound end to end in all 7 alternations (0.91-0.98x;
- * identical code read 0.92-1.12x between two binaries), so it keeps 2. */
+ * blocks' 4-6 bit codes, then their scales) 2 KiB does not clear. In one
+ * process, the distances alternated token by token (2026-12-05), time at
+ * 2 KiB over time at 3 KiB: Q5_K 1.04-1.12, Q6_K 1.05-1.08, Q4_K
+ * 0.98-1.05; Q4_0 0.88-0.91, Q8_0 0.91-0.95, IQ4_XS median 0.95 keep 2 KiB,
+ * and so do Q2_K and Q3_K (end to end no better at 3). The measurements,
+ * and 1, 1.5 and 4 KiB: docs/kernels.md, "Scales inside the stream". */
 static inline size_t pk_lock_pf(pk_kind kind) {
     const bool far = kind == PK_K4 || kind == PK_K5 || kind == PK_K6;
     return far ? IX__PK_LOCK_PF * 3 / 2 : IX__PK_LOCK_PF;

@@ -226,6 +226,15 @@ static inline bool steps_next(pk_steps *s, size_t *k) {
     }
 }
 
+/* A walk that cannot go in steps goes alone (*st NULL). It never publishes
+ * any, so none can have been stolen from it: false for a stolen one (a
+ * guard only), whose caller then has nothing to walk. */
+static inline bool walk_alone(mm_steal **st) {
+    if ((*st)->stolen) return false;
+    *st = NULL;
+    return true;
+}
+
 static void pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *fns, int rx_max, size_t mchunk,
                     const ix__pk_fn *lock, bool dec) {
     const ix_dtype t = mm->w_type;
@@ -240,11 +249,7 @@ static void pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *
     const uint8_t *w = mm->w;
     const size_t sc_off = q ? (size_t)(ix__pk_scales(t, w, mm->K, 0) - w) : 0;
     mm_steal *st = tl_steal; /* NULL: walk alone */
-    /* a walk that cannot go in steps never publishes any, so is never stolen from */
-    if (st && (n1 - n0) / IX__PK > STEAL_MASK) {
-        if (st->stolen) return;
-        st = NULL;
-    }
+    if (st && (n1 - n0) / IX__PK > STEAL_MASK && !walk_alone(&st)) return;
     if (lock && mm->M <= IX__PK_LOCK_RX && lock[mm->M - 1]) {
         /* One X row (decode) or a few (verification, a few sequences): the
          * range's groups in G runs of adjacent groups, one run a stream, the
@@ -273,10 +278,8 @@ static void pk_walk(const ix_matmul *mm, size_t n0, size_t n1, const ix__pk_fn *
         const size_t fit = IX__PK_XCHUNK_BYTES / a.xs / (size_t)rx_max * (size_t)rx_max;
         mchunk = fit < (size_t)rx_max ? (size_t)rx_max : fit;
     }
-    if (st && mm->M > mchunk) { /* a step is a group for every X row: one chunk only */
-        if (st->stolen) return;
-        st = NULL;
-    }
+    /* a step is a group for every X row: one chunk only */
+    if (st && mm->M > mchunk && !walk_alone(&st)) return;
     /* the decode buffer: only where some chunk has more than one tile of rows */
     uint8_t *buf = NULL;
     if (dec && q && n0 < n1 && mm->M > (size_t)rx_max)
