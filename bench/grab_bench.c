@@ -24,11 +24,18 @@
  *    Printed: GB/s of each, the run-by-run reads over the one read (what
  *    the joins between runs cost) and the matmuls over both (what the
  *    arithmetic while streaming costs).
+ * 4. A core's arithmetic against its share of the bus: one M = 1 matmul
+ *    over at least 256 MB (no joins, no short matrices), alternated with a
+ *    plain read of the same bytes, each as GB/s a core; beside them the
+ *    rate one thread's matmuls reach on 256 rows that stay in its L2, what
+ *    the tile's arithmetic alone allows a core. The matmul keeps pace with
+ *    the read only where that headroom covers the read and the core
+ *    overlaps its arithmetic with the loads in flight.
  *
  * The weights sit on huge pages, as the model loader's packed copy does.
  *
- * usage: grab_bench [-w q4_0,q2_k,...] [-t threads] [-l layers] [-n tokens] [-r runs]
- *   defaults: q4_0,q2_k,q8_0; every core; 8 layers; 48 tokens a plan; 5 runs
+ * usage: grab_bench [-w q4_0,q2_k,...] [-p parts] [-t threads] [-l layers] [-n tokens] [-r runs]
+ *   defaults: q4_0,q2_k,q8_0; parts 1234; every core; 8 layers; 48 tokens a plan; 5 runs
  */
 #include "inferx/kernels.h"
 #include "kernels/kernels_int.h"
@@ -292,6 +299,90 @@ static void token_vs_reads(ix_dtype t, ix_pool *pool, int layers, int tokens) {
     set_close(&s);
 }
 
+/* ---- 4. a core's arithmetic against its share of the bus ---------------- */
+
+static int cmp_d(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* GB/s of one thread's M = 1 matmuls on 256 x E weights (F16 / BF16: 128)
+ * that stay in its L2 (a quarter to a half MiB): what the tile's arithmetic
+ * alone allows a core, median of 21 batches of 400 calls. */
+static double in_cache_rate(ix_dtype t) {
+    size_t N = 256, bytes;
+    while (N > 64 && ix_kernels_packed_bytes(t, N, E) > (600u << 10)) N -= 64; /* F16, BF16: 128 */
+    uint8_t *w = make_w(t, N, E, 1, &bytes);
+    float *x = xalloc(E * sizeof *x), *y = xalloc(N * sizeof *y);
+    for (size_t k = 0; k < E; k++) x[k] = rndf();
+    void *scratch = xalloc(ix_kernels_matmul_scratch_bytes(t, 1, E));
+    ix_matmul mm = {.w_type = t, .w = w, .x = x, .y = y, .M = 1, .N = N, .K = E, .scratch = scratch,
+                    .w_packed = true};
+    if (ix_kernels_matmul(&mm, NULL) != IX_OK) { /* quantizes X into scratch */
+        fprintf(stderr, "grab_bench: a matmul failed\n");
+        exit(1);
+    }
+    if (ix__w_quantized(t)) { /* X as it is (float W) or quantized once */
+        mm.x = NULL;
+        mm.x_ready = true;
+    }
+    double ns[21];
+    for (int r = 0; r < 21; r++) {
+        const uint64_t t0 = ix_time_ns();
+        for (int i = 0; i < 400; i++) ix_kernels_matmul(&mm, NULL);
+        ns[r] = (double)(ix_time_ns() - t0) / 400;
+    }
+    qsort(ns, 21, sizeof *ns, cmp_d);
+    ix_aligned_free(w);
+    ix_aligned_free(x);
+    ix_aligned_free(y);
+    ix_aligned_free(scratch);
+    return (double)bytes / ns[10];
+}
+
+/* One M = 1 matmul over at least 256 MB of packed weights (the gate
+ * matrix, copied) on the pool's threads, alternated with a plain read of
+ * the same bytes (4 streams a thread), beside the in-cache rate: a core
+ * that streams its share at the read's rate while it computes needs its
+ * arithmetic to run that fast and overlap the loads. */
+static void core_vs_bus(ix_dtype t, ix_pool *pool, int tokens) {
+    const double cache = in_cache_rate(t);
+    size_t bytes;
+    const size_t copies = ((size_t)256 << 20) / ix_kernels_packed_bytes(t, FF, E) + 1, N = (size_t)FF * copies;
+    uint8_t *w = make_w(t, FF, E, copies, &bytes);
+    float *x = xalloc(E * sizeof *x), *y = xalloc(N * sizeof *y);
+    for (size_t k = 0; k < E; k++) x[k] = rndf();
+    void *scratch = xalloc(ix_kernels_matmul_scratch_bytes(t, 1, E));
+    ix_matmul mm = {.w_type = t, .w = w, .x = x, .y = y, .M = 1, .N = N, .K = E, .scratch = scratch,
+                    .w_packed = true};
+    static rd_job one;
+    memset(&one, 0, sizeof one);
+    one.p[0] = w;
+    one.n[0] = bytes * copies;
+    one.parts = 1;
+    double ms[2] = {0, 0};
+    for (int tok = -2; tok < 2 * tokens; tok++) { /* a warm-up each; 0: the matmul, 1: the read */
+        const int way = (tok + 2) % 2;
+        const uint64_t t0 = ix_time_ns();
+        if (way == 0) {
+            if (ix_kernels_matmul(&mm, pool) != IX_OK) {
+                fprintf(stderr, "grab_bench: a matmul failed\n");
+                exit(1);
+            }
+        } else ix_pool_run(pool, rd_fn, &one);
+        if (tok >= 0) ms[way] += (double)(ix_time_ns() - t0) * 1e-6;
+    }
+    const int nth = ix_pool_n_threads(pool);
+    const double gb = (double)one.n[0] * 1e-9 * tokens, rd = gb / (ms[1] * 1e-3) / nth, mm_gbs = gb / (ms[0] * 1e-3) / nth;
+    printf("%-7s %zu MB, %d each; a core: read %.1f GB/s, matmul %.1f GB/s (%.3f of the read), "
+           "in cache %.1f GB/s (%.2fx the read)\n",
+           ix_dtype_name(t), one.n[0] >> 20, tokens, rd, mm_gbs, mm_gbs / rd, cache, cache / rd);
+    ix_aligned_free(w);
+    ix_aligned_free(x);
+    ix_aligned_free(y);
+    ix_aligned_free(scratch);
+}
+
 /* A weight type by its name, any case (q4_0, Q4_K). */
 static bool type_named(const char *s, ix_dtype *out) {
     ix_dtype all[64];
@@ -305,13 +396,14 @@ static bool type_named(const char *s, ix_dtype *out) {
 }
 
 int main(int argc, char **argv) {
-    const char *types = "q4_0,q2_k,q8_0";
+    const char *types = "q4_0,q2_k,q8_0", *parts = "1234";
     int threads = 0, layers = 8, tokens = 48, runs = 5;
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: grab_bench [-w q4_0,q2_k,...] [-t threads] [-l layers] [-n tokens] [-r runs]\n"
+            printf("usage: grab_bench [-w q4_0,q2_k,...] [-p parts] [-t threads] [-l layers] [-n tokens] [-r runs]\n"
                    "  -w  weight types (packable ones; default q4_0,q2_k,q8_0)\n"
+                   "  -p  the parts to run, by number (default 1234)\n"
                    "  -t  pool threads for the plans (default: every core)\n"
                    "  -l  layers of TinyLlama's decode matmuls (default 8; part 3 takes at most 64)\n"
                    "  -n  tokens timed each way, alternated (default 48)\n"
@@ -323,6 +415,7 @@ int main(int argc, char **argv) {
             return 2;
         }
         if (!strcmp(a, "-w")) types = v;
+        else if (!strcmp(a, "-p")) parts = v;
         else if (!strcmp(a, "-t")) threads = atoi(v);
         else if (!strcmp(a, "-l")) layers = atoi(v);
         else if (!strcmp(a, "-n")) tokens = atoi(v);
@@ -334,6 +427,10 @@ int main(int argc, char **argv) {
     }
     if (threads < 0 || layers < 1 || tokens < 1 || runs < 1) {
         fprintf(stderr, "grab_bench: -t, -l, -n and -r take positive counts\n");
+        return 2;
+    }
+    if (strspn(parts, "1234") != strlen(parts) || !*parts) {
+        fprintf(stderr, "grab_bench: -p takes part numbers 1 to 4 (e.g. -p 34)\n");
         return 2;
     }
     ix_pool *pool;
@@ -354,12 +451,23 @@ int main(int argc, char **argv) {
         }
         ts[nt++] = t;
     }
-    printf("-- cold start per grab (one thread, M = 1, K = %d)\n", E);
-    for (int i = 0; i < nt; i++) cold_starts(ts[i], runs);
-    printf("-- the plans (M = 1; ratio < 1: stealing faster)\n");
-    for (int i = 0; i < nt; i++) plans(ts[i], pool, layers, tokens);
-    printf("-- a token's matmuls against plain reads of the same bytes (4 streams a thread, 64-byte loads)\n");
-    for (int i = 0; i < nt; i++) token_vs_reads(ts[i], pool, layers, tokens);
+    if (strchr(parts, '1')) {
+        printf("-- cold start per grab (one thread, M = 1, K = %d)\n", E);
+        for (int i = 0; i < nt; i++) cold_starts(ts[i], runs);
+    }
+    if (strchr(parts, '2')) {
+        printf("-- the plans (M = 1; ratio < 1: stealing faster)\n");
+        for (int i = 0; i < nt; i++) plans(ts[i], pool, layers, tokens);
+    }
+    if (strchr(parts, '3')) {
+        printf("-- a token's matmuls against plain reads of the same bytes (4 streams a thread, 64-byte loads)\n");
+        for (int i = 0; i < nt; i++) token_vs_reads(ts[i], pool, layers, tokens);
+    }
+    if (strchr(parts, '4')) {
+        printf("-- a core's arithmetic against its share of the bus (M = 1, one matmul of >= 256 MB; in cache: "
+               "one thread, W in L2)\n");
+        for (int i = 0; i < nt; i++) core_vs_bus(ts[i], pool, tokens);
+    }
     ix_pool_destroy(pool);
     return 0;
 }

@@ -26,6 +26,9 @@
  *                   adjacent groups (a quarter of the share), prefetching
  *   runs/inline     scales inline, runs of groups: the current layout and
  *                   walk; with and without the 2 KiB prefetch
+ *   plain+pf t0/t1  the plain read with the tile's software prefetch (each
+ *                   line, 2 KiB ahead, into L1 / into L2) and no
+ *                   arithmetic: what the prefetch instructions alone cost
  *
  * x86-64 with AVX-512 VNNI only; elsewhere it says so and exits 0.
  *
@@ -51,7 +54,7 @@
 #define GB (NB * UB) /* a group's bytes either way */
 #define PF 2048
 
-typedef enum { O_PLAIN, O_BOUND, O_LONG, O_TILES, O_RUNS } order;
+typedef enum { O_PLAIN, O_BOUND, O_LONG, O_TILES, O_RUNS, O_PLAINPF, O_PLAINPF1 } order;
 
 typedef struct variant {
     const char *name;
@@ -65,6 +68,8 @@ static const variant k_variants[] = {
     {"tiles/apart", O_TILES, false, true},     {"tiles/inline", O_TILES, true, true},
     {"runs/apart", O_RUNS, false, true},       {"runs/inline", O_RUNS, true, false},
     {"runs/inline+pf", O_RUNS, true, true},
+    {"plain+pf t0", O_PLAINPF, false, true},
+    {"plain+pf t1", O_PLAINPF1, false, true},
 };
 #define N_VARIANTS (sizeof k_variants / sizeof k_variants[0])
 
@@ -77,18 +82,32 @@ typedef struct job {
 
 #define TGT __attribute__((target("avx512f,avx512bw,avx512vnni"))) static
 
-TGT float plain(const uint8_t *p, size_t part) {
+/* Four streams of 64-byte loads; hint 3 or 2: each stream's lines also
+ * prefetched PF ahead as the tile does (into L1 / into L2), else none. */
+static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vnni"))) float
+plain_read(const uint8_t *p, size_t part, int hint) {
     __m512i a[S];
     for (int s = 0; s < S; s++) a[s] = _mm512_setzero_si512();
-    for (size_t i = 0; i + 256 <= part; i += 256)
+    for (size_t i = 0; i + 256 <= part; i += 256) {
+        for (int j = 0; j < 4 && hint; j++)
+            for (int s = 0; s < S; s++) {
+                const uint8_t *q = p + (size_t)s * part + i + 64 * (size_t)j + PF;
+                if (hint == 3) __builtin_prefetch(q, 0, 3);
+                else __builtin_prefetch(q, 0, 2);
+            }
         IX__UNROLL(4)
         for (int j = 0; j < 4; j++)
             IX__UNROLL(4)
             for (int s = 0; s < S; s++)
                 a[s] = _mm512_add_epi32(a[s], _mm512_load_si512((const void *)(p + (size_t)s * part + i + 64 * (size_t)j)));
+    }
     float t = 0;
     for (int s = 0; s < S; s++) t += (float)_mm512_reduce_add_epi32(a[s]);
     return t;
+}
+TGT float plain(const uint8_t *p, size_t part) { return plain_read(p, part, 0); }
+TGT float plain_pf(const uint8_t *p, size_t part, bool t1) {
+    return t1 ? plain_read(p, part, 2) : plain_read(p, part, 3);
 }
 
 /* As cmd_bench.c's read_avx2 (its read without AVX-512). */
@@ -183,6 +202,8 @@ static void run_fn(void *ctx, int ith, int nth) {
     case O_PLAIN: t = plain(p, share / S); break;
     case O_BOUND: t = bound_read(p, share / S); break;
     case O_LONG: t = long_arith(p, share / S); break;
+    case O_PLAINPF: t = plain_pf(p, share / S, false); break;
+    case O_PLAINPF1: t = plain_pf(p, share / S, true); break;
     default: t = groups(p, share / GB, j->v->o, j->v->inl, j->v->pf); break;
     }
     j->sink[(size_t)ith % 64 * 16] += t;
