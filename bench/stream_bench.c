@@ -29,6 +29,12 @@
  *   plain+pf t0/t1  the plain read with the tile's software prefetch (each
  *                   line, 2 KiB ahead, into L1 / into L2) and no
  *                   arithmetic: what the prefetch instructions alone cost
+ *   pf+Q4 arith     plain+pf t0 with Q4_0's arithmetic on each line
+ *   pf+4 ops        plain+pf t0 with four more vector operations a line
+ *                   (adds and xors) that do not touch the loaded data: what
+ *                   executing more instructions per line costs the stream
+ *   pf+Q4 split     pf+Q4 arith on lines read 32 bytes off, every load
+ *                   across two lines
  *
  * x86-64 with AVX-512 VNNI only; elsewhere it says so and exits 0.
  *
@@ -54,7 +60,7 @@
 #define GB (NB * UB) /* a group's bytes either way */
 #define PF 2048
 
-typedef enum { O_PLAIN, O_BOUND, O_LONG, O_TILES, O_RUNS, O_PLAINPF, O_PLAINPF1 } order;
+typedef enum { O_PLAIN, O_BOUND, O_LONG, O_TILES, O_RUNS, O_PLAINPF, O_PLAINPF1, O_PF_Q4, O_PF_ADDS, O_PF_SPLIT } order;
 
 typedef struct variant {
     const char *name;
@@ -70,6 +76,9 @@ static const variant k_variants[] = {
     {"runs/inline+pf", O_RUNS, true, true},
     {"plain+pf t0", O_PLAINPF, false, true},
     {"plain+pf t1", O_PLAINPF1, false, true},
+    {"pf+Q4 arith", O_PF_Q4, false, true},
+    {"pf+4 ops", O_PF_ADDS, false, true},
+    {"pf+Q4 split", O_PF_SPLIT, false, true},
 };
 #define N_VARIANTS (sizeof k_variants / sizeof k_variants[0])
 
@@ -83,12 +92,19 @@ typedef struct job {
 #define TGT __attribute__((target("avx512f,avx512bw,avx512vnni"))) static
 
 /* Four streams of 64-byte loads; hint 3 or 2: each stream's lines also
- * prefetched PF ahead as the tile does (into L1 / into L2), else none. */
+ * prefetched PF ahead as the tile does (into L1 / into L2), else none. And
+ * work on each line: W_Q4 Q4_0's arithmetic on it (two masks, two
+ * vpdpbusd), W_ADDS four operations that do not depend on it, W_SPLIT Q4_0's
+ * arithmetic on lines read 32 bytes off (every load across two lines). */
+enum { W_NONE, W_Q4, W_ADDS, W_SPLIT };
 static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vnni"))) float
-plain_read(const uint8_t *p, size_t part, int hint) {
-    __m512i a[S];
-    for (int s = 0; s < S; s++) a[s] = _mm512_setzero_si512();
-    for (size_t i = 0; i + 256 <= part; i += 256) {
+plain_read(const uint8_t *p, size_t part, int hint, int work) {
+    const __m512i lo = _mm512_set1_epi8(0x0f), hi = _mm512_set1_epi8((char)0xf0);
+    const __m512i xl = _mm512_set1_epi32(0x01020304), xh = _mm512_set1_epi32(0x05060708);
+    const size_t off = work == W_SPLIT ? 32 : 0;
+    __m512i a[S], d[S], k = _mm512_set1_epi32(0x11223344);
+    for (int s = 0; s < S; s++) a[s] = d[s] = _mm512_setzero_si512();
+    for (size_t i = 0; i + 256 + off <= part; i += 256) {
         for (int j = 0; j < 4 && hint; j++)
             for (int s = 0; s < S; s++) {
                 const uint8_t *q = p + (size_t)s * part + i + 64 * (size_t)j + PF;
@@ -98,16 +114,30 @@ plain_read(const uint8_t *p, size_t part, int hint) {
         IX__UNROLL(4)
         for (int j = 0; j < 4; j++)
             IX__UNROLL(4)
-            for (int s = 0; s < S; s++)
-                a[s] = _mm512_add_epi32(a[s], _mm512_load_si512((const void *)(p + (size_t)s * part + i + 64 * (size_t)j)));
+            for (int s = 0; s < S; s++) {
+                const __m512i v = _mm512_loadu_si512((const void *)(p + (size_t)s * part + i + off + 64 * (size_t)j));
+                if (work == W_Q4 || work == W_SPLIT) {
+                    a[s] = _mm512_dpbusd_epi32(a[s], _mm512_and_si512(v, lo), xl);
+                    d[s] = _mm512_dpbusd_epi32(d[s], _mm512_and_si512(v, hi), xh);
+                    continue;
+                }
+                a[s] = _mm512_add_epi32(a[s], v);
+                if (work == W_ADDS) /* four operations the compiler cannot fold */
+                    d[s] = _mm512_add_epi32(_mm512_xor_si512(_mm512_add_epi32(_mm512_xor_si512(d[s], k), lo), xl), xh);
+            }
+        k = _mm512_add_epi32(k, d[0]);
     }
     float t = 0;
-    for (int s = 0; s < S; s++) t += (float)_mm512_reduce_add_epi32(a[s]);
+    for (int s = 0; s < S; s++) t += (float)_mm512_reduce_add_epi32(_mm512_add_epi32(a[s], d[s]));
     return t;
 }
-TGT float plain(const uint8_t *p, size_t part) { return plain_read(p, part, 0); }
+TGT float plain(const uint8_t *p, size_t part) { return plain_read(p, part, 0, W_NONE); }
 TGT float plain_pf(const uint8_t *p, size_t part, bool t1) {
-    return t1 ? plain_read(p, part, 2) : plain_read(p, part, 3);
+    return t1 ? plain_read(p, part, 2, W_NONE) : plain_read(p, part, 3, W_NONE);
+}
+TGT float pf_work(const uint8_t *p, size_t part, int work) {
+    return work == W_Q4 ? plain_read(p, part, 3, W_Q4) : work == W_ADDS ? plain_read(p, part, 3, W_ADDS)
+                                                                       : plain_read(p, part, 3, W_SPLIT);
 }
 
 /* As cmd_bench.c's read_avx2 (its read without AVX-512). */
@@ -204,6 +234,9 @@ static void run_fn(void *ctx, int ith, int nth) {
     case O_LONG: t = long_arith(p, share / S); break;
     case O_PLAINPF: t = plain_pf(p, share / S, false); break;
     case O_PLAINPF1: t = plain_pf(p, share / S, true); break;
+    case O_PF_Q4: t = pf_work(p, share / S, W_Q4); break;
+    case O_PF_ADDS: t = pf_work(p, share / S, W_ADDS); break;
+    case O_PF_SPLIT: t = pf_work(p, share / S, W_SPLIT); break;
     default: t = groups(p, share / GB, j->v->o, j->v->inl, j->v->pf); break;
     }
     j->sink[(size_t)ith % 64 * 16] += t;
