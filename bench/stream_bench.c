@@ -35,6 +35,9 @@
  *                   executing more instructions per line costs the stream
  *   pf+Q4 split     pf+Q4 arith on lines read 32 bytes off, every load
  *                   across two lines
+ *   pf+Q8 / F16     plain+pf t0 with Q8_0's arithmetic on each line (the
+ *                   sign flip, one vpdpbusd), or F16's at one X row (two
+ *                   vcvtph2ps of 16 halves, two FMAs)
  *
  * x86-64 with AVX-512 VNNI only; elsewhere it says so and exits 0.
  *
@@ -60,7 +63,7 @@
 #define GB (NB * UB) /* a group's bytes either way */
 #define PF 2048
 
-typedef enum { O_PLAIN, O_BOUND, O_LONG, O_TILES, O_RUNS, O_PLAINPF, O_PLAINPF1, O_PF_Q4, O_PF_ADDS, O_PF_SPLIT } order;
+typedef enum { O_PLAIN, O_BOUND, O_LONG, O_TILES, O_RUNS, O_PLAINPF, O_PLAINPF1, O_PF_Q4, O_PF_ADDS, O_PF_SPLIT, O_PF_Q8, O_PF_F16 } order;
 
 typedef struct variant {
     const char *name;
@@ -79,6 +82,8 @@ static const variant k_variants[] = {
     {"pf+Q4 arith", O_PF_Q4, false, true},
     {"pf+4 ops", O_PF_ADDS, false, true},
     {"pf+Q4 split", O_PF_SPLIT, false, true},
+    {"pf+Q8 arith", O_PF_Q8, false, true},
+    {"pf+F16 arith", O_PF_F16, false, true},
 };
 #define N_VARIANTS (sizeof k_variants / sizeof k_variants[0])
 
@@ -95,15 +100,22 @@ typedef struct job {
  * prefetched PF ahead as the tile does (into L1 / into L2), else none. And
  * work on each line: W_Q4 Q4_0's arithmetic on it (two masks, two
  * vpdpbusd), W_ADDS four operations that do not depend on it, W_SPLIT Q4_0's
- * arithmetic on lines read 32 bytes off (every load across two lines). */
-enum { W_NONE, W_Q4, W_ADDS, W_SPLIT };
+ * arithmetic on lines read 32 bytes off (every load across two lines), W_Q8
+ * Q8_0's (the sign flip, one vpdpbusd), W_F16 F16's at one X row. */
+enum { W_NONE, W_Q4, W_ADDS, W_SPLIT, W_Q8, W_F16 };
 static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vnni"))) float
 plain_read(const uint8_t *p, size_t part, int hint, int work) {
     const __m512i lo = _mm512_set1_epi8(0x0f), hi = _mm512_set1_epi8((char)0xf0);
     const __m512i xl = _mm512_set1_epi32(0x01020304), xh = _mm512_set1_epi32(0x05060708);
     const size_t off = work == W_SPLIT ? 32 : 0;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    const __m512 x0 = _mm512_set1_ps(0.5f), x1 = _mm512_set1_ps(0.25f);
     __m512i a[S], d[S], k = _mm512_set1_epi32(0x11223344);
-    for (int s = 0; s < S; s++) a[s] = d[s] = _mm512_setzero_si512();
+    __m512 f[S];
+    for (int s = 0; s < S; s++) {
+        a[s] = d[s] = _mm512_setzero_si512();
+        f[s] = _mm512_setzero_ps();
+    }
     for (size_t i = 0; i + 256 + off <= part; i += 256) {
         for (int j = 0; j < 4 && hint; j++)
             for (int s = 0; s < S; s++) {
@@ -115,7 +127,17 @@ plain_read(const uint8_t *p, size_t part, int hint, int work) {
         for (int j = 0; j < 4; j++)
             IX__UNROLL(4)
             for (int s = 0; s < S; s++) {
-                const __m512i v = _mm512_loadu_si512((const void *)(p + (size_t)s * part + i + off + 64 * (size_t)j));
+                const uint8_t *q = p + (size_t)s * part + i + off + 64 * (size_t)j;
+                if (work == W_F16) { /* the line as 32 halves, two k of 16 rows: F16's M = 1 work */
+                    f[s] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)q)), x0, f[s]);
+                    f[s] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(q + 32))), x1, f[s]);
+                    continue;
+                }
+                const __m512i v = _mm512_loadu_si512((const void *)q);
+                if (work == W_Q8) { /* Q8_0's: the sign flip, one vpdpbusd */
+                    a[s] = _mm512_dpbusd_epi32(a[s], _mm512_xor_si512(v, flip), xl);
+                    continue;
+                }
                 if (work == W_Q4 || work == W_SPLIT) {
                     a[s] = _mm512_dpbusd_epi32(a[s], _mm512_and_si512(v, lo), xl);
                     d[s] = _mm512_dpbusd_epi32(d[s], _mm512_and_si512(v, hi), xh);
@@ -128,7 +150,7 @@ plain_read(const uint8_t *p, size_t part, int hint, int work) {
         k = _mm512_add_epi32(k, d[0]);
     }
     float t = 0;
-    for (int s = 0; s < S; s++) t += (float)_mm512_reduce_add_epi32(_mm512_add_epi32(a[s], d[s]));
+    for (int s = 0; s < S; s++) t += (float)_mm512_reduce_add_epi32(_mm512_add_epi32(a[s], d[s])) + _mm512_reduce_add_ps(f[s]);
     return t;
 }
 TGT float plain(const uint8_t *p, size_t part) { return plain_read(p, part, 0, W_NONE); }
@@ -136,8 +158,13 @@ TGT float plain_pf(const uint8_t *p, size_t part, bool t1) {
     return t1 ? plain_read(p, part, 2, W_NONE) : plain_read(p, part, 3, W_NONE);
 }
 TGT float pf_work(const uint8_t *p, size_t part, int work) {
-    return work == W_Q4 ? plain_read(p, part, 3, W_Q4) : work == W_ADDS ? plain_read(p, part, 3, W_ADDS)
-                                                                       : plain_read(p, part, 3, W_SPLIT);
+    switch (work) {
+    case W_Q4: return plain_read(p, part, 3, W_Q4);
+    case W_ADDS: return plain_read(p, part, 3, W_ADDS);
+    case W_SPLIT: return plain_read(p, part, 3, W_SPLIT);
+    case W_Q8: return plain_read(p, part, 3, W_Q8);
+    default: return plain_read(p, part, 3, W_F16);
+    }
 }
 
 /* As cmd_bench.c's read_avx2 (its read without AVX-512). */
@@ -237,6 +264,8 @@ static void run_fn(void *ctx, int ith, int nth) {
     case O_PF_Q4: t = pf_work(p, share / S, W_Q4); break;
     case O_PF_ADDS: t = pf_work(p, share / S, W_ADDS); break;
     case O_PF_SPLIT: t = pf_work(p, share / S, W_SPLIT); break;
+    case O_PF_Q8: t = pf_work(p, share / S, W_Q8); break;
+    case O_PF_F16: t = pf_work(p, share / S, W_F16); break;
     default: t = groups(p, share / GB, j->v->o, j->v->inl, j->v->pf); break;
     }
     j->sink[(size_t)ith % 64 * 16] += t;
