@@ -96,29 +96,56 @@ static uint8_t *make_w(ix_dtype t, size_t N, size_t K, size_t copies, size_t *by
     return w;
 }
 
+/* One M = 1 matmul on the packed N x K W at w: a random X, Y and scratch. */
+typedef struct one_mm {
+    ix_matmul mm;
+    float *x;
+} one_mm;
+
+static one_mm one_open(ix_dtype t, const uint8_t *w, size_t N, size_t K) {
+    one_mm o = {.x = xalloc(K * sizeof(float))};
+    for (size_t k = 0; k < K; k++) o.x[k] = rndf();
+    o.mm = (ix_matmul){.w_type = t, .w = w, .x = o.x, .y = xalloc(N * sizeof(float)), .M = 1, .N = N, .K = K,
+                       .scratch = xalloc(ix_kernels_matmul_scratch_bytes(t, 1, K)), .w_packed = true};
+    return o;
+}
+
+/* Runs it once on this thread; for a quantized W the later calls then take
+ * X as quantized there (x_ready), so they time the tile alone. */
+static void one_x_ready(one_mm *o) {
+    if (ix_kernels_matmul(&o->mm, NULL) != IX_OK) {
+        fprintf(stderr, "grab_bench: a matmul failed\n");
+        exit(1);
+    }
+    if (ix__w_quantized(o->mm.w_type)) {
+        o->mm.x = NULL;
+        o->mm.x_ready = true;
+    }
+}
+
+static void one_close(one_mm *o) {
+    ix_aligned_free(o->x);
+    ix_aligned_free(o->mm.y);
+    ix_aligned_free(o->mm.scratch);
+}
+
 static void cold_starts(ix_dtype t, int runs) {
     const size_t N0 = 8192, copies = 32, N = N0 * copies, K = E, grabs[] = {64, 256, 1024};
     size_t bytes0;
     uint8_t *w = make_w(t, N0, K, copies, &bytes0); /* N0 rows quantized once, copied */
     const size_t bytes = bytes0 * copies;
-    float *x = xalloc(K * sizeof *x), *y = xalloc(N * sizeof *y);
-    for (size_t k = 0; k < K; k++) x[k] = rndf();
-    void *scratch = xalloc(ix_kernels_matmul_scratch_bytes(t, 1, K));
-    ix_matmul mm = {.w_type = t, .w = w, .x = x, .y = y, .M = 1, .N = N, .K = K, .scratch = scratch,
-                    .w_packed = true};
-    ix_kernels_matmul(&mm, NULL); /* quantizes X into scratch */
+    one_mm o = one_open(t, w, N, K);
+    one_x_ready(&o);
     double best[4] = {1e30, 1e30, 1e30, 1e30};
     for (int r = 0; r < runs; r++)
         for (int v = 0; v < 4; v++) { /* 0: one call; then each grab size, alternated */
             const size_t g = v ? grabs[v - 1] : N;
             uint64_t t0 = ix_time_ns();
             for (size_t n0 = 0; n0 < N; n0 += g) {
-                ix_matmul s = mm;
+                ix_matmul s = o.mm;
                 s.w = w + n0 / IX__PK * (bytes / (N / IX__PK));
-                s.y = y + n0;
+                s.y = o.mm.y + n0;
                 s.N = g;
-                s.x = NULL;
-                s.x_ready = true;
                 ix_kernels_matmul(&s, NULL);
             }
             double dt = (double)(ix_time_ns() - t0) * 1e-9;
@@ -131,9 +158,7 @@ static void cold_starts(ix_dtype t, int runs) {
                (best[v] - best[0]) / (double)(N / grabs[v - 1]) * 1e6);
     printf("\n");
     ix_aligned_free(w);
-    ix_aligned_free(x);
-    ix_aligned_free(y);
-    ix_aligned_free(scratch);
+    one_close(&o);
 }
 
 /* One layer's weights: q, k, v, o, gate, up, down. */
@@ -313,30 +338,17 @@ static double in_cache_rate(ix_dtype t) {
     size_t N = 256, bytes;
     while (N > 64 && ix_kernels_packed_bytes(t, N, E) > (600u << 10)) N -= 64; /* F16, BF16: 128 */
     uint8_t *w = make_w(t, N, E, 1, &bytes);
-    float *x = xalloc(E * sizeof *x), *y = xalloc(N * sizeof *y);
-    for (size_t k = 0; k < E; k++) x[k] = rndf();
-    void *scratch = xalloc(ix_kernels_matmul_scratch_bytes(t, 1, E));
-    ix_matmul mm = {.w_type = t, .w = w, .x = x, .y = y, .M = 1, .N = N, .K = E, .scratch = scratch,
-                    .w_packed = true};
-    if (ix_kernels_matmul(&mm, NULL) != IX_OK) { /* quantizes X into scratch */
-        fprintf(stderr, "grab_bench: a matmul failed\n");
-        exit(1);
-    }
-    if (ix__w_quantized(t)) { /* X as it is (float W) or quantized once */
-        mm.x = NULL;
-        mm.x_ready = true;
-    }
+    one_mm o = one_open(t, w, N, E);
+    one_x_ready(&o);
     double ns[21];
     for (int r = 0; r < 21; r++) {
         const uint64_t t0 = ix_time_ns();
-        for (int i = 0; i < 400; i++) ix_kernels_matmul(&mm, NULL);
+        for (int i = 0; i < 400; i++) ix_kernels_matmul(&o.mm, NULL);
         ns[r] = (double)(ix_time_ns() - t0) / 400;
     }
     qsort(ns, 21, sizeof *ns, cmp_d);
     ix_aligned_free(w);
-    ix_aligned_free(x);
-    ix_aligned_free(y);
-    ix_aligned_free(scratch);
+    one_close(&o);
     return (double)bytes / ns[10];
 }
 
@@ -350,11 +362,7 @@ static void core_vs_bus(ix_dtype t, ix_pool *pool, int tokens) {
     size_t bytes;
     const size_t copies = ((size_t)256 << 20) / ix_kernels_packed_bytes(t, FF, E) + 1, N = (size_t)FF * copies;
     uint8_t *w = make_w(t, FF, E, copies, &bytes);
-    float *x = xalloc(E * sizeof *x), *y = xalloc(N * sizeof *y);
-    for (size_t k = 0; k < E; k++) x[k] = rndf();
-    void *scratch = xalloc(ix_kernels_matmul_scratch_bytes(t, 1, E));
-    ix_matmul mm = {.w_type = t, .w = w, .x = x, .y = y, .M = 1, .N = N, .K = E, .scratch = scratch,
-                    .w_packed = true};
+    one_mm o = one_open(t, w, N, E); /* each matmul quantizes its X, as decode's do */
     static rd_job one;
     memset(&one, 0, sizeof one);
     one.p[0] = w;
@@ -365,7 +373,7 @@ static void core_vs_bus(ix_dtype t, ix_pool *pool, int tokens) {
         const int way = (tok + 2) % 2;
         const uint64_t t0 = ix_time_ns();
         if (way == 0) {
-            if (ix_kernels_matmul(&mm, pool) != IX_OK) {
+            if (ix_kernels_matmul(&o.mm, pool) != IX_OK) {
                 fprintf(stderr, "grab_bench: a matmul failed\n");
                 exit(1);
             }
@@ -378,9 +386,7 @@ static void core_vs_bus(ix_dtype t, ix_pool *pool, int tokens) {
            "in cache %.1f GB/s (%.2fx the read)\n",
            ix_dtype_name(t), one.n[0] >> 20, tokens, rd, mm_gbs, mm_gbs / rd, cache, cache / rd);
     ix_aligned_free(w);
-    ix_aligned_free(x);
-    ix_aligned_free(y);
-    ix_aligned_free(scratch);
+    one_close(&o);
 }
 
 /* A weight type by its name, any case (q4_0, Q4_K). */
