@@ -38,11 +38,23 @@
  *   pf+Q8 / F16     plain+pf t0 with Q8_0's arithmetic on each line (the
  *                   sign flip, one vpdpbusd), or F16's at one X row (two
  *                   vcvtph2ps of 16 halves, two FMAs)
+ *   Q8 tile loop    Q8_0's lockstep decode tile on 544-byte units, each
+ *                   block's lines prefetched by a loop (before 2026-12-05)
+ *   Q8 tile pairs   the same, two units' 17 lines prefetched straight-line
+ *                   at every even block (the tile now)
+ *   Q8 pairs -epi   pairs without the per-block epilogue
+ *   Q8 pairs 512B   pairs on 512-byte units: the same instructions over 6%
+ *                   fewer bytes
+ *
+ * Each order is timed between two plain reads and divided by their mean,
+ * the orders rotating from round to round (the bandwidth drifts within a
+ * round; a fixed order put the last orders a few percent lower).
  *
  * x86-64 with AVX-512 VNNI only; elsewhere it says so and exits 0.
  *
- * usage: stream_bench [-t threads] [-r rounds] [-s MiB]
- *   defaults: every core, 7 rounds, 1024 MiB
+ * usage: stream_bench [-t threads] [-r rounds] [-s MiB] [-o NAME,NAME...]
+ *   defaults: every core, 7 rounds, 1024 MiB, every order; -o times only
+ *   the orders named (and the plain read)
  */
 #include "inferx/kernels.h"
 #include "kernels/kernels_int.h"
@@ -63,27 +75,34 @@
 #define GB (NB * UB) /* a group's bytes either way */
 #define PF 2048
 
-typedef enum { O_PLAIN, O_BOUND, O_LONG, O_TILES, O_RUNS, O_PLAINPF, O_PLAINPF1, O_PF_Q4, O_PF_ADDS, O_PF_SPLIT, O_PF_Q8, O_PF_F16 } order;
+typedef enum { O_PLAIN, O_BOUND, O_LONG, O_TILES, O_RUNS, O_PLAINPF, O_PLAINPF1, O_PF_Q4, O_PF_ADDS, O_PF_SPLIT, O_PF_Q8, O_PF_F16, O_Q8_TILE } order;
+
+enum { Q8T_LOOP, Q8T_PAIRS, Q8T_NOEPI, Q8T_512 }; /* the Q8 tile's modes (q8_tile) */
 
 typedef struct variant {
     const char *name;
     order o;
     bool inl, pf;
+    int mode; /* O_Q8_TILE: Q8T_* */
 } variant;
 
 static const variant k_variants[] = {
-    {"plain", O_PLAIN, false, false},          {"plain/32B", O_BOUND, false, false},
-    {"long+arith", O_LONG, false, false},
-    {"tiles/apart", O_TILES, false, true},     {"tiles/inline", O_TILES, true, true},
-    {"runs/apart", O_RUNS, false, true},       {"runs/inline", O_RUNS, true, false},
-    {"runs/inline+pf", O_RUNS, true, true},
-    {"plain+pf t0", O_PLAINPF, false, true},
-    {"plain+pf t1", O_PLAINPF1, false, true},
-    {"pf+Q4 arith", O_PF_Q4, false, true},
-    {"pf+4 ops", O_PF_ADDS, false, true},
-    {"pf+Q4 split", O_PF_SPLIT, false, true},
-    {"pf+Q8 arith", O_PF_Q8, false, true},
-    {"pf+F16 arith", O_PF_F16, false, true},
+    {"plain", O_PLAIN, false, false, 0},          {"plain/32B", O_BOUND, false, false, 0},
+    {"long+arith", O_LONG, false, false, 0},
+    {"tiles/apart", O_TILES, false, true, 0},     {"tiles/inline", O_TILES, true, true, 0},
+    {"runs/apart", O_RUNS, false, true, 0},       {"runs/inline", O_RUNS, true, false, 0},
+    {"runs/inline+pf", O_RUNS, true, true, 0},
+    {"plain+pf t0", O_PLAINPF, false, true, 0},
+    {"plain+pf t1", O_PLAINPF1, false, true, 0},
+    {"pf+Q4 arith", O_PF_Q4, false, true, 0},
+    {"pf+4 ops", O_PF_ADDS, false, true, 0},
+    {"pf+Q4 split", O_PF_SPLIT, false, true, 0},
+    {"pf+Q8 arith", O_PF_Q8, false, true, 0},
+    {"pf+F16 arith", O_PF_F16, false, true, 0},
+    {"Q8 tile loop", O_Q8_TILE, false, true, Q8T_LOOP},
+    {"Q8 tile pairs", O_Q8_TILE, false, true, Q8T_PAIRS},
+    {"Q8 pairs -epi", O_Q8_TILE, false, true, Q8T_NOEPI},
+    {"Q8 pairs 512B", O_Q8_TILE, false, true, Q8T_512},
 };
 #define N_VARIANTS (sizeof k_variants / sizeof k_variants[0])
 
@@ -250,6 +269,75 @@ TGT float groups(const uint8_t *p, size_t ng, order o, bool inl, bool pf) {
     return t;
 }
 
+/* Q8_0's decode tile as avx512.c's pk_lock_run has it (one X row, four
+ * groups side by side, each stream a run of adjacent groups of 64 units of
+ * 512 code bytes and 16 fp16 scales), over the share's four quarters, its
+ * lines asked for 2 KiB ahead: Q8T_LOOP a block's 8 or 9 lines by a loop
+ * over [at(b) + PF, at(b + 1) + PF) (the tile before 2026-12-05), Q8T_PAIRS
+ * the 17 lines of two units in straight-line code at every even block (the
+ * tile now); Q8T_NOEPI pairs without the per-block epilogue (the scale
+ * load, conversions, FMA); Q8T_512 pairs with units of 512 bytes (no
+ * scales), the same instructions spread over 6% fewer bytes. */
+#define Q8_NB 64
+static uint8_t g_x[Q8_NB * 32] __attribute__((aligned(64)));
+static ix__q8a_blk g_xb[Q8_NB] __attribute__((aligned(64)));
+static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vnni"))) float
+q8_tile(const uint8_t *p, size_t part, int mode) {
+    const size_t ub = mode == Q8T_512 ? 512 : 544, gb = Q8_NB * ub, ng = part / gb;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    float t = 0;
+    for (size_t k = 0; k < ng; k++) {
+        const uint8_t *w = p + k * gb;
+        __m512 acc[S];
+        for (int s = 0; s < S; s++) acc[s] = _mm512_setzero_ps();
+        for (size_t b = 0; b < Q8_NB; b++) {
+            const uint8_t *c = w + b * ub, *x = g_x + b * 32;
+            if (mode == Q8T_LOOP) {
+                for (size_t l = (b * ub + PF + 63) & ~(size_t)63; l < (b + 1) * ub + PF; l += 64)
+                    IX__UNROLL(4)
+                    for (int s = 0; s < S; s++) __builtin_prefetch(w + (size_t)s * part + l, 0, 3);
+            } else if (b % 2 == 0) {
+                IX__UNROLL(17)
+                for (size_t l = 0; l < 2 * ub / 64; l++)
+                    IX__UNROLL(4)
+                    for (int s = 0; s < S; s++) __builtin_prefetch(c + (size_t)s * part + PF + 64 * l, 0, 3);
+            }
+            __m512i dl[S];
+            for (int s = 0; s < S; s++) dl[s] = _mm512_setzero_si512();
+            IX__UNROLL(8)
+            for (int j = 0; j < 8; j++) {
+                const __m512i xj = _mm512_set1_epi32((int32_t)ix__load_u32(x + 4 * j));
+                IX__UNROLL(4)
+                for (int s = 0; s < S; s++)
+                    dl[s] = _mm512_dpbusd_epi32(
+                        dl[s], _mm512_xor_si512(_mm512_loadu_si512((const void *)(c + (size_t)s * part + 64 * j)), flip), xj);
+            }
+            if (mode == Q8T_NOEPI || mode == Q8T_512) {
+                for (int s = 0; s < S; s++) acc[s] = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(acc[s]), dl[s]));
+                continue;
+            }
+            const __m512i off = _mm512_set1_epi32(g_xb[b].neg128s);
+            const __m512 xd = _mm512_set1_ps(g_xb[b].d);
+            IX__UNROLL(4)
+            for (int s = 0; s < S; s++) {
+                const __m512i dot = _mm512_add_epi32(off, dl[s]);
+                const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(c + (size_t)s * part + 512)));
+                acc[s] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, xd), acc[s]);
+            }
+        }
+        for (int s = 0; s < S; s++) t += _mm512_reduce_add_ps(acc[s]);
+    }
+    return t;
+}
+TGT float q8_tile_v(const uint8_t *p, size_t part, int mode) {
+    switch (mode) {
+    case Q8T_LOOP: return q8_tile(p, part, Q8T_LOOP);
+    case Q8T_PAIRS: return q8_tile(p, part, Q8T_PAIRS);
+    case Q8T_NOEPI: return q8_tile(p, part, Q8T_NOEPI);
+    default: return q8_tile(p, part, Q8T_512);
+    }
+}
+
 static void run_fn(void *ctx, int ith, int nth) {
     job *j = ctx;
     const size_t share = j->bytes / (size_t)nth / ((size_t)S * GB) * ((size_t)S * GB);
@@ -266,6 +354,7 @@ static void run_fn(void *ctx, int ith, int nth) {
     case O_PF_SPLIT: t = pf_work(p, share / S, W_SPLIT); break;
     case O_PF_Q8: t = pf_work(p, share / S, W_Q8); break;
     case O_PF_F16: t = pf_work(p, share / S, W_F16); break;
+    case O_Q8_TILE: t = q8_tile_v(p, share / S, j->v->mode); break;
     default: t = groups(p, share / GB, j->v->o, j->v->inl, j->v->pf); break;
     }
     j->sink[(size_t)ith % 64 * 16] += t;
@@ -280,15 +369,26 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* One pass of order v over the buffer on the pool's threads: GB/s. */
+static double time_order(ix_pool *pool, job *j, const variant *v, size_t read) {
+    j->v = v;
+    const uint64_t t0 = ix_time_ns();
+    ix_pool_run(pool, run_fn, j);
+    const double s = (double)(ix_time_ns() - t0) * 1e-9;
+    return (double)read / (s > 0 ? s : 1e-9) * 1e-9;
+}
+
 int main(int argc, char **argv) {
     int threads = 0, rounds = 7;
     size_t mib = 1024;
+    const char *only = NULL; /* -o: the orders to time (plain always) */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-t") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-r") && i + 1 < argc) rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-s") && i + 1 < argc) mib = (size_t)strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "-o") && i + 1 < argc) only = argv[++i];
         else {
-            fprintf(stderr, "usage: stream_bench [-t threads] [-r rounds] [-s MiB]\n");
+            fprintf(stderr, "usage: stream_bench [-t threads] [-r rounds] [-s MiB] [-o NAME,NAME...]\n");
             return 2;
         }
     }
@@ -318,25 +418,44 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < bytes; i++) buf[i] = (uint8_t)(i * 131 + (i >> 12));
     /* the scales as small fp16 numbers wherever they sit */
     for (size_t i = 0; i + 1 < bytes; i += 2) buf[i + 1] &= 0x3b;
+    for (size_t i = 0; i < sizeof g_x; i++) g_x[i] = (uint8_t)(i * 37 + 11);
+    for (size_t b = 0; b < Q8_NB; b++) g_xb[b] = (ix__q8a_blk){.d = 0.01f * (float)(b + 1), .neg128s = -128 * (int32_t)b};
     const int nth = ix_pool_n_threads(pool);
     static job j;
     j.buf = buf;
     j.bytes = bytes;
     double gbs[N_VARIANTS][64], ratio[N_VARIANTS][64];
     const size_t read = bytes / (size_t)nth / ((size_t)S * GB) * ((size_t)S * GB) * (size_t)nth;
-    for (int r = 0; r < rounds; r++)
-        for (size_t v = 0; v < N_VARIANTS; v++) {
-            j.v = &k_variants[v];
-            const uint64_t t0 = ix_time_ns();
-            ix_pool_run(pool, run_fn, &j);
-            const double s = (double)(ix_time_ns() - t0) * 1e-9;
-            gbs[v][r] = (double)read / (s > 0 ? s : 1e-9) * 1e-9;
-            ratio[v][r] = gbs[v][r] / gbs[0][r];
+    bool on[N_VARIANTS];
+    for (size_t v = 0; v < N_VARIANTS; v++) {
+        const size_t n = strlen(k_variants[v].name);
+        on[v] = !only || v == 0;
+        for (const char *q = only; q && !on[v]; q = strchr(q, ','), q = q ? q + 1 : q)
+            on[v] = !strncmp(q, k_variants[v].name, n) && (q[n] == ',' || !q[n]);
+    }
+    /* Each order timed between two plain reads, its ratio against their
+     * mean, and the orders rotated from round to round: the bandwidth drifts
+     * within a round, and a fixed order put the last orders lower. */
+    size_t list[N_VARIANTS], n_on = 0;
+    for (size_t v = 1; v < N_VARIANTS; v++)
+        if (on[v]) list[n_on++] = v;
+    for (int r = 0; r < rounds; r++) {
+        double before = time_order(pool, &j, &k_variants[0], read), sum = before;
+        for (size_t i = 0; i < n_on; i++) {
+            const size_t v = list[(i + (size_t)r) % n_on];
+            gbs[v][r] = time_order(pool, &j, &k_variants[v], read);
+            const double after = time_order(pool, &j, &k_variants[0], read);
+            ratio[v][r] = gbs[v][r] / (0.5 * (before + after));
+            before = after;
+            sum += after;
         }
+        gbs[0][r] = sum / (double)(n_on + 1);
+        ratio[0][r] = 1;
+    }
     printf("stream_bench: %d threads, %zu MiB, %d rounds (Q4_0 groups of 16 rows, K = 2048)\n", nth, mib, rounds);
     printf("%-16s %10s %12s\n", "order", "GB/s", "/ plain");
     for (size_t v = 0; v < N_VARIANTS; v++)
-        printf("%-16s %10.1f %12.2f\n", k_variants[v].name, median(gbs[v], rounds), median(ratio[v], rounds));
+        if (on[v]) printf("%-16s %10.1f %12.2f\n", k_variants[v].name, median(gbs[v], rounds), median(ratio[v], rounds));
     free(buf);
     ix_pool_destroy(pool);
     return 0;

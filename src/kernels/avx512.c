@@ -1470,6 +1470,31 @@ static inline __attribute__((always_inline)) void pk_pf_block(const ix__pk_tile 
     ix__pk_pf_lines(a->w, a->gstride, G, pk_at(kind, b) + ahead, pk_at(kind, b + 1) + ahead, l1);
 }
 
+/* Q8_0's lockstep stream asks for its lines a pair of units at a time:
+ * two 544-byte units are 17 whole lines, so at every even block the 17
+ * lines of the next pair (ahead bytes on) go out as straight-line code, not
+ * pk_pf_block's loop of 8 or 9 lines a block, whose counter, compare and
+ * branch are a third of the instructions the tile spends a line (Q8_0's
+ * arithmetic is only a load-xor and a vpdpbusd a line). The instructions a
+ * core executes between its loads are what hold its stream below a plain
+ * read (docs/kernels.md, "Scales inside the stream"): in one process, 22
+ * layers of TinyLlama's Q8_0 decode matmuls ran 1.03x faster this way
+ * (bench/grab_bench's third part, 4 runs of 48 tokens against the same
+ * code alternated with itself, 2026-12-05), and bench/stream_bench's
+ * "Q8 tile pairs" reads 1.03-1.09x its "Q8 tile loop". The lines that
+ * start in bytes [at(b) + ahead, at(b + 2) + ahead): groups start on a line. */
+static inline __attribute__((always_inline)) void pk_pf_pair_q8(const ix__pk_tile *a, size_t b, size_t ahead, int G,
+                                                                 bool l1) {
+    const uint8_t *p = a->w + pk_at(PK_Q8, b) + ahead;
+    IX__UNROLL(17)
+    for (size_t l = 0; l < 2 * pk_ub(PK_Q8) / 64; l++)
+        IX__UNROLL(4)
+        for (int g = 0; g < G; g++) {
+            if (l1) __builtin_prefetch(p + (size_t)g * a->gstride + 64 * l, 0, 3);
+            else __builtin_prefetch(p + (size_t)g * a->gstride + 64 * l, 0, IX__PF_LOC);
+        }
+}
+
 /* v's 16-bit lanes shifted left by n (right by -n) */
 static inline __attribute__((always_inline)) __m512i pk_shl(__m512i v, int n) {
     return n > 0 ? _mm512_slli_epi16(v, (unsigned)n) : n < 0 ? _mm512_srli_epi16(v, (unsigned)-n) : v;
@@ -1749,7 +1774,8 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
         const uint8_t *c = a->w + pk_at(kind, b), *x = a->x + b * IX__QK;
         const uint8_t *S = a->scales + b / pk_per(kind) * ub; /* the unit's scales */
         const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + a->blk_off) + b;
-        pk_pf_block(a, kind, b, pk_lock_pf(kind), G, l1);
+        if (!q8) pk_pf_block(a, kind, b, pk_lock_pf(kind), G, l1);
+        else if (b % 2 == 0) pk_pf_pair_q8(a, b, pk_lock_pf(kind), G, l1);
         if (sup_k && b % 8 == 0) {
             IX__UNROLL(4)
             for (int g = 0; g < G; g++) {
