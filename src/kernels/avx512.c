@@ -1495,6 +1495,31 @@ static inline __attribute__((always_inline)) void pk_pf_pair_q8(const ix__pk_til
         }
 }
 
+/* The lockstep stream of the other one-block kinds (Q4_0, IQ4_NL, Q4_1,
+ * Q5_0, Q5_1) asks for block b's code lines (ahead bytes on) as
+ * straight-line code, a whole number of lines, and only the lines that
+ * start in its scales by pk_pf_block's loop (none or one): a loop iteration
+ * a block, not a line. In one process (bench/grab_bench's third part with
+ * a throwaway switch, 22 layers of TinyLlama's decode matmuls, 4 runs of 32
+ * tokens each, 2026-12-05), time this way over time with the loop: Q4_0
+ * 0.92-0.96, IQ4_NL 0.94-0.95, Q5_0 0.93-0.96, Q4_1 0.93-1.01, Q5_1
+ * 0.95-1.00, where the same code alternated with itself gave 0.96-1.01;
+ * and over Q8_0's pairs applied to these kinds 0.91-0.98 (for Q8_0 itself
+ * the pairs won by 4-5%). The super-block kinds keep the loop (within
+ * +-2% either way, Q3_K 4% slower). */
+static inline __attribute__((always_inline)) void pk_pf_codes(const ix__pk_tile *a, pk_kind kind, size_t b, size_t ahead,
+                                                               int G, bool l1) {
+    const size_t from = pk_at(kind, b) + ahead, first = (from + 63) & ~(size_t)63;
+    IX__UNROLL(5)
+    for (size_t l = 0; l < pk_cb(kind) / 64; l++) /* cb is whole lines: they start at first.. */
+        IX__UNROLL(4)
+        for (int g = 0; g < G; g++) {
+            if (l1) __builtin_prefetch(a->w + (size_t)g * a->gstride + first + 64 * l, 0, 3);
+            else __builtin_prefetch(a->w + (size_t)g * a->gstride + first + 64 * l, 0, IX__PF_LOC);
+        }
+    ix__pk_pf_lines(a->w, a->gstride, G, from + pk_cb(kind), pk_at(kind, b + 1) + ahead, l1);
+}
+
 /* v's 16-bit lanes shifted left by n (right by -n) */
 static inline __attribute__((always_inline)) __m512i pk_shl(__m512i v, int n) {
     return n > 0 ? _mm512_slli_epi16(v, (unsigned)n) : n < 0 ? _mm512_srli_epi16(v, (unsigned)-n) : v;
@@ -1774,8 +1799,10 @@ static inline __attribute__((always_inline)) void pk_lock_run(const ix__pk_tile 
         const uint8_t *c = a->w + pk_at(kind, b), *x = a->x + b * IX__QK;
         const uint8_t *S = a->scales + b / pk_per(kind) * ub; /* the unit's scales */
         const ix__q8a_blk *xb = (const ix__q8a_blk *)(const void *)(a->x + a->blk_off) + b;
-        if (!q8) pk_pf_block(a, kind, b, pk_lock_pf(kind), G, l1);
-        else if (b % 2 == 0) pk_pf_pair_q8(a, b, pk_lock_pf(kind), G, l1);
+        if (q8) {
+            if (b % 2 == 0) pk_pf_pair_q8(a, b, pk_lock_pf(kind), G, l1);
+        } else if (sup_k) pk_pf_block(a, kind, b, pk_lock_pf(kind), G, l1);
+        else pk_pf_codes(a, kind, b, pk_lock_pf(kind), G, l1);
         if (sup_k && b % 8 == 0) {
             IX__UNROLL(4)
             for (int g = 0; g < G; g++) {
