@@ -1497,25 +1497,29 @@ static inline __attribute__((always_inline)) void pk_pf_pair_q8(const ix__pk_til
 
 /* The lockstep stream of the other one-block kinds (Q4_0, IQ4_NL, Q4_1,
  * Q5_0, Q5_1) asks for block b's code lines (ahead bytes on) as
- * straight-line code, a whole number of lines, and only the lines that
- * start in its scales by pk_pf_block's loop (none or one): a loop iteration
- * a block, not a line. In one process (bench/grab_bench's third part with
- * a throwaway switch, 22 layers of TinyLlama's decode matmuls, 4 runs of 32
- * tokens each, 2026-12-05), time this way over time with the loop: Q4_0
- * 0.92-0.96, IQ4_NL 0.94-0.95, Q5_0 0.93-0.96, Q4_1 0.93-1.01, Q5_1
- * 0.95-1.00, where the same code alternated with itself gave 0.96-1.01;
- * and over Q8_0's pairs applied to these kinds 0.91-0.98 (for Q8_0 itself
- * the pairs won by 4-5%). The super-block kinds keep the loop (within
- * +-2% either way, Q3_K 4% slower). */
+ * straight-line code, a whole number of lines from one pointer a stream,
+ * and only the lines that start in its scales by pk_pf_block's loop (none
+ * or one): a loop iteration a block, not a line. In one process
+ * (bench/grab_bench's third part with a throwaway switch, 22 layers of
+ * TinyLlama's decode matmuls, runs of 32 tokens, 2026-12-05), time with the
+ * loop over time this way: Q4_0 median 1.004 over 10 runs where the same
+ * code alternated with itself gave 0.988 (a first form, its addresses
+ * spilled, 1.03-1.08 over 4); IQ4_NL, Q5_0, Q4_1 and Q5_1 within that
+ * harness's spread. The super-block kinds keep the loop (within +-2%
+ * either way, Q3_K 4% slower). */
 static inline __attribute__((always_inline)) void pk_pf_codes(const ix__pk_tile *a, pk_kind kind, size_t b, size_t ahead,
                                                                int G, bool l1) {
-    const size_t from = pk_at(kind, b) + ahead, first = (from + 63) & ~(size_t)63;
+    const size_t from = pk_at(kind, b) + ahead;
+    const uint8_t *first = a->w + ((from + 63) & ~(size_t)63); /* cb is whole lines: they start here */
+    const uint8_t *p[IX__PK_LOCK];
+    IX__UNROLL(4)
+    for (int g = 0; g < G; g++) p[g] = first + (size_t)g * a->gstride;
     IX__UNROLL(5)
-    for (size_t l = 0; l < pk_cb(kind) / 64; l++) /* cb is whole lines: they start at first.. */
+    for (size_t l = 0; l < pk_cb(kind) / 64; l++)
         IX__UNROLL(4)
         for (int g = 0; g < G; g++) {
-            if (l1) __builtin_prefetch(a->w + (size_t)g * a->gstride + first + 64 * l, 0, 3);
-            else __builtin_prefetch(a->w + (size_t)g * a->gstride + first + 64 * l, 0, IX__PF_LOC);
+            if (l1) __builtin_prefetch(p[g] + 64 * l, 0, 3);
+            else __builtin_prefetch(p[g] + 64 * l, 0, IX__PF_LOC);
         }
     ix__pk_pf_lines(a->w, a->gstride, G, from + pk_cb(kind), pk_at(kind, b + 1) + ahead, l1);
 }
