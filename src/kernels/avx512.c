@@ -1473,9 +1473,10 @@ static inline __attribute__((always_inline)) void pk_pf_block(const ix__pk_tile 
 /* Q8_0's lockstep stream asks for its lines a pair of units at a time:
  * two 544-byte units are 17 whole lines, so at every even block the 17
  * lines of the next pair (ahead bytes on) go out as straight-line code, not
- * pk_pf_block's loop of 8 or 9 lines a block, whose counter, compare and
- * branch are a third of the instructions the tile spends a line (Q8_0's
- * arithmetic is only a load-xor and a vpdpbusd a line). The instructions a
+ * pk_pf_block's loop of 8 or 9 lines a block: with its counter, compare and
+ * branch that loop was over a third of the tile's instructions, the
+ * counting alone a sixth (Q8_0's arithmetic is only a load-xor and a
+ * vpdpbusd a line). The instructions a
  * core executes between its loads are what hold its stream below a plain
  * read (docs/kernels.md, "Scales inside the stream"): in one process, 22
  * layers of TinyLlama's Q8_0 decode matmuls ran 1.03x faster this way
