@@ -292,15 +292,12 @@ q8_tile(const uint8_t *p, size_t part, int mode) {
         for (int s = 0; s < S; s++) acc[s] = _mm512_setzero_ps();
         for (size_t b = 0; b < Q8_NB; b++) {
             const uint8_t *c = w + b * ub, *x = g_x + b * 32;
-            if (mode == Q8T_LOOP) {
-                for (size_t l = (b * ub + PF + 63) & ~(size_t)63; l < (b + 1) * ub + PF; l += 64)
-                    IX__UNROLL(4)
-                    for (int s = 0; s < S; s++) __builtin_prefetch(w + (size_t)s * part + l, 0, 3);
-            } else if (b % 2 == 0) {
+            if (mode == Q8T_LOOP) ix__pk_pf_lines(w, part, S, b * ub + PF, (b + 1) * ub + PF, true);
+            else if (b % 2 == 0) {
                 IX__UNROLL(17)
                 for (size_t l = 0; l < 2 * ub / 64; l++)
                     IX__UNROLL(4)
-                    for (int s = 0; s < S; s++) __builtin_prefetch(c + (size_t)s * part + PF + 64 * l, 0, 3);
+                    for (int s = 0; s < S; s++) ix__pk_pf(c + (size_t)s * part + PF + 64 * l, true);
             }
             __m512i dl[S];
             for (int s = 0; s < S; s++) dl[s] = _mm512_setzero_si512();
@@ -396,6 +393,18 @@ int main(int argc, char **argv) {
         fprintf(stderr, "stream_bench: rounds 1..64, at least 64 MiB\n");
         return 2;
     }
+    bool on[N_VARIANTS];
+    for (size_t v = 0; v < N_VARIANTS; v++) on[v] = !only || v == 0;
+    for (const char *q = only; q; q = strchr(q, ','), q = q ? q + 1 : q) { /* each name in -o */
+        const size_t n = strcspn(q, ",");
+        size_t v = 0;
+        while (v < N_VARIANTS && (strlen(k_variants[v].name) != n || strncmp(q, k_variants[v].name, n))) v++;
+        if (v == N_VARIANTS) {
+            fprintf(stderr, "stream_bench: no order named '%.*s'\n", (int)n, q);
+            return 2;
+        }
+        on[v] = true;
+    }
     if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512bw")) {
         printf("stream_bench: needs AVX-512 VNNI; skipped on this CPU\n");
         return 0;
@@ -426,13 +435,6 @@ int main(int argc, char **argv) {
     j.bytes = bytes;
     double gbs[N_VARIANTS][64], ratio[N_VARIANTS][64];
     const size_t read = bytes / (size_t)nth / ((size_t)S * GB) * ((size_t)S * GB) * (size_t)nth;
-    bool on[N_VARIANTS];
-    for (size_t v = 0; v < N_VARIANTS; v++) {
-        const size_t n = strlen(k_variants[v].name);
-        on[v] = !only || v == 0;
-        for (const char *q = only; q && !on[v]; q = strchr(q, ','), q = q ? q + 1 : q)
-            on[v] = !strncmp(q, k_variants[v].name, n) && (q[n] == ',' || !q[n]);
-    }
     /* Each order timed between two plain reads, its ratio against their
      * mean, and the orders rotated from round to round: the bandwidth drifts
      * within a round, and a fixed order put the last orders lower. */

@@ -1470,15 +1470,31 @@ static inline __attribute__((always_inline)) void pk_pf_block(const ix__pk_tile 
     ix__pk_pf_lines(a->w, a->gstride, G, pk_at(kind, b) + ahead, pk_at(kind, b + 1) + ahead, l1);
 }
 
+/* `lines` whole lines from first in each of G streams (a->gstride apart),
+ * the streams side by side, as straight-line code: one pointer a stream,
+ * so each prefetch is one instruction with a displacement (written as one
+ * address sum, GCC kept the 16 sums of Q4_0's block in vector registers,
+ * three instructions a prefetch). */
+static inline __attribute__((always_inline)) void pk_pf_straight(const ix__pk_tile *a, const uint8_t *first,
+                                                                  size_t lines, int G, bool l1) {
+    const uint8_t *p[IX__PK_LOCK];
+    IX__UNROLL(4)
+    for (int g = 0; g < G; g++) p[g] = first + (size_t)g * a->gstride;
+    IX__UNROLL(17)
+    for (size_t l = 0; l < lines; l++)
+        IX__UNROLL(4)
+        for (int g = 0; g < G; g++) ix__pk_pf(p[g] + 64 * l, l1);
+}
+
 /* Q8_0's lockstep stream asks for its lines a pair of units at a time:
  * two 544-byte units are 17 whole lines, so at every even block the 17
  * lines of the next pair (ahead bytes on) go out as straight-line code, not
  * pk_pf_block's loop of 8 or 9 lines a block: with its counter, compare and
  * branch that loop was over a third of the tile's instructions, the
  * counting alone a sixth (Q8_0's arithmetic is only a load-xor and a
- * vpdpbusd a line). The instructions a
- * core executes between its loads are what hold its stream below a plain
- * read (docs/kernels.md, "Scales inside the stream"): in one process, 22
+ * vpdpbusd a line). The instructions a core executes between its loads are
+ * what hold its stream below a plain read (docs/kernels.md, "Scales inside
+ * the stream"): in one process, 22
  * layers of TinyLlama's Q8_0 decode matmuls ran 1.03x faster this way
  * (bench/grab_bench's third part, 4 runs of 48 tokens against the same
  * code alternated with itself, 2026-12-05), and bench/stream_bench's
@@ -1486,14 +1502,7 @@ static inline __attribute__((always_inline)) void pk_pf_block(const ix__pk_tile 
  * start in bytes [at(b) + ahead, at(b + 2) + ahead): groups start on a line. */
 static inline __attribute__((always_inline)) void pk_pf_pair_q8(const ix__pk_tile *a, size_t b, size_t ahead, int G,
                                                                  bool l1) {
-    const uint8_t *p = a->w + pk_at(PK_Q8, b) + ahead;
-    IX__UNROLL(17)
-    for (size_t l = 0; l < 2 * pk_ub(PK_Q8) / 64; l++)
-        IX__UNROLL(4)
-        for (int g = 0; g < G; g++) {
-            if (l1) __builtin_prefetch(p + (size_t)g * a->gstride + 64 * l, 0, 3);
-            else __builtin_prefetch(p + (size_t)g * a->gstride + 64 * l, 0, IX__PF_LOC);
-        }
+    pk_pf_straight(a, a->w + pk_at(PK_Q8, b) + ahead, 2 * pk_ub(PK_Q8) / 64, G, l1);
 }
 
 /* The lockstep stream of the other one-block kinds (Q4_0, IQ4_NL, Q4_1,
@@ -1511,17 +1520,8 @@ static inline __attribute__((always_inline)) void pk_pf_pair_q8(const ix__pk_til
 static inline __attribute__((always_inline)) void pk_pf_codes(const ix__pk_tile *a, pk_kind kind, size_t b, size_t ahead,
                                                                int G, bool l1) {
     const size_t from = pk_at(kind, b) + ahead;
-    const uint8_t *first = a->w + ((from + 63) & ~(size_t)63); /* cb is whole lines: they start here */
-    const uint8_t *p[IX__PK_LOCK];
-    IX__UNROLL(4)
-    for (int g = 0; g < G; g++) p[g] = first + (size_t)g * a->gstride;
-    IX__UNROLL(5)
-    for (size_t l = 0; l < pk_cb(kind) / 64; l++)
-        IX__UNROLL(4)
-        for (int g = 0; g < G; g++) {
-            if (l1) __builtin_prefetch(p[g] + 64 * l, 0, 3);
-            else __builtin_prefetch(p[g] + 64 * l, 0, IX__PF_LOC);
-        }
+    /* cb is whole lines: they start at the first line start past from */
+    pk_pf_straight(a, a->w + ((from + 63) & ~(size_t)63), pk_cb(kind) / 64, G, l1);
     ix__pk_pf_lines(a->w, a->gstride, G, from + pk_cb(kind), pk_at(kind, b + 1) + ahead, l1);
 }
 

@@ -566,6 +566,12 @@ typedef void (*ix__pk_fn)(const ix__pk_tile *t);
  * reads; a prefetch never faults, so one past the matrix is harmless. */
 #define IX__PK_LOCK_PF 2048
 
+/* Prefetch the line at p into L1 (t0) if l1, else IX__PF_LOC. */
+static inline __attribute__((always_inline)) void ix__pk_pf(const uint8_t *p, bool l1) {
+    if (l1) __builtin_prefetch(p, 0, 3);
+    else __builtin_prefetch(p, 0, IX__PF_LOC);
+}
+
 /* Prefetch each 64-byte line that starts in bytes [from, to) of G streams,
  * gs bytes apart from p (a tile's groups), the streams side by side;
  * l1: into L1 (t0), else IX__PF_LOC. A tile that calls this once per
@@ -575,10 +581,7 @@ static inline __attribute__((always_inline)) void ix__pk_pf_lines(const uint8_t 
                                                                    size_t to, bool l1) {
     for (size_t l = (from + 63) & ~(size_t)63; l < to; l += 64)
         IX__UNROLL(4)
-        for (int g = 0; g < G; g++) {
-            if (l1) __builtin_prefetch(p + (size_t)g * gs + l, 0, 3);
-            else __builtin_prefetch(p + (size_t)g * gs + l, 0, IX__PF_LOC);
-        }
+        for (int g = 0; g < G; g++) ix__pk_pf(p + (size_t)g * gs + l, l1);
 }
 
 /* A few X rows (speculative verification's k + 1) run in lockstep too where
